@@ -1,0 +1,27 @@
+"""op_extension: LLM operators as real PyTorch custom ops.
+
+    import op_extension                      # registers torch.ops.custom.*
+    torch.ops.custom.gelu(x)                 # the dispatcher op
+    op_extension.ops.rms_norm(x, (4096,), w) # torch.nn.functional-like API
+    op_extension.nn.CustomRMSNorm(4096)      # drop-in nn.Module
+"""
+
+import torch  # noqa: F401  (loads libtorch before our library)
+
+from . import _C  # noqa: F401  (loading it runs TORCH_LIBRARY(custom, ...))
+from . import _fake  # noqa: F401  (fake kernels for FakeTensor / compile / export)
+from . import nn, ops
+from .ops import add, fused_add_rms_norm, geglu, gelu, layer_norm, rms_norm, softmax, swiglu
+
+__all__ = [
+    "add",
+    "fused_add_rms_norm",
+    "geglu",
+    "gelu",
+    "layer_norm",
+    "nn",
+    "ops",
+    "rms_norm",
+    "softmax",
+    "swiglu",
+]

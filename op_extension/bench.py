@@ -1,0 +1,1062 @@
+"""Benchmark harness for the custom operators in ``op_extension.ops``.
+
+Run it as ``python -m op_extension.bench`` (or ``python op_extension/bench.py``);
+``--help`` lists the options and ``benchmarks/README.md`` explains the method.
+
+For every op, direction (forward, forward+backward), dtype and token count it
+times four implementations in the same process, on the same tensors:
+
+* ``ours``      -- ``op_extension.ops.<name>`` (the custom C++ op, with autograd)
+* ``native``    -- the PyTorch built-in (``F.rms_norm``, ``F.gelu``, ...)
+* ``composite`` -- the eager code models actually contain (e.g. HF LlamaRMSNorm)
+* ``compiled``  -- ``torch.compile`` (Inductor, default mode, dynamic=False)
+  of that same composite
+
+plus an ``out.copy_(x)`` of the op's input bytes, which gives the memory
+bandwidth these (memory-bound) ops can hope to reach on this machine.
+
+Layout, loosely after Liger-Kernel's benchmark scripts:
+
+1. composite functions (what models write by hand),
+2. one small setup factory per op returning inputs and callables,
+3. a table of minimum-bytes-moved formulas,
+4. a shared harness (timing, copy bandwidth, compile warm-up),
+5. reporting (stdout table, JSON, PNG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+# When run by path (``python op_extension/bench.py``) Python puts this file's
+# folder first on sys.path, where ops.py / nn.py would shadow top-level modules
+# and ``import op_extension`` would fail.  Swap it for the repository root,
+# appended last so an installed package or PYTHONPATH entry still wins.
+if not __package__:
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    sys.path.append(os.path.dirname(_here))
+
+import torch
+import torch.nn.functional as F
+import torch.utils.benchmark as benchmark
+
+# --------------------------------------------------------------------------
+# Model constants (LLaMA-7B).
+# --------------------------------------------------------------------------
+HIDDEN = 4096          # hidden size: norms, add, softmax, gelu
+INTERMEDIATE = 11008   # MLP intermediate size: swiglu / geglu
+RMS_EPS = 1e-6         # LLaMA-2 rms_norm_eps
+LN_EPS = 1e-5          # nn.LayerNorm default
+GELU_APPROX = "tanh"   # gelu and geglu rows use the tanh approximation
+                       # (GPT-2 NewGELU / Gemma gelu_pytorch_tanh)
+
+ALL_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm",
+           "softmax", "swiglu", "geglu")
+DEFAULT_TOKENS = (1, 16, 128, 512, 2048)
+QUICK_TOKENS = (16, 512)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
+DTYPE_SHORT = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+IMPLS = ("ours", "native", "composite", "compiled")
+BASELINES = ("native", "composite", "compiled")
+DIRECTIONS = ("fwd", "fwd+bwd")
+
+# --------------------------------------------------------------------------
+# 1. Composite eager forms: the code found in model files.  They are also
+#    what torch.compile is given, so they are module-level functions (one
+#    code object each: dynamo caches compiled graphs per code object).
+# --------------------------------------------------------------------------
+
+
+def composite_add(x, y):
+    return torch.add(x, y)
+
+
+def composite_gelu_tanh(x):
+    # Written-out tanh GELU, as in HF NewGELUActivation (GPT-2 and friends).
+    return 0.5 * x * (1.0 + torch.tanh(
+        math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def composite_rms_norm(x, weight):
+    # Hugging Face LlamaRMSNorm.forward.
+    input_dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + RMS_EPS)
+    return weight * h.to(input_dtype)
+
+
+def composite_fused_add_rms_norm(x, residual, weight):
+    # Decoder layer: ``hidden = residual + x`` then the next LlamaRMSNorm.
+    h = x + residual
+    return composite_rms_norm(h, weight), h
+
+
+def composite_layer_norm(x, weight, bias):
+    # Mean / biased variance written out, statistics in float32.
+    input_dtype = x.dtype
+    h = x.to(torch.float32)
+    mean = h.mean(-1, keepdim=True)
+    centered = h - mean
+    var = centered.pow(2).mean(-1, keepdim=True)
+    h = centered * torch.rsqrt(var + LN_EPS)
+    return h.to(input_dtype) * weight + bias
+
+
+def composite_softmax(x):
+    # Numerically-stable softmax over the last dim, written out.
+    m = x.amax(-1, keepdim=True)
+    e = torch.exp(x - m)
+    return e / e.sum(-1, keepdim=True)
+
+
+def composite_swiglu(gate, up):
+    # LlamaMLP: act_fn(gate_proj(x)) * up_proj(x) with act_fn = SiLU.
+    return F.silu(gate) * up
+
+
+def composite_geglu(gate, up):
+    # GemmaMLP: gelu_pytorch_tanh(gate_proj(x)) * up_proj(x).
+    return F.gelu(gate, approximate=GELU_APPROX) * up
+
+
+# --------------------------------------------------------------------------
+# 2. Setup factories.  Each returns an OpSetup for (tokens, dtype, device):
+#    the input tensors (passed positionally to every implementation), which of
+#    them get gradients, and the three eager callables.  ``hidden`` overrides
+#    the last dimension (the dispatch-overhead section uses 8).
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class OpSetup:
+    inputs: list            # tensors, passed positionally to every impl
+    grad_inputs: list       # indices of inputs that get .grad in fwd+bwd
+    impls: dict             # "ours" / "native" / "composite" -> callable
+    num_outputs: int = 1
+    shape: tuple = ()       # activation shape, for reports
+    numel: int = 0          # N: elements of one activation tensor
+    weight_numel: int = 0   # H: elements of one weight / bias vector
+
+
+def _randn(shape, dtype, device, scale=1.0):
+    return torch.randn(shape, dtype=torch.float32, device=device).mul_(scale).to(dtype)
+
+
+def _activations(tokens, dtype, device, hidden, n_inputs):
+    shape = (tokens, hidden)
+    inputs = [_randn(shape, dtype, device) for _ in range(n_inputs)]
+    return shape, inputs
+
+
+def setup_add(ops, tokens, dtype, device, hidden=HIDDEN):
+    shape, inputs = _activations(tokens, dtype, device, hidden, 2)
+    return OpSetup(inputs, [0, 1], {
+        "ours": lambda x, y: ops.add(x, y),
+        "native": lambda x, y: torch.add(x, y),
+        "composite": composite_add,
+    }, shape=shape)
+
+
+def setup_gelu(ops, tokens, dtype, device, hidden=HIDDEN):
+    shape, inputs = _activations(tokens, dtype, device, hidden, 1)
+    return OpSetup(inputs, [0], {
+        "ours": lambda x: ops.gelu(x, approximate=GELU_APPROX),
+        "native": lambda x: F.gelu(x, approximate=GELU_APPROX),
+        "composite": composite_gelu_tanh,
+    }, shape=shape)
+
+
+def setup_rms_norm(ops, tokens, dtype, device, hidden=HIDDEN):
+    shape, inputs = _activations(tokens, dtype, device, hidden, 1)
+    weight = _randn((hidden,), dtype, device, 0.1).add_(1.0)
+    return OpSetup(inputs + [weight], [0, 1], {
+        "ours": lambda x, w: ops.rms_norm(x, (hidden,), w, RMS_EPS),
+        "native": lambda x, w: F.rms_norm(x, (hidden,), w, RMS_EPS),
+        "composite": composite_rms_norm,
+    }, shape=shape, weight_numel=hidden)
+
+
+def setup_fused_add_rms_norm(ops, tokens, dtype, device, hidden=HIDDEN):
+    shape, inputs = _activations(tokens, dtype, device, hidden, 2)
+    weight = _randn((hidden,), dtype, device, 0.1).add_(1.0)
+
+    def native(x, r, w):
+        h = x + r
+        return F.rms_norm(h, (hidden,), w, RMS_EPS), h
+
+    return OpSetup(inputs + [weight], [0, 1, 2], {
+        "ours": lambda x, r, w: ops.fused_add_rms_norm(x, r, (hidden,), w, RMS_EPS),
+        "native": native,
+        "composite": composite_fused_add_rms_norm,
+    }, num_outputs=2, shape=shape, weight_numel=hidden)
+
+
+def setup_layer_norm(ops, tokens, dtype, device, hidden=HIDDEN):
+    shape, inputs = _activations(tokens, dtype, device, hidden, 1)
+    weight = _randn((hidden,), dtype, device, 0.1).add_(1.0)
+    bias = _randn((hidden,), dtype, device, 0.1)
+    return OpSetup(inputs + [weight, bias], [0, 1, 2], {
+        "ours": lambda x, w, b: ops.layer_norm(x, (hidden,), w, b, LN_EPS),
+        "native": lambda x, w, b: F.layer_norm(x, (hidden,), w, b, LN_EPS),
+        "composite": composite_layer_norm,
+    }, shape=shape, weight_numel=hidden)
+
+
+def setup_softmax(ops, tokens, dtype, device, hidden=HIDDEN):
+    shape, inputs = _activations(tokens, dtype, device, hidden, 1)
+    return OpSetup(inputs, [0], {
+        "ours": lambda x: ops.softmax(x, -1),
+        "native": lambda x: torch.softmax(x, -1),
+        "composite": composite_softmax,
+    }, shape=shape)
+
+
+def setup_swiglu(ops, tokens, dtype, device, hidden=INTERMEDIATE):
+    shape, inputs = _activations(tokens, dtype, device, hidden, 2)
+    return OpSetup(inputs, [0, 1], {
+        "ours": lambda g, u: ops.swiglu(g, u),
+        "native": lambda g, u: F.silu(g) * u,
+        "composite": composite_swiglu,
+    }, shape=shape)
+
+
+def setup_geglu(ops, tokens, dtype, device, hidden=INTERMEDIATE):
+    shape, inputs = _activations(tokens, dtype, device, hidden, 2)
+    return OpSetup(inputs, [0, 1], {
+        "ours": lambda g, u: ops.geglu(g, u, approximate=GELU_APPROX),
+        "native": lambda g, u: F.gelu(g, approximate=GELU_APPROX) * u,
+        "composite": composite_geglu,
+    }, shape=shape)
+
+
+SETUPS = {
+    "add": setup_add,
+    "gelu": setup_gelu,
+    "rms_norm": setup_rms_norm,
+    "fused_add_rms_norm": setup_fused_add_rms_norm,
+    "layer_norm": setup_layer_norm,
+    "softmax": setup_softmax,
+    "swiglu": setup_swiglu,
+    "geglu": setup_geglu,
+}
+
+
+def make_setup(ops, name, tokens, dtype, device, hidden=None):
+    kwargs = {} if hidden is None else {"hidden": hidden}
+    s = SETUPS[name](ops, tokens, dtype, device, **kwargs)
+    s.numel = math.prod(s.shape)
+    return s
+
+
+# --------------------------------------------------------------------------
+# 3. Minimum bytes moved.  N = elements of one activation tensor
+#    (tokens * hidden; tokens * 11008 for swiglu/geglu), H = elements of one
+#    weight/bias vector, s = bytes per element.  Each entry gives the
+#    coefficients (of N*s, of H*s) for the forward pass and for the backward
+#    pass; fwd+bwd = fwd + bwd.  Tiny per-row statistics (rstd, mean: tokens*4
+#    bytes) that an implementation may save are not counted.  Backward assumes
+#    the op re-reads what it saved (no recomputation across passes).
+# --------------------------------------------------------------------------
+
+BYTE_FORMULAS = {
+    # fwd: read x, y; write out.            bwd: read dout; write dx, dy.
+    "add": {"fwd": (3, 0), "bwd": (3, 0)},
+    # fwd: read x; write y.                 bwd: read dy, x; write dx.
+    "gelu": {"fwd": (2, 0), "bwd": (3, 0)},
+    # fwd: read x, w; write y.              bwd: read dy, x, w; write dx, dw.
+    "rms_norm": {"fwd": (2, 1), "bwd": (3, 2)},
+    # fwd: read x, r, w; write y, h=x+r.    bwd: read dy, dh, h, w; write dx, dr, dw.
+    "fused_add_rms_norm": {"fwd": (4, 1), "bwd": (5, 2)},
+    # fwd: read x, w, b; write y.           bwd: read dy, x, w; write dx, dw, db.
+    "layer_norm": {"fwd": (2, 2), "bwd": (3, 3)},
+    # fwd: read x; write y.                 bwd: read dy, y; write dx.
+    "softmax": {"fwd": (2, 0), "bwd": (3, 0)},
+    # fwd: read gate, up; write out.        bwd: read dout, gate, up; write dgate, dup.
+    "swiglu": {"fwd": (3, 0), "bwd": (5, 0)},
+    "geglu": {"fwd": (3, 0), "bwd": (5, 0)},
+}
+
+
+def bytes_moved(name, direction, numel, weight_numel, elem_size):
+    f = BYTE_FORMULAS[name]
+    parts = [f["fwd"]] if direction == "fwd" else [f["fwd"], f["bwd"]]
+    n_coef = sum(p[0] for p in parts)
+    h_coef = sum(p[1] for p in parts)
+    return (n_coef * numel + h_coef * weight_numel) * elem_size
+
+
+def formula_text(name, direction):
+    f = BYTE_FORMULAS[name]
+    parts = [f["fwd"]] if direction == "fwd" else [f["fwd"], f["bwd"]]
+    n_coef = sum(p[0] for p in parts)
+    h_coef = sum(p[1] for p in parts)
+    return f"({n_coef}*N + {h_coef}*H) * s" if h_coef else f"{n_coef}*N*s"
+
+
+# --------------------------------------------------------------------------
+# 4. Harness.
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Timing:
+    median_s: float
+    iqr_s: float
+    samples: int
+
+
+class CpuTimer:
+    """Per-call CPU times from torch.utils.benchmark.Timer (explicit threads).
+
+    blocked_autorange runs the statement in blocks long enough that the timer's
+    own overhead is negligible and returns the per-call time of each block.
+    ``sample`` is called once per round (see ``measure``) with that round's
+    share of the time budget.  With ``reps`` each round instead takes a fixed
+    number of blocks of >= 1 ms.
+    """
+
+    def __init__(self, threads, min_run_time, reps=None, rounds=5):
+        self.threads, self.min_run_time = threads, min_run_time
+        self.reps, self.rounds = reps, rounds
+
+    def prepare(self, fn):
+        return {"timer": benchmark.Timer(stmt="fn()", globals={"fn": fn},
+                                         num_threads=self.threads)}
+
+    def sample(self, handle):
+        timer = handle["timer"]
+        if not self.reps:
+            return list(timer.blocked_autorange(
+                min_run_time=self.min_run_time / self.rounds).times)
+        if "number" not in handle:
+            per_call = max(timer.timeit(1).median, 1e-9)
+            handle["number"] = max(1, int(math.ceil(1e-3 / per_call)))
+        n_blocks = max(1, math.ceil(self.reps / self.rounds))
+        return [timer.timeit(handle["number"]).median for _ in range(n_blocks)]
+
+
+class CudaTimer:
+    """CUDA events around each call, with the L2 cache flushed before each one.
+
+    Writing a 256 MB buffer between reps evicts the inputs from L2 (50 MB on
+    H100), so every rep reads from HBM as a real layer would, and the
+    bandwidth figures are not inflated by cache hits.  The flush itself is
+    outside the events.
+    """
+
+    FLUSH_BYTES = 256 * 1024 * 1024
+
+    def __init__(self, min_run_time, reps=None, rounds=5):
+        self.min_run_time, self.reps, self.rounds = min_run_time, reps, rounds
+        self.flush_buf = torch.empty(self.FLUSH_BYTES, dtype=torch.int8, device="cuda")
+
+    def prepare(self, fn):
+        # Estimate one call (flush included) to choose the reps per round.
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            self.flush_buf.zero_()
+            fn()
+        torch.cuda.synchronize()
+        est = (time.perf_counter() - t0) / 5
+        total = self.reps or int(min(2000, max(20, self.min_run_time / max(est, 1e-6))))
+        return {"fn": fn, "per_round": max(1, math.ceil(total / self.rounds))}
+
+    def sample(self, handle):
+        fn, n = handle["fn"], handle["per_round"]
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            self.flush_buf.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+
+
+def measure(timer, fns: dict) -> tuple[dict, dict]:
+    """Time several implementations of the same thing, interleaved.
+
+    The budget is split into ``timer.rounds`` rounds; each round samples every
+    implementation once, starting from a different one each round.  Slow drift
+    of the machine (frequency, other tenants, allocator state) and any
+    "who runs first" effect are thus shared by all implementations instead of
+    landing on whichever was measured in the bad moment; on a 2-core VM this
+    brought identical code measured twice from ~30 % apart to a few %.
+    Returns ({name: Timing}, {name: error message}).
+    """
+    handles, errors = {}, {}
+    for name, fn in fns.items():
+        try:
+            handles[name] = timer.prepare(fn)
+        except Exception as e:
+            errors[name] = _err(e)
+    samples = {name: [] for name in handles}
+    names = list(handles)
+    for r in range(timer.rounds):
+        k = r % max(len(names), 1)
+        for name in names[k:] + names[:k]:
+            if name in errors:
+                continue
+            try:
+                samples[name] += timer.sample(handles[name])
+            except Exception as e:
+                errors[name] = _err(e)
+    return ({n: _timing(s) for n, s in samples.items() if n not in errors and s},
+            errors)
+
+
+def _err(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0] if msg else ''}"[:300]
+
+
+def _timing(times: Sequence[float]) -> Timing:
+    times = sorted(times)
+    if len(times) >= 4:
+        q = statistics.quantiles(times, n=4)
+        iqr = q[2] - q[0]
+    else:
+        iqr = times[-1] - times[0]
+    return Timing(statistics.median(times), iqr, len(times))
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def warm_up(fn, device, min_calls=3, min_time=0.02):
+    """Run fn a few times (first-call allocations, lazy init, compilation)."""
+    t0 = time.perf_counter()
+    calls = 0
+    while calls < min_calls or time.perf_counter() - t0 < min_time:
+        fn()
+        calls += 1
+    sync(device)
+
+
+def make_step(fn, setup: OpSetup, direction, grads=None):
+    """Build the zero-argument statement that is timed.
+
+    Everything it touches (inputs, weights, output gradients) is allocated
+    beforehand, so the only allocations inside are the ones the op itself makes.
+    """
+    inputs = setup.inputs
+    if direction == "fwd":
+        return lambda: fn(*inputs)
+
+    leaves = [inputs[i] for i in setup.grad_inputs]
+    # Reset .grad to None rather than accumulating: with .grad None the
+    # AccumulateGrad node simply adopts the gradient the backward produced,
+    # whereas accumulating would add a `grad += new` read-modify-write per leaf
+    # on every rep -- work that is not part of the op and would dilute the
+    # comparison.  Assigning None allocates nothing.
+    if setup.num_outputs == 1:
+        g = grads[0]
+
+        def step():
+            for t in leaves:
+                t.grad = None
+            fn(*inputs).backward(g)
+    else:
+        # Backward through every output at once; summing them first would add
+        # ops that are not part of the operator.
+        def step():
+            for t in leaves:
+                t.grad = None
+            torch.autograd.backward(fn(*inputs), grads)
+    return step
+
+
+def with_grad(setup: OpSetup) -> OpSetup:
+    """Same storage, but the gradient inputs are leaves requiring grad."""
+    inputs = [t.detach().requires_grad_(i in setup.grad_inputs)
+              for i, t in enumerate(setup.inputs)]
+    return OpSetup(inputs, setup.grad_inputs, setup.impls, setup.num_outputs,
+                   setup.shape, setup.numel, setup.weight_numel)
+
+
+_COMPILED: dict = {}
+
+
+def compiled_composite(name, composite):
+    """One torch.compile wrapper per op; it recompiles per shape/dtype/grad mode."""
+    if name not in _COMPILED:
+        _COMPILED[name] = torch.compile(composite, dynamic=False)
+    return _COMPILED[name]
+
+
+def configure_dynamo():
+    # dynamic=False gives one graph per (tokens, dtype, requires_grad) for each
+    # composite: up to 5 * 2 * 2 = 20 per code object, above the default limit
+    # of 8, after which dynamo would silently fall back to eager.
+    cfg = torch._dynamo.config
+    for key, value in (("recompile_limit", 64), ("cache_size_limit", 64),
+                       ("accumulated_recompile_limit", 1024),
+                       ("accumulated_cache_size_limit", 1024)):
+        if hasattr(cfg, key) and getattr(cfg, key) < value:
+            setattr(cfg, key, value)
+
+
+def copy_bandwidth(nbytes, dtype, device, timer):
+    """GB/s of ``out.copy_(x)`` over nbytes (counted as read + write)."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    numel = max(1, nbytes // elem)
+    src = torch.randn(numel, device=device).to(dtype)
+    dst = torch.empty_like(src)
+    fn = lambda: dst.copy_(src)  # noqa: E731
+    warm_up(fn, src.device)
+    timings, errors = measure(timer, {"copy": fn})
+    if errors:
+        raise RuntimeError(errors["copy"])
+    t = timings["copy"]
+    return 2 * numel * elem / t.median_s / 1e9, t
+
+
+def check_close(ours, native, dtype):
+    """Max abs difference ours vs native forward, and whether it is acceptable."""
+    ours = ours if isinstance(ours, (tuple, list)) else (ours,)
+    native = native if isinstance(native, (tuple, list)) else (native,)
+    if len(ours) != len(native):
+        return float("inf"), False
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    err, ok = 0.0, True
+    for a, b in zip(ours, native):
+        if a.shape != b.shape:
+            return float("inf"), False
+        a, b = a.detach().float(), b.detach().float()
+        err = max(err, (a - b).abs().max().item())
+        ok = ok and torch.allclose(a, b, rtol=tol, atol=tol)
+    return err, ok
+
+
+class Progress:
+    """Minimal progress bar on stderr (a line per item when not a terminal)."""
+
+    def __init__(self, total, width=28, stream=sys.stderr):
+        self.total, self.width, self.stream = max(total, 1), width, stream
+        self.done = 0
+        self.start = time.perf_counter()
+        self.tty = stream.isatty()
+
+    def show(self, label):
+        frac = self.done / self.total
+        filled = int(frac * self.width)
+        bar = "#" * filled + "." * (self.width - filled)
+        elapsed = time.perf_counter() - self.start
+        line = f"[{bar}] {self.done:>3}/{self.total} {elapsed:6.1f}s  {label}"
+        if self.tty:
+            self.stream.write("\r" + line[:150].ljust(150))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def advance(self, label=""):
+        self.done += 1
+        self.show(label)
+
+    def close(self):
+        if self.tty:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+@dataclass
+class RunConfig:
+    ops: list
+    dtypes: list
+    tokens: list
+    device: torch.device
+    threads: int
+    directions: list
+    compile: bool
+    compile_filter: Callable  # (dtype, tokens) -> bool
+    timer: Callable
+
+
+def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy_gbps,
+               progress: Progress):
+    """Time ours / native / composite / compiled for one table row."""
+    setup = make_setup(ops, name, tokens, dtype, cfg.device)
+    grads = None
+    if direction == "fwd+bwd":
+        setup = with_grad(setup)
+        grads = [_randn(setup.shape, dtype, cfg.device) for _ in range(setup.num_outputs)]
+
+    elem = torch.empty((), dtype=dtype).element_size()
+    nbytes = bytes_moved(name, direction, setup.numel, setup.weight_numel, elem)
+    label = f"{name} {direction} {DTYPE_SHORT[dtype]} T={tokens}"
+    row = {
+        "op": name, "direction": direction, "dtype": str(dtype).replace("torch.", ""),
+        "tokens": tokens, "shape": list(setup.shape), "bytes": nbytes,
+        "bytes_formula": formula_text(name, direction),
+        "copy_gbps": copy_gbps, "impls": {}, "errors": {},
+    }
+
+    impls = dict(setup.impls)
+    if cfg.compile and cfg.compile_filter(dtype, tokens):
+        impls["compiled"] = compiled_composite(name, setup.impls["composite"])
+
+    if direction == "fwd":
+        # Sanity check: a fast wrong answer is not a result.
+        try:
+            err, ok = check_close(impls["ours"](*setup.inputs),
+                                  impls["native"](*setup.inputs), dtype)
+            row["max_abs_err_vs_native"] = err
+            if not ok:
+                row["errors"]["check"] = f"ours differs from native (max abs err {err:.3g})"
+        except Exception as e:  # reported; the timings still run
+            row["errors"]["check"] = _err(e)
+
+    # Warm every implementation up (and compile) before any timing starts.
+    steps = {}
+    for impl, fn in impls.items():
+        progress.show(f"{label} [{'compile' if impl == 'compiled' else 'warm-up'} {impl}]")
+        step = make_step(fn, setup, direction, grads)
+        try:
+            if impl == "compiled":
+                # The first call traces and compiles the forward graph (and the
+                # backward graph at the first backward): out of the timed region.
+                t0 = time.perf_counter()
+                step()
+                sync(cfg.device)
+                row["compile_s"] = time.perf_counter() - t0
+            warm_up(step, cfg.device)
+            steps[impl] = step
+        except Exception as e:
+            row["errors"][impl] = _err(e)
+
+    progress.show(f"{label} [timing {', '.join(steps)}]")
+    timings, errors = measure(cfg.timer, steps)
+    row["errors"].update(errors)
+    for impl, t in timings.items():
+        row["impls"][impl] = {"median_us": t.median_s * 1e6, "iqr_us": t.iqr_s * 1e6,
+                              "samples": t.samples, "gbps": nbytes / t.median_s / 1e9}
+    for t_ in setup.inputs:
+        t_.grad = None
+
+    ours = row["impls"].get("ours")
+    if ours:
+        row["gbps"] = ours["gbps"]
+        row["pct_copy_bw"] = 100.0 * ours["gbps"] / copy_gbps if copy_gbps else None
+        for b in BASELINES:
+            if b in row["impls"]:
+                row[f"speedup_vs_{b}"] = row["impls"][b]["median_us"] / ours["median_us"]
+    progress.advance(label)
+    return row
+
+
+def run_benchmarks(ops, cfg: RunConfig, progress: Progress):
+    rows = []
+    for name in cfg.ops:
+        for dtype in cfg.dtypes:
+            for tokens in cfg.tokens:
+                # Copy bandwidth reference: same bytes as the op's inputs,
+                # measured right next to the op so both see the same machine
+                # state (threads, frequency, which cache level the data fits).
+                progress.show(f"{name} {DTYPE_SHORT[dtype]} T={tokens} [copy]")
+                probe = make_setup(ops, name, tokens, dtype, cfg.device)
+                in_bytes = sum(t.numel() * t.element_size() for t in probe.inputs)
+                del probe
+                try:
+                    copy_gbps, _ = copy_bandwidth(in_bytes, dtype, cfg.device, cfg.timer)
+                except Exception as e:
+                    print(f"\ncopy bandwidth failed: {_err(e)}", file=sys.stderr)
+                    copy_gbps = None
+                for direction in cfg.directions:
+                    rows.append(bench_cell(ops, name, direction, dtype, tokens, cfg,
+                                           copy_gbps, progress))
+                    gc.collect()
+    return rows
+
+
+def dispatch_overhead(ops, cfg: RunConfig, progress: Progress):
+    """Per-call cost on a [1, 8] tensor: ours vs native, eager, grad mode on.
+
+    At this size the kernel does nothing, so the time is the Python wrapper +
+    dispatcher (+ autograd checks) -- what a model with many small calls pays.
+    Inputs do not require grad, so no graph is recorded.
+    """
+    rows = []
+    for name in cfg.ops:
+        progress.show(f"dispatch {name}")
+        s = make_setup(ops, name, 1, torch.float32, cfg.device, hidden=8)
+        row = {"op": name, "shape": list(s.shape)}
+        steps = {}
+        with torch.enable_grad():
+            for impl in ("ours", "native"):
+                fn, inputs = s.impls[impl], s.inputs
+                step = (lambda fn=fn, inputs=inputs: fn(*inputs))
+                try:
+                    warm_up(step, cfg.device, min_calls=20)
+                    steps[impl] = step
+                except Exception as e:
+                    row[f"{impl}_error"] = _err(e)
+            timings, errors = measure(cfg.timer, steps)
+        for impl, t in timings.items():
+            row[f"{impl}_us"] = t.median_s * 1e6
+        for impl, e in errors.items():
+            row[f"{impl}_error"] = e
+        if "ours_us" in row and "native_us" in row:
+            row["ratio_ours_over_native"] = row["ours_us"] / row["native_us"]
+        rows.append(row)
+        progress.advance(f"dispatch {name}")
+    return rows
+
+
+# --------------------------------------------------------------------------
+# 5. Reporting.
+# --------------------------------------------------------------------------
+
+
+def machine_info(device, threads):
+    cpu_model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    info = {
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpu_model": cpu_model,
+        "cpu_count": os.cpu_count(),
+        "cpu_usable": usable,
+        "torch": torch.__version__,
+        "threads": threads,
+        "device": str(device),
+        "device_name": cpu_model,
+    }
+    if device.type == "cuda":
+        info["device_name"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def _loadavg():
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def _fmt(v, spec, suffix=""):
+    return "-" if v is None else format(v, spec) + suffix
+
+
+def print_table(rows, file=sys.stdout):
+    header = ("op", "dir", "dtype", "tokens", "ours us", "GB/s", "%copy",
+              "x native", "x compos.", "x compiled", "note")
+    table = []
+    for r in rows:
+        ours = r["impls"].get("ours", {})
+        note = "; ".join(f"{k}: {v}" for k, v in r["errors"].items())
+        table.append((
+            r["op"], r["direction"], DTYPE_SHORT[getattr(torch, r["dtype"])],
+            str(r["tokens"]),
+            _fmt(ours.get("median_us"), ".1f"),
+            _fmt(r.get("gbps"), ".1f"),
+            _fmt(r.get("pct_copy_bw"), ".0f", "%"),
+            _fmt(r.get("speedup_vs_native"), ".2f", "x"),
+            _fmt(r.get("speedup_vs_composite"), ".2f", "x"),
+            _fmt(r.get("speedup_vs_compiled"), ".2f", "x"),
+            note[:80],
+        ))
+    _print_aligned(header, table, file, right=range(3, 10))
+
+
+def print_dispatch(rows, file=sys.stdout):
+    header = ("op", "ours us", "native us", "ours/native")
+    table = [(r["op"], _fmt(r.get("ours_us"), ".2f"), _fmt(r.get("native_us"), ".2f"),
+              _fmt(r.get("ratio_ours_over_native"), ".2f", "x")) for r in rows]
+    _print_aligned(header, table, file, right=range(1, 4))
+
+
+def _print_aligned(header, table, file, right):
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *table)]
+    right = set(right)
+
+    def line(cells):
+        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    print(line(header), file=file)
+    print("  ".join("-" * w for w in widths), file=file)
+    for cells in table:
+        print(line(cells), file=file)
+
+
+def write_plot(rows, path, device_label):
+    """Grouped bars of speed-up (baseline time / our time), one panel per op and
+    direction, log y-axis with a line at 1.0 (above = ours is faster)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker  # noqa: F401  (used as matplotlib.ticker)
+    except ImportError:
+        print("matplotlib is not installed: skipping the speed-up plot "
+              "(pip install matplotlib)", file=sys.stderr)
+        return None
+
+    ops_ = list(dict.fromkeys(r["op"] for r in rows))
+    dirs = list(dict.fromkeys(r["direction"] for r in rows))
+    colors = {"native": "#4C72B0", "composite": "#DD8452", "compiled": "#55A868"}
+    nice_ticks = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100]
+    fig, axes = plt.subplots(len(ops_), len(dirs), squeeze=False,
+                             figsize=(7 * len(dirs), 2.6 * len(ops_)))
+    for i, op in enumerate(ops_):
+        for j, d in enumerate(dirs):
+            ax = axes[i][j]
+            cell = [r for r in rows if r["op"] == op and r["direction"] == d]
+            labels = [f"{DTYPE_SHORT[getattr(torch, r['dtype'])]}\nT={r['tokens']}"
+                      for r in cell]
+            width = 0.27
+            extreme = 2.0
+            for k, b in enumerate(BASELINES):
+                pts = [(x + (k - 1) * width, r.get(f"speedup_vs_{b}"))
+                       for x, r in enumerate(cell)]
+                pts = [(x, v) for x, v in pts if v]
+                if not pts:
+                    continue
+                # Bars grow from 1.0 (parity) up for "ours faster", down for
+                # "ours slower"; on a log axis 2x and 0.5x are equally long.
+                ax.bar([x for x, _ in pts], [v - 1.0 for _, v in pts], width,
+                       bottom=1.0, color=colors[b], label=f"vs {b}")
+                extreme = max(extreme, *(max(v, 1 / v) * 1.25 for _, v in pts))
+            ax.set_yscale("log")
+            ax.set_ylim(1 / extreme, extreme)
+            ticks = [t for t in nice_ticks if 1 / extreme <= t <= extreme]
+            ax.set_yticks(ticks)
+            ax.set_yticklabels([f"{t:g}x" for t in ticks], fontsize=7)
+            ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            ax.set_xticks(range(len(cell)))
+            ax.set_xticklabels(labels, fontsize=7)
+            ax.set_title(f"{op} {d}", fontsize=9)
+            if j == 0:
+                ax.set_ylabel("speed-up", fontsize=8)
+    handles, labels = [], []
+    for ax in axes.flat:
+        for h, l in zip(*ax.get_legend_handles_labels()):
+            if l not in labels:
+                handles.append(h)
+                labels.append(l)
+    fig.legend(handles, labels, loc="upper right", fontsize=8)
+    fig.suptitle(f"op_extension speed-up (baseline time / our time) - {device_label}",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.92, 0.98))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------
+
+QUICK_HELP = (
+    "quick smoke run (< 2 min on a 2-core CPU, torch.compile included): tokens "
+    f"{','.join(map(str, QUICK_TOKENS))}, both dtypes, all ops, fwd and fwd+bwd, "
+    "min-run-time 0.1 s in 2 rounds; the compiled composite is built only for float32 at the "
+    "largest token count (compiling every graph would take minutes), other rows "
+    "show '-' in the 'x compiled' column. Explicit --tokens/--dtypes/--ops/"
+    "--min-run-time still apply.")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m op_extension.bench",
+        description="Time op_extension.ops against native PyTorch, the eager "
+                    "composite models use, and torch.compile of that composite. "
+                    "Prints a table, writes <out>/bench_<device>_<timestamp>.json "
+                    "and <out>/speedup_<device>.png.",
+        epilog="See benchmarks/README.md for the method.")
+    p.add_argument("--ops", default=",".join(ALL_OPS),
+                   help="comma-separated ops to run [default: all: "
+                        f"{','.join(ALL_OPS)}]")
+    p.add_argument("--dtypes", default=None,
+                   help="comma-separated dtypes (float32,bfloat16,float16) "
+                        "[default: float32,bfloat16]")
+    p.add_argument("--tokens", default=None,
+                   help="comma-separated token counts (rows); hidden is 4096, "
+                        "11008 for swiglu/geglu [default: "
+                        f"{','.join(map(str, DEFAULT_TOKENS))}]")
+    p.add_argument("--device", default="cpu", help="cpu or cuda [default: cpu]")
+    p.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                   help="intra-op threads for every measurement "
+                        "[default: torch.get_num_threads(), here "
+                        f"{torch.get_num_threads()}]")
+    p.add_argument("--min-run-time", type=float, default=None,
+                   help="seconds of timed runs per implementation and row, "
+                        "split over --rounds [default: 0.5, 0.1 with --quick]")
+    p.add_argument("--reps", type=int, default=None,
+                   help="take this many timed samples per implementation and "
+                        "row (split over --rounds) instead of filling "
+                        "--min-run-time")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="interleaved rounds: every implementation of a row is "
+                        "sampled once per round, in rotating order [default: 5, "
+                        "2 with --quick]")
+    p.add_argument("--no-backward", action="store_true",
+                   help="forward only")
+    p.add_argument("--no-compile", action="store_true",
+                   help="skip the torch.compile baseline")
+    p.add_argument("--no-dispatch", action="store_true",
+                   help="skip the dispatch-overhead section")
+    p.add_argument("--out", default="bench_results",
+                   help="output folder for the JSON and PNG "
+                        "[default: bench_results/]")
+    p.add_argument("--quick", action="store_true", help=QUICK_HELP)
+    args = p.parse_args(argv)
+
+    args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = [o for o in args.ops if o not in SETUPS]
+    if unknown:
+        p.error(f"unknown op(s) {unknown}; choose from {', '.join(ALL_OPS)}")
+    dtypes = args.dtypes or "float32,bfloat16"
+    try:
+        args.dtypes = [DTYPES[d.strip()] for d in dtypes.split(",") if d.strip()]
+    except KeyError as e:
+        p.error(f"unknown dtype {e}; choose from {', '.join(DTYPES)}")
+    if args.tokens:
+        args.tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
+    else:
+        args.tokens = list(QUICK_TOKENS if args.quick else DEFAULT_TOKENS)
+    if args.min_run_time is None:
+        args.min_run_time = 0.1 if args.quick else 0.5
+    if args.rounds is None:
+        args.rounds = 2 if args.quick else 5
+    if args.rounds < 1 or (args.reps is not None and args.reps < 1):
+        p.error("--rounds and --reps must be >= 1")
+    if args.threads < 1:
+        p.error("--threads must be >= 1")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda requested but torch.cuda.is_available() is False")
+
+    try:
+        from op_extension import ops
+    except Exception as e:
+        sys.exit(f"cannot import op_extension.ops ({type(e).__name__}: {e}); "
+                 "build/install the package first (pip install -e .)")
+    missing = [o for o in args.ops if not callable(getattr(ops, o, None))]
+    if missing:
+        sys.exit(f"op_extension.ops is missing: {', '.join(missing)} "
+                 "(use --ops to benchmark the others)")
+
+    # Fix the thread count for everything, compilation included: Inductor's
+    # CPU kernels bake the OpenMP thread count in at code-generation time.
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    configure_dynamo()
+
+    if device.type == "cuda":
+        timer = CudaTimer(args.min_run_time, args.reps, args.rounds)
+    else:
+        timer = CpuTimer(args.threads, args.min_run_time, args.reps, args.rounds)
+
+    if args.quick:
+        largest = max(args.tokens)
+        compile_filter = lambda dt, t: dt == torch.float32 and t == largest  # noqa: E731
+    else:
+        compile_filter = lambda dt, t: True  # noqa: E731
+    cfg = RunConfig(ops=args.ops, dtypes=args.dtypes, tokens=args.tokens,
+                    device=device, threads=args.threads,
+                    directions=["fwd"] if args.no_backward else list(DIRECTIONS),
+                    compile=not args.no_compile, compile_filter=compile_filter,
+                    timer=timer)
+
+    load_before = _loadavg()
+    if load_before is not None and load_before > 0.5:
+        print(f"warning: load average is {load_before:.1f} before starting: other "
+              "processes compete for the cores and distort timings (on a small "
+              "VM, threads that get preempted show up as ms-sized outliers)",
+              file=sys.stderr)
+
+    n_cells = len(cfg.ops) * len(cfg.dtypes) * len(cfg.tokens) * len(cfg.directions)
+    progress = Progress(n_cells + (0 if args.no_dispatch else len(cfg.ops)))
+    t_start = time.perf_counter()
+    try:
+        rows = run_benchmarks(ops, cfg, progress)
+        dispatch = [] if args.no_dispatch else dispatch_overhead(ops, cfg, progress)
+    finally:
+        progress.close()
+    elapsed = time.perf_counter() - t_start
+
+    info = machine_info(device, args.threads)
+    info["loadavg_1min_before"] = load_before
+    info["loadavg_1min_after"] = _loadavg()
+    print(f"\n# op_extension benchmark - {info['device_name']}, {args.threads} "
+          f"thread(s), torch {torch.__version__}")
+    print("# speed-up = baseline time / our time (>1: ours is faster); "
+          "GB/s from minimum bytes moved; %copy = our GB/s / copy_ GB/s\n")
+    print_table(rows)
+    if dispatch:
+        print("\n# dispatch overhead: one eager call on a [1, 8] float32 tensor, "
+              "grad mode on\n")
+        print_dispatch(dispatch)
+
+    os.makedirs(args.out, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    json_path = os.path.join(args.out, f"bench_{device.type}_{stamp}.json")
+    report = {
+        "metadata": info,
+        "config": {
+            "ops": cfg.ops, "dtypes": [str(d).replace("torch.", "") for d in cfg.dtypes],
+            "tokens": cfg.tokens, "hidden": HIDDEN, "intermediate": INTERMEDIATE,
+            "directions": cfg.directions, "compile": cfg.compile, "quick": args.quick,
+            "min_run_time_s": args.min_run_time, "reps": args.reps,
+            "rounds": args.rounds,
+            "rms_eps": RMS_EPS, "ln_eps": LN_EPS, "gelu_approximate": GELU_APPROX,
+            "timer": type(timer).__name__, "elapsed_s": elapsed,
+        },
+        "byte_formulas": {
+            "legend": "N = elements of one activation tensor, H = elements of one "
+                      "weight/bias vector, s = bytes per element; fwd+bwd = fwd + bwd",
+            **{k: {"fwd": formula_text(k, "fwd"), "fwd+bwd": formula_text(k, "fwd+bwd")}
+               for k in BYTE_FORMULAS},
+        },
+        "results": rows,
+        "dispatch_overhead": dispatch,
+    }
+    with open(json_path, "w") as f:
+        json.dump(report, f, indent=1)
+    png = write_plot(rows, os.path.join(args.out, f"speedup_{device.type}.png"),
+                     f"{info['device_name']}, {args.threads} thr")
+    print(f"\nwrote {json_path}" + (f" and {png}" if png else "")
+          + f" ({elapsed:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+// Elementwise activations: GELU (erf and tanh forms), SwiGLU and GEGLU,
+// forward and backward. Each output element depends on the same element of the
+// inputs only, so every kernel is one vectorised, parallel pass over dense memory.
+#include <array>
+
+#include "register_kernel.h"
+#include "vec_utils.h"
+
+namespace op_ext::cpu {
+namespace {
+
+template <typename Acc>
+struct GeluMath {
+  using AVec = Vectorized<Acc>;
+  static constexpr Acc kSqrt1_2 = Acc(0.70710678118654752440);   // 1/sqrt(2)
+  static constexpr Acc kInvSqrt2Pi = Acc(0.39894228040143267794);  // 1/sqrt(2*pi)
+  static constexpr Acc kSqrt2OverPi = Acc(0.79788456080286535588);  // sqrt(2/pi)
+  static constexpr Acc kTanhCoeff = Acc(0.044715);
+
+  static AVec forward(const AVec& x, GeluApprox approx) {
+    const AVec half(Acc(0.5));
+    const AVec one(Acc(1));
+    if (approx == GeluApprox::Tanh) {
+      const AVec inner = AVec(kSqrt2OverPi) * (x + AVec(kTanhCoeff) * x * x * x);
+      return half * x * (one + inner.tanh());
+    }
+    return half * x * (one + (x * AVec(kSqrt1_2)).erf());
+  }
+
+  // d gelu(x) / dx
+  static AVec derivative(const AVec& x, GeluApprox approx) {
+    const AVec half(Acc(0.5));
+    const AVec one(Acc(1));
+    if (approx == GeluApprox::Tanh) {
+      const AVec x2 = x * x;
+      const AVec inner = AVec(kSqrt2OverPi) * (x + AVec(kTanhCoeff) * x2 * x);
+      const AVec t = inner.tanh();
+      const AVec dinner = AVec(kSqrt2OverPi) * (one + AVec(Acc(3) * kTanhCoeff) * x2);
+      return half * (one + t) + half * x * (one - t * t) * dinner;
+    }
+    const AVec cdf = half * (one + (x * AVec(kSqrt1_2)).erf());
+    const AVec pdf = (AVec(Acc(-0.5)) * x * x).exp() * AVec(kInvSqrt2Pi);
+    return cdf + x * pdf;
+  }
+};
+
+// silu(x) = x / (1 + exp(-x)): the form ATen uses, so infinities behave alike.
+template <typename Acc>
+inline Vectorized<Acc> silu(const Vectorized<Acc>& x) {
+  return x / (Vectorized<Acc>(Acc(1)) + x.neg().exp());
+}
+
+// Applies f to every kStep-wide slice of the inputs. f takes the input vectors
+// and fills the output vectors, once for the low and once for the high half.
+template <typename T, size_t kIn, size_t kOut, typename F>
+void vec_map(int64_t n, const std::array<const T*, kIn>& in, const std::array<T*, kOut>& out,
+             const F& f) {
+  using V = Vec2<T>;
+  using AVec = typename V::AVec;
+  parallel_range(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    std::array<AVec, kIn> lo, hi;
+    std::array<AVec, kOut> out_lo, out_hi;
+    int64_t i = begin;
+    for (; i + V::kStep <= end; i += V::kStep) {
+      for (size_t k = 0; k < kIn; ++k) V::load(in[k] + i, lo[k], hi[k]);
+      f(lo, out_lo);
+      f(hi, out_hi);
+      for (size_t k = 0; k < kOut; ++k) V::store(out[k] + i, out_lo[k], out_hi[k]);
+    }
+    if (i < end) {
+      const int64_t count = end - i;
+      for (size_t k = 0; k < kIn; ++k) V::load_partial(in[k] + i, count, lo[k], hi[k]);
+      f(lo, out_lo);
+      f(hi, out_hi);
+      for (size_t k = 0; k < kOut; ++k) V::store_partial(out[k] + i, count, out_lo[k], out_hi[k]);
+    }
+  });
+}
+
+void gelu_forward_impl(DType dtype, const GeluArgs& a) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using AVec = Vectorized<acc_t<T>>;
+    vec_map<T, 1, 1>(a.n, {static_cast<const T*>(a.input)}, {static_cast<T*>(a.output)},
+                     [&](const std::array<AVec, 1>& x, std::array<AVec, 1>& y) {
+                       y[0] = GeluMath<acc_t<T>>::forward(x[0], a.approximate);
+                     });
+  });
+}
+
+void gelu_backward_impl(DType dtype, const GeluBackwardArgs& a) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using AVec = Vectorized<acc_t<T>>;
+    vec_map<T, 2, 1>(
+        a.n, {static_cast<const T*>(a.grad_output), static_cast<const T*>(a.input)},
+        {static_cast<T*>(a.grad_input)},
+        [&](const std::array<AVec, 2>& v, std::array<AVec, 1>& dx) {
+          dx[0] = v[0] * GeluMath<acc_t<T>>::derivative(v[1], a.approximate);
+        });
+  });
+}
+
+void swiglu_forward_impl(DType dtype, const GluArgs& a) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using AVec = Vectorized<acc_t<T>>;
+    vec_map<T, 2, 1>(a.n, {static_cast<const T*>(a.gate), static_cast<const T*>(a.up)},
+                     {static_cast<T*>(a.output)},
+                     [](const std::array<AVec, 2>& v, std::array<AVec, 1>& y) {
+                       y[0] = silu(v[0]) * v[1];
+                     });
+  });
+}
+
+void swiglu_backward_impl(DType dtype, const GluBackwardArgs& a) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = acc_t<T>;
+    using AVec = Vectorized<Acc>;
+    vec_map<T, 3, 2>(
+        a.n,
+        {static_cast<const T*>(a.grad_output), static_cast<const T*>(a.gate),
+         static_cast<const T*>(a.up)},
+        {static_cast<T*>(a.grad_gate), static_cast<T*>(a.grad_up)},
+        [](const std::array<AVec, 3>& v, std::array<AVec, 2>& g) {
+          const AVec& dy = v[0];
+          const AVec& gate = v[1];
+          const AVec one(Acc(1));
+          const AVec sig = one / (one + gate.neg().exp());
+          // d silu / d gate = sig * (1 + gate * (1 - sig))
+          g[0] = dy * v[2] * sig * (one + gate * (one - sig));
+          g[1] = dy * gate * sig;
+        });
+  });
+}
+
+void geglu_forward_impl(DType dtype, const GluArgs& a) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using AVec = Vectorized<acc_t<T>>;
+    vec_map<T, 2, 1>(a.n, {static_cast<const T*>(a.gate), static_cast<const T*>(a.up)},
+                     {static_cast<T*>(a.output)},
+                     [&](const std::array<AVec, 2>& v, std::array<AVec, 1>& y) {
+                       y[0] = GeluMath<acc_t<T>>::forward(v[0], a.approximate) * v[1];
+                     });
+  });
+}
+
+void geglu_backward_impl(DType dtype, const GluBackwardArgs& a) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using AVec = Vectorized<acc_t<T>>;
+    vec_map<T, 3, 2>(
+        a.n,
+        {static_cast<const T*>(a.grad_output), static_cast<const T*>(a.gate),
+         static_cast<const T*>(a.up)},
+        {static_cast<T*>(a.grad_gate), static_cast<T*>(a.grad_up)},
+        [&](const std::array<AVec, 3>& v, std::array<AVec, 2>& g) {
+          g[0] = v[0] * v[2] * GeluMath<acc_t<T>>::derivative(v[1], a.approximate);
+          g[1] = v[0] * GeluMath<acc_t<T>>::forward(v[1], a.approximate);
+        });
+  });
+}
+
+}  // namespace
+
+OP_EXT_REGISTER_KERNEL(gelu_forward, gelu_forward_impl);
+OP_EXT_REGISTER_KERNEL(gelu_backward, gelu_backward_impl);
+OP_EXT_REGISTER_KERNEL(swiglu_forward, swiglu_forward_impl);
+OP_EXT_REGISTER_KERNEL(swiglu_backward, swiglu_backward_impl);
+OP_EXT_REGISTER_KERNEL(geglu_forward, geglu_forward_impl);
+OP_EXT_REGISTER_KERNEL(geglu_backward, geglu_backward_impl);
+
+}  // namespace op_ext::cpu

@@ -1,0 +1,195 @@
+// The CPU kernels' interface: raw pointers, element counts and strides.
+//
+// Nothing here knows torch. Every kernel is compiled once per instruction set
+// (DEFAULT, AVX2, AVX512; see setup.py) and reached through a KernelStub that picks
+// the best variant the running CPU supports, the way ATen's DispatchStub does.
+// All tensors passed in are dense and row-major unless a stride argument says
+// otherwise; outputs never alias inputs.
+#pragma once
+
+#include <cstdint>
+
+namespace op_ext::cpu {
+
+enum class DType : int8_t { Float32, Float64, Float16, BFloat16 };
+enum class GeluApprox : int8_t { None, Tanh };
+
+inline constexpr int kMaxDims = 16;
+
+// out[i] = a[i] + alpha * b[i] over `sizes`, with per-operand element strides
+// (0 on broadcast dims). `out` is dense with shape `sizes`.
+struct AddArgs {
+  const void* a;
+  const void* b;
+  void* out;
+  int ndim;
+  int64_t sizes[kMaxDims];
+  int64_t a_strides[kMaxDims];
+  int64_t b_strides[kMaxDims];
+  double alpha;
+};
+
+// out = alpha * (grad summed over the dims where out has size 1).
+// grad is dense with shape `sizes`; out is dense with shape `sizes` where
+// `reduced[d]` dims have size 1.
+struct ReduceToArgs {
+  const void* grad;
+  void* out;
+  int ndim;
+  int64_t sizes[kMaxDims];
+  bool reduced[kMaxDims];
+  double alpha;
+};
+
+// Row-wise ops see the input as [rows, cols] (cols = prod(normalized_shape)).
+struct RmsNormArgs {
+  const void* input;     // [rows, cols]
+  const void* residual;  // [rows, cols] or nullptr: fused add + RMSNorm when set
+  const void* weight;    // [cols] or nullptr
+  void* output;          // [rows, cols]
+  void* residual_out;    // [rows, cols], required when residual is set
+  int64_t rows;
+  int64_t cols;
+  double eps;
+};
+
+struct RmsNormBackwardArgs {
+  const void* grad_output;        // [rows, cols]
+  const void* grad_residual_out;  // [rows, cols] or nullptr: added to grad_input
+  const void* input;              // [rows, cols]: the normalised tensor
+  const void* weight;             // [cols] or nullptr
+  void* grad_input;               // [rows, cols]
+  void* grad_weight;              // [cols], only when weight is set
+  int64_t rows;
+  int64_t cols;
+  double eps;
+};
+
+struct LayerNormArgs {
+  const void* input;   // [rows, cols]
+  const void* weight;  // [cols] or nullptr
+  const void* bias;    // [cols] or nullptr
+  void* output;        // [rows, cols]
+  int64_t rows;
+  int64_t cols;
+  double eps;
+};
+
+struct LayerNormBackwardArgs {
+  const void* grad_output;  // [rows, cols]
+  const void* input;        // [rows, cols]
+  const void* weight;       // [cols] or nullptr
+  void* grad_input;         // [rows, cols]
+  void* grad_weight;        // [cols] or nullptr
+  void* grad_bias;          // [cols] or nullptr
+  int64_t rows;
+  int64_t cols;
+  double eps;
+};
+
+// Softmax over the middle dim of a dense [outer, dim_size, inner] view.
+struct SoftmaxArgs {
+  const void* input;
+  void* output;
+  int64_t outer;
+  int64_t dim_size;
+  int64_t inner;
+};
+
+struct SoftmaxBackwardArgs {
+  const void* grad_output;
+  const void* output;
+  void* grad_input;
+  int64_t outer;
+  int64_t dim_size;
+  int64_t inner;
+};
+
+// Elementwise activations over n dense elements.
+struct GeluArgs {
+  const void* input;
+  void* output;
+  int64_t n;
+  GeluApprox approximate;
+};
+
+struct GeluBackwardArgs {
+  const void* grad_output;
+  const void* input;
+  void* grad_input;
+  int64_t n;
+  GeluApprox approximate;
+};
+
+// Gated linear units: output = act(gate) * up. `approximate` is used by GEGLU only.
+struct GluArgs {
+  const void* gate;
+  const void* up;
+  void* output;
+  int64_t n;
+  GeluApprox approximate;
+};
+
+struct GluBackwardArgs {
+  const void* grad_output;
+  const void* gate;
+  const void* up;
+  void* grad_gate;
+  void* grad_up;
+  int64_t n;
+  GeluApprox approximate;
+};
+
+template <typename Args>
+using KernelFn = void (*)(DType, const Args&);
+
+// Variants of one kernel, one per instruction set, filled in by static
+// registration from each variant's translation unit.
+template <typename Args>
+struct KernelStub {
+  KernelFn<Args> default_fn = nullptr;
+  KernelFn<Args> avx2_fn = nullptr;
+  KernelFn<Args> avx512_fn = nullptr;
+
+  void operator()(DType dtype, const Args& args) const;
+};
+
+enum class Isa : int8_t { Default, Avx2, Avx512 };
+
+// The best instruction set this CPU runs, lowered by OP_EXT_CPU_ISA=default|avx2|avx512.
+Isa active_isa();
+// The best instruction set this CPU supports.
+Isa best_isa();
+// Selects a variant for later calls (tests run every variant this way). Returns
+// false, changing nothing, when the CPU cannot run `isa`.
+bool set_active_isa(Isa isa);
+const char* isa_name(Isa isa);
+
+template <typename Args>
+void KernelStub<Args>::operator()(DType dtype, const Args& args) const {
+  KernelFn<Args> fn = default_fn;
+  const Isa isa = active_isa();
+  if (isa == Isa::Avx512 && avx512_fn) {
+    fn = avx512_fn;
+  } else if (isa >= Isa::Avx2 && avx2_fn) {
+    fn = avx2_fn;
+  }
+  fn(dtype, args);
+}
+
+extern KernelStub<AddArgs> add_forward;
+extern KernelStub<ReduceToArgs> reduce_to;
+extern KernelStub<GeluArgs> gelu_forward;
+extern KernelStub<GeluBackwardArgs> gelu_backward;
+extern KernelStub<GluArgs> swiglu_forward;
+extern KernelStub<GluBackwardArgs> swiglu_backward;
+extern KernelStub<GluArgs> geglu_forward;
+extern KernelStub<GluBackwardArgs> geglu_backward;
+extern KernelStub<RmsNormArgs> rms_norm_forward;
+extern KernelStub<RmsNormBackwardArgs> rms_norm_backward;
+extern KernelStub<LayerNormArgs> layer_norm_forward;
+extern KernelStub<LayerNormBackwardArgs> layer_norm_backward;
+extern KernelStub<SoftmaxArgs> softmax_forward;
+extern KernelStub<SoftmaxBackwardArgs> softmax_backward;
+
+}  // namespace op_ext::cpu

@@ -1,0 +1,306 @@
+// Autograd for the custom ops, in C++ so that an eager call pays no Python
+// wrapper. Each forward redispatches below the Autograd key to the device
+// kernel; each backward calls the registered custom::<op>_backward op, so
+// tracing (torch.compile, export) sees backward ops too.
+//
+// Nothing here reads concrete sizes: under torch.compile(dynamic=True) these
+// functions run on FakeTensors with symbolic shapes.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+
+namespace op_ext {
+namespace {
+
+using at::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using OptTensor = std::optional<Tensor>;
+
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> custom_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
+// Looked up once: the dispatcher's handles are stable for the process.
+#define OP_EXT_TYPED_OP(fn, qualname, ...)                       \
+  const c10::TypedOperatorHandle<__VA_ARGS__>& fn() {            \
+    static const auto handle = custom_op<__VA_ARGS__>(qualname); \
+    return handle;                                               \
+  }
+
+OP_EXT_TYPED_OP(add_op, "custom::add", Tensor(const Tensor&, const Tensor&, double))
+OP_EXT_TYPED_OP(add_backward_op, "custom::add_backward",
+                Tensor(const Tensor&, c10::SymIntArrayRef, double))
+OP_EXT_TYPED_OP(gelu_op, "custom::gelu", Tensor(const Tensor&, c10::string_view))
+OP_EXT_TYPED_OP(gelu_backward_op, "custom::gelu_backward",
+                Tensor(const Tensor&, const Tensor&, c10::string_view))
+OP_EXT_TYPED_OP(swiglu_op, "custom::swiglu", Tensor(const Tensor&, const Tensor&))
+OP_EXT_TYPED_OP(swiglu_backward_op, "custom::swiglu_backward",
+                std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&))
+OP_EXT_TYPED_OP(geglu_op, "custom::geglu",
+                Tensor(const Tensor&, const Tensor&, c10::string_view))
+OP_EXT_TYPED_OP(geglu_backward_op, "custom::geglu_backward",
+                std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
+                                           c10::string_view))
+OP_EXT_TYPED_OP(rms_norm_op, "custom::rms_norm",
+                Tensor(const Tensor&, c10::SymIntArrayRef, const OptTensor&, std::optional<double>))
+OP_EXT_TYPED_OP(rms_norm_backward_op, "custom::rms_norm_backward",
+                std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, c10::SymIntArrayRef,
+                                           const OptTensor&, std::optional<double>))
+OP_EXT_TYPED_OP(fused_add_rms_norm_op, "custom::fused_add_rms_norm",
+                std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, c10::SymIntArrayRef,
+                                           const OptTensor&, std::optional<double>))
+OP_EXT_TYPED_OP(fused_add_rms_norm_backward_op, "custom::fused_add_rms_norm_backward",
+                std::tuple<Tensor, Tensor>(const Tensor&, const OptTensor&, const Tensor&,
+                                           c10::SymIntArrayRef, const OptTensor&,
+                                           std::optional<double>))
+OP_EXT_TYPED_OP(layer_norm_op, "custom::layer_norm",
+                Tensor(const Tensor&, c10::SymIntArrayRef, const OptTensor&, const OptTensor&,
+                       double))
+OP_EXT_TYPED_OP(layer_norm_backward_op, "custom::layer_norm_backward",
+                std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&,
+                                                   c10::SymIntArrayRef, const OptTensor&,
+                                                   const OptTensor&, double))
+OP_EXT_TYPED_OP(softmax_op, "custom::softmax", Tensor(const Tensor&, int64_t))
+OP_EXT_TYPED_OP(softmax_backward_op, "custom::softmax_backward",
+                Tensor(const Tensor&, const Tensor&, int64_t))
+
+#undef OP_EXT_TYPED_OP
+
+OptTensor saved_optional(const Tensor& t) {
+  return t.defined() ? OptTensor(t) : std::nullopt;
+}
+
+std::vector<c10::SymInt> saved_sym_ints(AutogradContext* ctx, const char* key) {
+  return ctx->saved_data[key].toSymIntVector();
+}
+
+// The parameter's gradient, or undefined where the op ran without that parameter
+// (the backward op then returns an empty placeholder).
+Tensor param_grad(const Tensor& param, const Tensor& grad) {
+  return param.defined() ? grad : Tensor();
+}
+
+class AddFunction : public torch::autograd::Function<AddFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& input, const Tensor& other,
+                        double alpha) {
+    ctx->saved_data["input_size"] = input.sym_sizes();
+    ctx->saved_data["other_size"] = other.sym_sizes();
+    ctx->saved_data["alpha"] = alpha;
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return add_op().call(input, other, alpha);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const Tensor& grad = grads[0];
+    const double alpha = ctx->saved_data["alpha"].toDouble();
+    // Where no broadcast or scaling happened the gradient passes through, as in
+    // aten::add; otherwise our reduction kernel sums over the broadcast dims.
+    auto reduce = [&](const char* key, double scale) -> Tensor {
+      const auto size = saved_sym_ints(ctx, key);
+      if (scale == 1.0 && grad.sym_sizes() == c10::SymIntArrayRef(size)) return grad;
+      return add_backward_op().call(grad, size, scale);
+    };
+    Tensor grad_input = ctx->needs_input_grad(0) ? reduce("input_size", 1.0) : Tensor();
+    Tensor grad_other = ctx->needs_input_grad(1) ? reduce("other_size", alpha) : Tensor();
+    return {grad_input, grad_other, Tensor()};
+  }
+};
+
+class GeluFunction : public torch::autograd::Function<GeluFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& input, c10::string_view approximate) {
+    ctx->save_for_backward({input});
+    ctx->saved_data["approximate"] = std::string(approximate);
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return gelu_op().call(input, approximate);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const std::string approximate = ctx->saved_data["approximate"].toStringRef();
+    return {gelu_backward_op().call(grads[0], saved[0], approximate), Tensor()};
+  }
+};
+
+class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& gate, const Tensor& up) {
+    ctx->save_for_backward({gate, up});
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return swiglu_op().call(gate, up);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [grad_gate, grad_up] = swiglu_backward_op().call(grads[0], saved[0], saved[1]);
+    return {grad_gate, grad_up};
+  }
+};
+
+class GegluFunction : public torch::autograd::Function<GegluFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& gate, const Tensor& up,
+                        c10::string_view approximate) {
+    ctx->save_for_backward({gate, up});
+    ctx->saved_data["approximate"] = std::string(approximate);
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return geglu_op().call(gate, up, approximate);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const std::string approximate = ctx->saved_data["approximate"].toStringRef();
+    auto [grad_gate, grad_up] =
+        geglu_backward_op().call(grads[0], saved[0], saved[1], approximate);
+    return {grad_gate, grad_up, Tensor()};
+  }
+};
+
+// RMSNorm saves its input, not rstd: the backward recomputes rstd in the same
+// pass over the row that it needs anyway, so nothing extra is kept alive.
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& input,
+                        c10::SymIntArrayRef normalized_shape, const OptTensor& weight,
+                        std::optional<double> eps) {
+    ctx->save_for_backward({input, weight.value_or(Tensor())});
+    ctx->saved_data["normalized_shape"] = normalized_shape;
+    ctx->saved_data["eps"] = eps;
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return rms_norm_op().call(input, normalized_shape, weight, eps);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto shape = saved_sym_ints(ctx, "normalized_shape");
+    auto [grad_input, grad_weight] = rms_norm_backward_op().call(
+        grads[0], saved[0], shape, saved_optional(saved[1]), ctx->saved_data["eps"].toOptional<double>());
+    return {grad_input, Tensor(), param_grad(saved[1], grad_weight), Tensor()};
+  }
+};
+
+class FusedAddRmsNormFunction : public torch::autograd::Function<FusedAddRmsNormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const Tensor& input, const Tensor& residual,
+                               c10::SymIntArrayRef normalized_shape, const OptTensor& weight,
+                               std::optional<double> eps) {
+    ctx->saved_data["normalized_shape"] = normalized_shape;
+    ctx->saved_data["eps"] = eps;
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [output, residual_out] =
+        fused_add_rms_norm_op().call(input, residual, normalized_shape, weight, eps);
+    ctx->save_for_backward({residual_out, weight.value_or(Tensor())});
+    return {output, residual_out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto shape = saved_sym_ints(ctx, "normalized_shape");
+    auto [grad_sum, grad_weight] = fused_add_rms_norm_backward_op().call(
+        grads[0], saved_optional(grads[1]), saved[0], shape, saved_optional(saved[1]),
+        ctx->saved_data["eps"].toOptional<double>());
+    // d(input + residual)/d input = d/d residual = identity
+    return {grad_sum, grad_sum, Tensor(), param_grad(saved[1], grad_weight), Tensor()};
+  }
+};
+
+class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& input,
+                        c10::SymIntArrayRef normalized_shape, const OptTensor& weight,
+                        const OptTensor& bias, double eps) {
+    ctx->save_for_backward({input, weight.value_or(Tensor()), bias.value_or(Tensor())});
+    ctx->saved_data["normalized_shape"] = normalized_shape;
+    ctx->saved_data["eps"] = eps;
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return layer_norm_op().call(input, normalized_shape, weight, bias, eps);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto shape = saved_sym_ints(ctx, "normalized_shape");
+    auto [grad_input, grad_weight, grad_bias] = layer_norm_backward_op().call(
+        grads[0], saved[0], shape, saved_optional(saved[1]), saved_optional(saved[2]),
+        ctx->saved_data["eps"].toDouble());
+    return {grad_input, Tensor(), param_grad(saved[1], grad_weight),
+            param_grad(saved[2], grad_bias), Tensor()};
+  }
+};
+
+class SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& input, int64_t dim) {
+    ctx->saved_data["dim"] = dim;
+    at::AutoDispatchBelowADInplaceOrView guard;
+    Tensor output = softmax_op().call(input, dim);
+    ctx->save_for_backward({output});
+    return output;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    return {softmax_backward_op().call(grads[0], saved[0], ctx->saved_data["dim"].toInt()),
+            Tensor()};
+  }
+};
+
+Tensor add_autograd(const Tensor& input, const Tensor& other, double alpha) {
+  return AddFunction::apply(input, other, alpha);
+}
+Tensor gelu_autograd(const Tensor& input, c10::string_view approximate) {
+  return GeluFunction::apply(input, approximate);
+}
+Tensor swiglu_autograd(const Tensor& gate, const Tensor& up) {
+  return SwigluFunction::apply(gate, up);
+}
+Tensor geglu_autograd(const Tensor& gate, const Tensor& up, c10::string_view approximate) {
+  return GegluFunction::apply(gate, up, approximate);
+}
+Tensor rms_norm_autograd(const Tensor& input, c10::SymIntArrayRef normalized_shape,
+                         const OptTensor& weight, std::optional<double> eps) {
+  return RmsNormFunction::apply(input, normalized_shape, weight, eps);
+}
+std::tuple<Tensor, Tensor> fused_add_rms_norm_autograd(const Tensor& input, const Tensor& residual,
+                                                       c10::SymIntArrayRef normalized_shape,
+                                                       const OptTensor& weight,
+                                                       std::optional<double> eps) {
+  auto outs = FusedAddRmsNormFunction::apply(input, residual, normalized_shape, weight, eps);
+  return {outs[0], outs[1]};
+}
+Tensor layer_norm_autograd(const Tensor& input, c10::SymIntArrayRef normalized_shape,
+                           const OptTensor& weight, const OptTensor& bias, double eps) {
+  return LayerNormFunction::apply(input, normalized_shape, weight, bias, eps);
+}
+Tensor softmax_autograd(const Tensor& input, int64_t dim) {
+  return SoftmaxFunction::apply(input, dim);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(custom, Autograd, m) {
+  m.impl("add", &add_autograd);
+  m.impl("gelu", &gelu_autograd);
+  m.impl("swiglu", &swiglu_autograd);
+  m.impl("geglu", &geglu_autograd);
+  m.impl("rms_norm", &rms_norm_autograd);
+  m.impl("fused_add_rms_norm", &fused_add_rms_norm_autograd);
+  m.impl("layer_norm", &layer_norm_autograd);
+  m.impl("softmax", &softmax_autograd);
+  // The backward ops are not differentiable (no double backward): say so
+  // clearly instead of silently dropping the graph.
+  for (const char* name :
+       {"add_backward", "gelu_backward", "swiglu_backward", "geglu_backward", "rms_norm_backward",
+        "fused_add_rms_norm_backward", "layer_norm_backward", "softmax_backward"}) {
+    m.impl(name, torch::autograd::autogradNotImplementedFallback());
+  }
+}
+
+}  // namespace op_ext

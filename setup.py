@@ -1,0 +1,173 @@
+"""Builds op_extension._C: the custom ops' schemas, glue and kernels.
+
+Sources are found by folder, so adding an op adds files, never a line here:
+  op_extension/csrc/torch_ext/*.cpp     torch glue (schemas, CPU glue, autograd)
+  op_extension/csrc/kernel/cpu/*.cpp    CPU kernels; each file that registers kernels
+                                        is compiled once per instruction set
+  op_extension/csrc/kernel/cuda/*.cu    CUDA kernels (when CUDA is built)
+
+Build switches (environment variables), all read in build_config():
+  OP_EXT_WITH_CUDA=auto|0|1   auto: build CUDA when torch has CUDA and nvcc is found
+  OP_EXT_CPU_ISAS=default,avx2,avx512   CPU kernel variants to build (x86-64)
+  OP_EXT_DEBUG=1              -O0 -g instead of -O3
+
+Always build against the torch already installed:
+  pip install --no-build-isolation -e .
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+import torch
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+ROOT = Path(__file__).resolve().parent
+CSRC = Path("op_extension") / "csrc"
+GENERATED = Path("build") / "generated"
+
+# What each CPU kernel variant is compiled for. The macros are the ones ATen's
+# vectorised headers select their implementation by; the pragma lets one
+# translation unit use the instructions without compiling the whole extension
+# for them (the variant is only called after a CPUID check).
+ISA_PREAMBLES = {
+    "default": ("", ["CPU_CAPABILITY DEFAULT", "CPU_CAPABILITY_DEFAULT"]),
+    "avx2": (
+        "avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt",
+        ["__AVX__ 1", "__AVX2__ 1", "__FMA__ 1", "__F16C__ 1", "CPU_CAPABILITY AVX2",
+         "CPU_CAPABILITY_AVX2"],
+    ),
+    "avx512": (
+        "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt",
+        ["__AVX__ 1", "__AVX2__ 1", "__FMA__ 1", "__F16C__ 1", "__AVX512F__ 1", "__AVX512BW__ 1",
+         "__AVX512VL__ 1", "__AVX512DQ__ 1", "CPU_CAPABILITY AVX512", "CPU_CAPABILITY_AVX512"],
+    ),
+}
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    with_cuda: bool
+    cpu_isas: tuple[str, ...]
+    debug: bool
+
+
+def build_config() -> BuildConfig:
+    want_cuda = os.environ.get("OP_EXT_WITH_CUDA", "auto").lower()
+    if want_cuda not in ("auto", "0", "1"):
+        raise SystemExit(f"OP_EXT_WITH_CUDA must be auto, 0 or 1, got {want_cuda!r}")
+    cuda_possible = torch.version.cuda is not None and CUDA_HOME is not None
+    if want_cuda == "1" and not cuda_possible:
+        raise SystemExit(
+            "OP_EXT_WITH_CUDA=1 but torch was built without CUDA or nvcc was not found "
+            f"(torch.version.cuda={torch.version.cuda}, CUDA_HOME={CUDA_HOME})"
+        )
+    has_cu_sources = any((CSRC / "kernel" / "cuda").glob("*.cu"))
+    with_cuda = has_cu_sources and (want_cuda == "1" or (want_cuda == "auto" and cuda_possible))
+
+    is_x86 = platform.machine().lower() in ("x86_64", "amd64")
+    default_isas = "default,avx2,avx512" if is_x86 else "default"
+    isas = tuple(s.strip() for s in os.environ.get("OP_EXT_CPU_ISAS", default_isas).split(",") if s)
+    unknown = [s for s in isas if s not in ISA_PREAMBLES]
+    if unknown or "default" not in isas:
+        raise SystemExit(f"OP_EXT_CPU_ISAS must list 'default' and only {list(ISA_PREAMBLES)}")
+    return BuildConfig(with_cuda=with_cuda, cpu_isas=isas, debug=os.environ.get("OP_EXT_DEBUG") == "1")
+
+
+def load_protos_module():
+    spec = importlib.util.spec_from_file_location("_op_ext_protos", ROOT / "op_extension" / "_protos.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_if_changed(path: Path, text: str) -> None:
+    # Unchanged files keep their timestamps, so ninja rebuilds nothing.
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def generate_schema_header() -> None:
+    protos = load_protos_module()
+    write_if_changed(GENERATED / "op_ext_schemas.h", protos.generate_cpp_header(protos.load_protos(ROOT / "op_protos")))
+
+
+def isa_variant_sources(isas: tuple[str, ...]) -> list[str]:
+    """One wrapper per (kernel file, ISA), the DEFAULT variants first.
+
+    Baseline headers are included before the target pragma, so the inline
+    functions they define (and the linker may share across files) are built
+    for the baseline; only code from the kernel file and at::vec gets the ISA.
+    """
+    kernels = sorted(
+        p for p in (CSRC / "kernel" / "cpu").glob("*.cpp") if '"register_kernel.h"' in p.read_text()
+    )
+    sources = []
+    for isa in isas:
+        target, macros = ISA_PREAMBLES[isa]
+        for kernel in kernels:
+            lines = [
+                f"// Generated by setup.py: the {isa} build of {kernel.as_posix()}.",
+                "#include <algorithm>",
+                "#include <array>",
+                "#include <cmath>",
+                "#include <cstdint>",
+                "#include <limits>",
+                "#include <tuple>",
+                "#include <vector>",
+                "#include <ATen/Parallel.h>",
+                "#include <c10/util/BFloat16.h>",
+                "#include <c10/util/Half.h>",
+            ]
+            if target:
+                lines.append(f'#pragma GCC target("{target}")')
+            lines += [f"#define {m}" for m in macros]
+            lines.append(f'#include "{(ROOT / kernel).as_posix()}"')
+            out = GENERATED / "isa" / f"{kernel.stem}.{isa}.cpp"
+            write_if_changed(out, "\n".join(lines) + "\n")
+            sources.append(out.as_posix())
+    return sources
+
+
+def extensions(config: BuildConfig):
+    generate_schema_header()
+    sources = sorted(p.as_posix() for p in (CSRC / "torch_ext").glob("*.cpp"))
+    sources.append((CSRC / "kernel" / "cpu" / "dispatch.cpp").as_posix())
+    sources += isa_variant_sources(config.cpu_isas)
+    opt = ["-O0", "-g"] if config.debug else ["-O3"]
+    cxx_flags = opt + ["-fdiagnostics-color=always", "-Wall", "-Wno-unknown-pragmas"]
+    include_dirs = [str(ROOT / GENERATED)]
+    if config.with_cuda:
+        sources += sorted(p.as_posix() for p in (CSRC / "kernel" / "cuda").glob("*.cu"))
+        sources += sorted(p.as_posix() for p in (CSRC / "torch_ext" / "cuda").glob("*.cpp"))
+        return [
+            CUDAExtension(
+                "op_extension._C",
+                sources,
+                include_dirs=include_dirs,
+                define_macros=[("OP_EXT_WITH_CUDA", "1")],
+                extra_compile_args={"cxx": cxx_flags, "nvcc": opt + ["--use_fast_math"]},
+            )
+        ]
+    return [CppExtension("op_extension._C", sources, include_dirs=include_dirs, extra_compile_args={"cxx": cxx_flags})]
+
+
+config = build_config()
+if shutil.which("ninja") is None:
+    print("op_extension: ninja not found; the build will be slow (pip install ninja)")
+
+setup(
+    packages=find_packages(include=["op_extension", "op_extension.*"]),
+    ext_modules=extensions(config),
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)},
+)
