@@ -2,7 +2,9 @@
 
 Each function is a thin call into the dispatcher op torch.ops.custom.<name>, so
 eager mode, autograd, torch.compile and torch.export all see one custom op.
-Argument checks happen in the op itself (C++ for real tensors, the fake kernel
+Outside tracing, plain tensors take a C++ fast path into the same dispatcher op
+(see csrc/torch_ext/python_module.cpp): it saves the ~2 us that parsing
+arguments through torch.ops costs. Argument checks happen in the op itself (C++ for real tensors, the fake kernel
 under tracing), before any kernel runs.
 """
 
@@ -12,6 +14,9 @@ import numbers
 from collections.abc import Sequence
 
 import torch
+from torch._C import _has_torch_function
+
+from . import _C
 
 __all__ = ["add", "fused_add_rms_norm", "geglu", "gelu", "layer_norm", "rms_norm", "softmax", "swiglu"]
 
@@ -24,6 +29,13 @@ _layer_norm = _ops.layer_norm.default
 _softmax = _ops.softmax.default
 _swiglu = _ops.swiglu.default
 _geglu = _ops.geglu.default
+
+
+def _eager(*tensors) -> bool:
+    """Whether the C++ fast path may run the op: not while Dynamo traces this
+    function (it must see torch.ops.custom.*), and only for tensors without
+    __torch_function__ overrides or an active torch function mode."""
+    return not torch.compiler.is_compiling() and not _has_torch_function(tensors)
 
 
 def _shape_list(op: str, normalized_shape) -> list[int]:
@@ -40,11 +52,15 @@ def add(input: torch.Tensor, other: torch.Tensor | numbers.Number, alpha: float 
         if not isinstance(other, numbers.Real):
             raise TypeError(f"custom::add: other must be a tensor or a real number, got {type(other).__name__}")
         other = torch.full((), other, dtype=input.dtype, device=input.device)
+    if _eager(input, other):
+        return _C.add(input, other, float(alpha))
     return _add(input, other, float(alpha))
 
 
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """GELU, exact (erf) or with the tanh approximation, as F.gelu."""
+    if _eager(input):
+        return _C.gelu(input, approximate)
     return _gelu(input, approximate)
 
 
@@ -53,7 +69,10 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
 
     eps=None uses torch.finfo(input.dtype).eps.
     """
-    return _rms_norm(input, _shape_list("rms_norm", normalized_shape), weight, eps)
+    shape = _shape_list("rms_norm", normalized_shape)
+    if _eager(input, weight):
+        return _C.rms_norm(input, shape, weight, eps)
+    return _rms_norm(input, shape, weight, eps)
 
 
 def fused_add_rms_norm(
@@ -64,7 +83,10 @@ def fused_add_rms_norm(
     eps: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(input + residual), input + residual) in one pass over memory."""
-    return _fused_add_rms_norm(input, residual, _shape_list("fused_add_rms_norm", normalized_shape), weight, eps)
+    shape = _shape_list("fused_add_rms_norm", normalized_shape)
+    if _eager(input, residual, weight):
+        return _C.fused_add_rms_norm(input, residual, shape, weight, eps)
+    return _fused_add_rms_norm(input, residual, shape, weight, eps)
 
 
 def layer_norm(
@@ -75,21 +97,30 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """LayerNorm over the trailing `normalized_shape` dims, as F.layer_norm."""
-    return _layer_norm(input, _shape_list("layer_norm", normalized_shape), weight, bias, eps)
+    shape = _shape_list("layer_norm", normalized_shape)
+    if _eager(input, weight, bias):
+        return _C.layer_norm(input, shape, weight, bias, float(eps))
+    return _layer_norm(input, shape, weight, bias, eps)
 
 
 def softmax(input: torch.Tensor, dim: int) -> torch.Tensor:
     """Softmax along `dim`, as torch.softmax."""
     if not isinstance(dim, int):
         raise TypeError(f"custom::softmax: dim must be an int, got {type(dim).__name__}")
+    if _eager(input):
+        return _C.softmax(input, dim)
     return _softmax(input, dim)
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up, the gated unit of LLaMA-style MLPs."""
+    if _eager(gate, up):
+        return _C.swiglu(gate, up)
     return _swiglu(gate, up)
 
 
 def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """gelu(gate, approximate) * up."""
+    if _eager(gate, up):
+        return _C.geglu(gate, up, approximate)
     return _geglu(gate, up, approximate)

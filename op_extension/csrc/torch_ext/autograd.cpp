@@ -14,64 +14,15 @@
 #include <string>
 #include <tuple>
 
+#include "op_handles.h"
+
 namespace op_ext {
 namespace {
 
 using at::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using OptTensor = std::optional<Tensor>;
 
-template <typename Signature>
-c10::TypedOperatorHandle<Signature> custom_op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
-}
-
-// Looked up once: the dispatcher's handles are stable for the process.
-#define OP_EXT_TYPED_OP(fn, qualname, ...)                       \
-  const c10::TypedOperatorHandle<__VA_ARGS__>& fn() {            \
-    static const auto handle = custom_op<__VA_ARGS__>(qualname); \
-    return handle;                                               \
-  }
-
-OP_EXT_TYPED_OP(add_op, "custom::add", Tensor(const Tensor&, const Tensor&, double))
-OP_EXT_TYPED_OP(add_backward_op, "custom::add_backward",
-                Tensor(const Tensor&, c10::SymIntArrayRef, double))
-OP_EXT_TYPED_OP(gelu_op, "custom::gelu", Tensor(const Tensor&, c10::string_view))
-OP_EXT_TYPED_OP(gelu_backward_op, "custom::gelu_backward",
-                Tensor(const Tensor&, const Tensor&, c10::string_view))
-OP_EXT_TYPED_OP(swiglu_op, "custom::swiglu", Tensor(const Tensor&, const Tensor&))
-OP_EXT_TYPED_OP(swiglu_backward_op, "custom::swiglu_backward",
-                std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&))
-OP_EXT_TYPED_OP(geglu_op, "custom::geglu",
-                Tensor(const Tensor&, const Tensor&, c10::string_view))
-OP_EXT_TYPED_OP(geglu_backward_op, "custom::geglu_backward",
-                std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
-                                           c10::string_view))
-OP_EXT_TYPED_OP(rms_norm_op, "custom::rms_norm",
-                Tensor(const Tensor&, c10::SymIntArrayRef, const OptTensor&, std::optional<double>))
-OP_EXT_TYPED_OP(rms_norm_backward_op, "custom::rms_norm_backward",
-                std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, c10::SymIntArrayRef,
-                                           const OptTensor&, std::optional<double>))
-OP_EXT_TYPED_OP(fused_add_rms_norm_op, "custom::fused_add_rms_norm",
-                std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, c10::SymIntArrayRef,
-                                           const OptTensor&, std::optional<double>))
-OP_EXT_TYPED_OP(fused_add_rms_norm_backward_op, "custom::fused_add_rms_norm_backward",
-                std::tuple<Tensor, Tensor>(const Tensor&, const OptTensor&, const Tensor&,
-                                           c10::SymIntArrayRef, const OptTensor&,
-                                           std::optional<double>))
-OP_EXT_TYPED_OP(layer_norm_op, "custom::layer_norm",
-                Tensor(const Tensor&, c10::SymIntArrayRef, const OptTensor&, const OptTensor&,
-                       double))
-OP_EXT_TYPED_OP(layer_norm_backward_op, "custom::layer_norm_backward",
-                std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&,
-                                                   c10::SymIntArrayRef, const OptTensor&,
-                                                   const OptTensor&, double))
-OP_EXT_TYPED_OP(softmax_op, "custom::softmax", Tensor(const Tensor&, int64_t))
-OP_EXT_TYPED_OP(softmax_backward_op, "custom::softmax_backward",
-                Tensor(const Tensor&, const Tensor&, int64_t))
-
-#undef OP_EXT_TYPED_OP
 
 OptTensor saved_optional(const Tensor& t) {
   return t.defined() ? OptTensor(t) : std::nullopt;
@@ -79,6 +30,20 @@ OptTensor saved_optional(const Tensor& t) {
 
 std::vector<c10::SymInt> saved_sym_ints(AutogradContext* ctx, const char* key) {
   return ctx->saved_data[key].toSymIntVector();
+}
+
+bool requires_grad(const Tensor& t) {
+  return t.defined() && t.requires_grad();
+}
+bool requires_grad(const OptTensor& t) {
+  return t.has_value() && requires_grad(*t);
+}
+
+// Whether autograd has anything to record. When not, the autograd kernels call
+// the device kernel directly: building a graph node costs more than a small op.
+template <typename... Ts>
+bool records_graph(const Ts&... tensors) {
+  return at::GradMode::is_enabled() && (requires_grad(tensors) || ...);
 }
 
 // The parameter's gradient, or undefined where the op ran without that parameter
@@ -253,33 +218,65 @@ class SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction> {
 };
 
 Tensor add_autograd(const Tensor& input, const Tensor& other, double alpha) {
+  if (!records_graph(input, other)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return add_op().call(input, other, alpha);
+  }
   return AddFunction::apply(input, other, alpha);
 }
 Tensor gelu_autograd(const Tensor& input, c10::string_view approximate) {
+  if (!records_graph(input)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return gelu_op().call(input, approximate);
+  }
   return GeluFunction::apply(input, approximate);
 }
 Tensor swiglu_autograd(const Tensor& gate, const Tensor& up) {
+  if (!records_graph(gate, up)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return swiglu_op().call(gate, up);
+  }
   return SwigluFunction::apply(gate, up);
 }
 Tensor geglu_autograd(const Tensor& gate, const Tensor& up, c10::string_view approximate) {
+  if (!records_graph(gate, up)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return geglu_op().call(gate, up, approximate);
+  }
   return GegluFunction::apply(gate, up, approximate);
 }
 Tensor rms_norm_autograd(const Tensor& input, c10::SymIntArrayRef normalized_shape,
                          const OptTensor& weight, std::optional<double> eps) {
+  if (!records_graph(input, weight)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return rms_norm_op().call(input, normalized_shape, weight, eps);
+  }
   return RmsNormFunction::apply(input, normalized_shape, weight, eps);
 }
 std::tuple<Tensor, Tensor> fused_add_rms_norm_autograd(const Tensor& input, const Tensor& residual,
                                                        c10::SymIntArrayRef normalized_shape,
                                                        const OptTensor& weight,
                                                        std::optional<double> eps) {
+  if (!records_graph(input, residual, weight)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return fused_add_rms_norm_op().call(input, residual, normalized_shape, weight, eps);
+  }
   auto outs = FusedAddRmsNormFunction::apply(input, residual, normalized_shape, weight, eps);
   return {outs[0], outs[1]};
 }
 Tensor layer_norm_autograd(const Tensor& input, c10::SymIntArrayRef normalized_shape,
                            const OptTensor& weight, const OptTensor& bias, double eps) {
+  if (!records_graph(input, weight, bias)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return layer_norm_op().call(input, normalized_shape, weight, bias, eps);
+  }
   return LayerNormFunction::apply(input, normalized_shape, weight, bias, eps);
 }
 Tensor softmax_autograd(const Tensor& input, int64_t dim) {
+  if (!records_graph(input)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return softmax_op().call(input, dim);
+  }
   return SoftmaxFunction::apply(input, dim);
 }
 
