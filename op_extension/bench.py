@@ -291,19 +291,19 @@ BYTE_FORMULAS = {
 }
 
 
-def bytes_moved(name, direction, numel, weight_numel, elem_size):
+def _coefficients(name, direction):
     f = BYTE_FORMULAS[name]
     parts = [f["fwd"]] if direction == "fwd" else [f["fwd"], f["bwd"]]
-    n_coef = sum(p[0] for p in parts)
-    h_coef = sum(p[1] for p in parts)
+    return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+
+def bytes_moved(name, direction, numel, weight_numel, elem_size):
+    n_coef, h_coef = _coefficients(name, direction)
     return (n_coef * numel + h_coef * weight_numel) * elem_size
 
 
 def formula_text(name, direction):
-    f = BYTE_FORMULAS[name]
-    parts = [f["fwd"]] if direction == "fwd" else [f["fwd"], f["bwd"]]
-    n_coef = sum(p[0] for p in parts)
-    h_coef = sum(p[1] for p in parts)
+    n_coef, h_coef = _coefficients(name, direction)
     return f"({n_coef}*N + {h_coef}*H) * s" if h_coef else f"{n_coef}*N*s"
 
 

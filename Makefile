@@ -1,0 +1,38 @@
+# Quick start on a fresh machine:
+#   make bench    set up, build, run the benchmark (CPU)
+#   make test     set up, build, run the test suite
+#
+# Variables: VENV (.venv), PYTHON (python3), MAX_JOBS (2), BENCH_ARGS, PYTEST_ARGS.
+VENV ?= .venv
+PYTHON ?= python3
+MAX_JOBS ?= 2
+BENCH_ARGS ?=
+PYTEST_ARGS ?=
+PY := $(VENV)/bin/python
+
+# The extension is rebuilt when any source, prototype or build file changes.
+BUILD_INPUTS := setup.py pyproject.toml op_extension/_protos.py \
+	$(shell find op_extension/csrc op_protos -type f 2>/dev/null)
+
+.PHONY: setup build bench test clean
+
+setup: $(VENV)/.deps
+
+$(VENV)/.deps: scripts/setup_env.sh
+	VENV=$(VENV) PYTHON=$(PYTHON) bash scripts/setup_env.sh
+	touch $@
+
+build: $(VENV)/.built
+
+$(VENV)/.built: $(VENV)/.deps $(BUILD_INPUTS)
+	MAX_JOBS=$(MAX_JOBS) $(PY) -m pip install --no-build-isolation --no-deps -e .
+	touch $@
+
+bench: build
+	$(PY) -m op_extension.bench $(BENCH_ARGS)
+
+test: build
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf build op_extension/_C*.so $(VENV)/.built

@@ -1,0 +1,647 @@
+"""torch.compile, torch.export and FakeTensor support of the custom ops.
+
+Every op is reached through the functional API (op_extension.ops), which is what
+models call. Compilation is slow on CPU, so each compiled function is built once
+per module and shared by the tests that inspect it:
+
+* one compiled function per op, run forward + backward (inputs requiring grad)
+  for two row counts: results equal eager, one Dynamo frame, no recompilation,
+  the op is a single node of the Dynamo graph and of the AOT forward graph and
+  custom::<op>_backward is a node of the AOT backward graph;
+* one compiled function calling all eight ops in inference (no grad);
+* torch.export of a small model built from op_extension.nn with a dynamic batch,
+  and its save/load round trip;
+* FakeTensorMode (static and symbolic shapes) and torch.library.opcheck.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+import torch._dynamo
+import torch._functorch.config
+from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+import op_extension
+from op_extension import nn as onn
+from op_extension import ops
+
+pytestmark = pytest.mark.compile
+
+H = 16  # normalised / hidden size
+ROWS = (5, 9)  # the first call compiles, the second must reuse the graph
+FORWARD_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu")
+custom = torch.ops.custom
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_autograd_cache():
+    # A hit in the on-disk AOTAutograd cache skips Inductor's inner compile, and
+    # with it the recording of the AOT graphs that these tests inspect.
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
+
+
+# ---------------------------------------------------------------------------------
+# A Dynamo backend that records every graph it sees and compiles with Inductor.
+# ---------------------------------------------------------------------------------
+
+
+class RecordingBackend:
+    def __init__(self) -> None:
+        self.dynamo_graphs: list[torch.fx.GraphModule] = []
+        self.forward_graphs: list[torch.fx.GraphModule] = []  # AOT forward / inference graphs
+        self.backward_graphs: list[torch.fx.GraphModule] = []
+
+    @property
+    def frame_count(self) -> int:
+        return len(self.dynamo_graphs)
+
+    def _inner_compile(self, gm, example_inputs, **kwargs):
+        (self.backward_graphs if kwargs.get("is_backward") else self.forward_graphs).append(gm)
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+
+    def __call__(self, gm, example_inputs):
+        # Dynamo may abandon a compile attempt and restart the analysis of the same
+        # frame (e.g. to specialise a Python float): only completed compiles count.
+        counts = len(self.forward_graphs), len(self.backward_graphs)
+        try:
+            compiled = compile_fx(gm, example_inputs, inner_compile=self._inner_compile)
+        except Exception:
+            del self.forward_graphs[counts[0] :], self.backward_graphs[counts[1] :]
+            raise
+        self.dynamo_graphs.append(gm)
+        return compiled
+
+
+def cache_entries(fn) -> int:
+    """How many compiled variants Dynamo keeps for fn's code (1 = never recompiled)."""
+    return len(torch._dynamo.eval_frame._debug_get_cache_entry_list(fn.__code__))
+
+
+def call_targets(gm: torch.fx.GraphModule) -> list:
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def custom_calls(gm: torch.fx.GraphModule) -> list[str]:
+    """The custom ops called by a graph, as 'rms_norm', 'rms_norm_backward', ..."""
+    return [
+        t._schema.name.removeprefix("custom::")
+        for t in call_targets(gm)
+        if isinstance(t, torch._ops.OpOverload) and t.namespace == "custom"
+    ]
+
+
+def _describe(gms) -> str:
+    return "\n".join(gm.print_readable(print_output=False) for gm in gms)
+
+
+def assert_same(actual, expected, what=""):
+    # The compiled graph runs the very kernels eager runs: results agree to
+    # rounding (float32, tight tolerance).
+    if isinstance(expected, (tuple, list)):
+        assert isinstance(actual, (tuple, list)) and len(actual) == len(expected), what
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_same(a, e, f"{what}[{i}]")
+        return
+    if expected is None:
+        assert actual is None, what
+        return
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
+    torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6, msg=lambda m: f"{what}: {m}")
+
+
+# ---------------------------------------------------------------------------------
+# One function per op (distinct code objects: Dynamo caches per code object).
+# ---------------------------------------------------------------------------------
+
+
+def f_add(a, b):
+    return ops.add(a, b, alpha=0.5)  # b broadcasts over the rows: grad_b needs add_backward
+
+
+def f_gelu(x):
+    return ops.gelu(x, "tanh")
+
+
+def f_rms_norm(x, w):
+    return ops.rms_norm(x, (H,), w, 1e-6)
+
+
+def f_fused_add_rms_norm(x, r, w):
+    return ops.fused_add_rms_norm(x, r, H, w)  # eps=None: machine epsilon
+
+
+def f_layer_norm(x, w, b):
+    return ops.layer_norm(x, [H], w, b, eps=1e-5)
+
+
+def f_softmax(x):
+    return ops.softmax(x, -1)
+
+
+def f_swiglu(g, u):
+    return ops.swiglu(g, u)
+
+
+def f_geglu(g, u):
+    return ops.geglu(g, u, "tanh")
+
+
+def _rand(*shape):
+    return torch.randn(*shape, dtype=torch.float32)
+
+
+@dataclass
+class Case:
+    fn: object
+    make: object  # rows -> tuple of input tensors
+    backward: str
+    extra_forward_ops: tuple = field(default_factory=tuple)
+
+
+CASES = {
+    "add": Case(f_add, lambda n: (_rand(2, n, H), _rand(1, 1, H)), "add_backward"),
+    "gelu": Case(f_gelu, lambda n: (_rand(n, H) * 3,), "gelu_backward"),
+    "rms_norm": Case(f_rms_norm, lambda n: (_rand(n, H), _rand(H)), "rms_norm_backward"),
+    "fused_add_rms_norm": Case(
+        f_fused_add_rms_norm, lambda n: (_rand(n, H), _rand(n, H), _rand(H)), "fused_add_rms_norm_backward"
+    ),
+    "layer_norm": Case(f_layer_norm, lambda n: (_rand(2, n, H), _rand(H), _rand(H)), "layer_norm_backward"),
+    "softmax": Case(f_softmax, lambda n: (_rand(n, H) * 2,), "softmax_backward"),
+    "swiglu": Case(f_swiglu, lambda n: (_rand(n, H), _rand(n, H)), "swiglu_backward"),
+    "geglu": Case(f_geglu, lambda n: (_rand(n, H), _rand(n, H)), "geglu_backward"),
+}
+assert set(CASES) == set(FORWARD_OPS)
+
+
+@dataclass
+class FwdBwdRun:
+    backend: RecordingBackend
+    errors: list  # every comparison with eager that failed
+    cache_entries: int  # compiled variants of the function after both row counts
+
+
+def _as_tuple(out):
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _run_fwd_bwd(op: str) -> FwdBwdRun:
+    case = CASES[op]
+    backend = RecordingBackend()
+    compiled = torch.compile(case.fn, backend=backend, fullgraph=True, dynamic=True)
+    errors = []
+    torch.manual_seed(0)
+    for rows in ROWS:
+        inputs = case.make(rows)
+        eager_in = [t.clone().requires_grad_() for t in inputs]
+        comp_in = [t.clone().requires_grad_() for t in inputs]
+        eager_out = _as_tuple(case.fn(*eager_in))
+        comp_out = _as_tuple(compiled(*comp_in))
+        grads = [torch.randn_like(o) for o in eager_out]
+        eager_grads = torch.autograd.grad(eager_out, eager_in, grads)
+        comp_grads = torch.autograd.grad(comp_out, comp_in, grads)
+        for what, a, e in (("outputs", comp_out, eager_out), ("grads", comp_grads, eager_grads)):
+            try:
+                assert_same(a, e, f"{op} rows={rows} {what}")
+            except AssertionError as exc:
+                errors.append(str(exc))
+    return FwdBwdRun(backend, errors, cache_entries(case.fn))
+
+
+@pytest.fixture(scope="module")
+def fwd_bwd():
+    """op -> FwdBwdRun, compiled and run once per module (a failure is re-raised for each test)."""
+    cache: dict[str, object] = {}
+
+    def get(op: str) -> FwdBwdRun:
+        if op not in cache:
+            try:
+                cache[op] = _run_fwd_bwd(op)
+            except Exception as exc:  # noqa: BLE001
+                cache[op] = exc
+        if isinstance(cache[op], Exception):
+            raise cache[op]
+        return cache[op]
+
+    return get
+
+
+@pytest.mark.parametrize("op", FORWARD_OPS)
+def test_compiled_fwd_bwd_matches_eager(fwd_bwd, op):
+    run = fwd_bwd(op)
+    assert not run.errors, "\n".join(run.errors)
+
+
+@pytest.mark.parametrize("op", FORWARD_OPS)
+def test_compiled_fwd_bwd_one_frame_no_recompile(fwd_bwd, op):
+    run = fwd_bwd(op)
+    # fullgraph=True already turns a graph break into an error; one frame over
+    # both row counts means dynamic=True did not recompile for the new size.
+    assert run.backend.frame_count == 1, (
+        f"{op}: {run.backend.frame_count} Dynamo graphs for rows {ROWS}:\n{_describe(run.backend.dynamo_graphs)}"
+    )
+    assert run.cache_entries == 1, f"{op}: recompiled: {run.cache_entries} cache entries"
+    assert len(run.backend.forward_graphs) == 1 and len(run.backend.backward_graphs) == 1, (
+        f"{op}: {len(run.backend.forward_graphs)} forward and {len(run.backend.backward_graphs)} backward graphs"
+    )
+
+
+@pytest.mark.parametrize("op", FORWARD_OPS)
+def test_compiled_graphs_hold_the_custom_ops(fwd_bwd, op):
+    run = fwd_bwd(op)
+    (dynamo_gm,) = run.backend.dynamo_graphs
+    assert getattr(custom, op).default in call_targets(dynamo_gm), _describe([dynamo_gm])
+    assert custom_calls(dynamo_gm) == [op], _describe([dynamo_gm])
+    # AOTAutograd keeps the op opaque (no decomposition) and calls its backward op.
+    (fw,) = run.backend.forward_graphs
+    assert custom_calls(fw) == [op], _describe([fw])
+    (bw,) = run.backend.backward_graphs
+    backward = CASES[op].backward
+    assert getattr(custom, backward).default in call_targets(bw), _describe([bw])
+    assert custom_calls(bw) == [backward], _describe([bw])
+
+
+@pytest.mark.parametrize("op", FORWARD_OPS)
+def test_compiled_graph_is_dynamic_in_rows(fwd_bwd, op):
+    """The row count is a symbol in the Dynamo graph, not a constant of the first call."""
+    run = fwd_bwd(op)
+    (dynamo_gm,) = run.backend.dynamo_graphs
+    placeholders = [n for n in dynamo_gm.graph.nodes if n.op == "placeholder"]
+    symbolic_dims = [
+        d
+        for n in placeholders
+        if isinstance(n.meta.get("example_value"), torch.Tensor)
+        for d in n.meta["example_value"].shape
+        if isinstance(d, torch.SymInt)
+    ]
+    assert symbolic_dims, f"{op}: no symbolic dims in the Dynamo graph:\n{_describe([dynamo_gm])}"
+
+
+# ---------------------------------------------------------------------------------
+# All eight ops in one inference graph.
+# ---------------------------------------------------------------------------------
+
+
+def f_all_ops(x, y, r, w, b, g, u):
+    s = ops.add(x, y)
+    a = ops.add(x, 2.0, alpha=3)
+    e = ops.gelu(x)
+    n = ops.rms_norm(x, H, w)
+    f, res = ops.fused_add_rms_norm(x, r, (H,), w, eps=1e-5)
+    ln = ops.layer_norm(x, (H,), w, b)
+    ln_plain = ops.layer_norm(x, (H,))
+    sm = ops.softmax(x, 0)
+    sw = ops.swiglu(g, u)
+    ge = ops.geglu(g, u)
+    return s, a, e, n, f, res, ln, ln_plain, sm, sw, ge
+
+
+def _all_ops_inputs(rows):
+    return (_rand(rows, H), _rand(H), _rand(rows, H), _rand(H), _rand(H), _rand(rows, 2 * H), _rand(rows, 2 * H))
+
+
+@pytest.fixture(scope="module")
+def all_ops_run():
+    backend = RecordingBackend()
+    compiled = torch.compile(f_all_ops, backend=backend, fullgraph=True, dynamic=True)
+    results = []
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for rows in ROWS:
+            inputs = _all_ops_inputs(rows)
+            results.append((rows, compiled(*inputs), f_all_ops(*inputs)))
+    return backend, results, cache_entries(f_all_ops)
+
+
+def test_all_ops_inference_matches_eager(all_ops_run):
+    _, results, _ = all_ops_run
+    for rows, compiled_out, eager_out in results:
+        assert_same(compiled_out, eager_out, f"f_all_ops rows={rows}")
+
+
+def test_all_ops_inference_single_graph(all_ops_run):
+    backend, _, entries = all_ops_run
+    assert backend.frame_count == 1, _describe(backend.dynamo_graphs)
+    assert entries == 1, f"f_all_ops recompiled: {entries} cache entries"
+    (gm,) = backend.dynamo_graphs
+    expected = ["add", "add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "layer_norm", "softmax", "swiglu", "geglu"]
+    assert custom_calls(gm) == expected, _describe([gm])
+    # Inference: one graph, no backward, and the ops survive AOTAutograd as they are.
+    assert len(backend.forward_graphs) == 1 and not backend.backward_graphs
+    assert sorted(custom_calls(backend.forward_graphs[0])) == sorted(expected), _describe(backend.forward_graphs)
+
+
+def test_explain_reports_no_graph_break():
+    inputs = _all_ops_inputs(6)
+    explanation = torch._dynamo.explain(f_all_ops)(*inputs)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+    assert explanation.op_count >= len(FORWARD_OPS)
+
+
+# ---------------------------------------------------------------------------------
+# A model of the nn wrappers, compiled for training.
+# ---------------------------------------------------------------------------------
+
+
+class Block(torch.nn.Module):
+    """Pre-norm step: fused add+RMSNorm -> RMSNorm -> SwiGLU MLP -> add -> GEGLU MLP
+    -> LayerNorm -> GELU -> Softmax, using every op of the package."""
+
+    def __init__(self, hidden: int = H, intermediate: int = 2 * H) -> None:
+        super().__init__()
+        self.fused = onn.FusedAddRMSNorm(hidden, eps=1e-6)
+        self.rms = onn.CustomRMSNorm(hidden)
+        self.mlp = onn.CustomSwiGLUMLP(hidden, intermediate)
+        self.geglu_mlp = onn.CustomGEGLUMLP(hidden, intermediate)
+        self.ln = onn.CustomLayerNorm(hidden)
+        self.act = onn.CustomGELU("tanh")
+        self.softmax = onn.CustomSoftmax(dim=-1)
+        with torch.no_grad():  # non-trivial affine parameters
+            for p in (self.fused.weight, self.rms.weight, self.ln.weight, self.ln.bias):
+                p.add_(0.1 * torch.randn_like(p))
+
+    def forward(self, x, residual):
+        h, residual = self.fused(x, residual)
+        h = self.mlp(self.rms(h))
+        h = ops.add(h, residual, alpha=0.5)
+        h = self.geglu_mlp(h)
+        h = self.act(self.ln(h))
+        return self.softmax(h), residual
+
+
+BLOCK_OPS = ["fused_add_rms_norm", "rms_norm", "swiglu", "add", "geglu", "layer_norm", "gelu", "softmax"]
+
+
+def _block_inputs(batch, seq=3):
+    return _rand(batch, seq, H), _rand(batch, seq, H)
+
+
+def test_compiled_model_training_matches_eager():
+    torch.manual_seed(0)
+    model = Block()
+    backend = RecordingBackend()
+    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=True)
+    for batch in (2, 5):
+        x, r = _block_inputs(batch)
+        model.zero_grad()
+        xe, re_ = x.clone().requires_grad_(), r.clone().requires_grad_()
+        out_e = model(xe, re_)
+        (out_e[0].square().sum() + out_e[1].sum()).backward()
+        grads_e = [xe.grad] + [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        xc, rc = x.clone().requires_grad_(), r.clone().requires_grad_()
+        out_c = compiled(xc, rc)
+        (out_c[0].square().sum() + out_c[1].sum()).backward()
+        grads_c = [xc.grad] + [p.grad.clone() for p in model.parameters()]
+        # Inductor may fuse the surrounding aten ops (linear, loss): a float32 tolerance.
+        torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(grads_c, grads_e, rtol=1e-4, atol=1e-5)
+    assert backend.frame_count == 1, _describe(backend.dynamo_graphs)
+    assert cache_entries(Block.forward) == 1
+    assert custom_calls(backend.dynamo_graphs[0]) == BLOCK_OPS
+    (bw,) = backend.backward_graphs
+    assert sorted(custom_calls(bw)) == sorted(f"{op}_backward" for op in BLOCK_OPS), _describe([bw])
+
+
+# ---------------------------------------------------------------------------------
+# torch.export.
+# ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def exported():
+    torch.manual_seed(0)
+    model = Block().eval()
+    batch = torch.export.Dim("batch")
+    ep = torch.export.export(model, _block_inputs(4), dynamic_shapes=({0: batch}, {0: batch}))
+    return model, ep
+
+
+def test_export_graph_holds_custom_ops_as_single_nodes(exported):
+    _, ep = exported
+    assert custom_calls(ep.graph_module) == BLOCK_OPS, ep.graph_module.print_readable(print_output=False)
+    for op in BLOCK_OPS:
+        assert getattr(custom, op).default in call_targets(ep.graph_module)
+    # Nothing but the custom ops, the MLPs' linears and tuple unpacking.
+    others = {t for t in call_targets(ep.graph_module) if not (isinstance(t, torch._ops.OpOverload) and t.namespace == "custom")}
+    assert others <= {torch.ops.aten.linear.default, operator.getitem}, others
+
+
+def test_export_batch_dim_is_dynamic(exported):
+    _, ep = exported
+    x_node = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name == "x"][0]
+    assert isinstance(x_node.meta["val"].shape[0], torch.SymInt)
+    assert len(ep.range_constraints) >= 1
+
+
+@pytest.mark.parametrize("batch", [4, 9, 1])
+def test_exported_module_matches_eager(exported, batch):
+    model, ep = exported
+    torch.manual_seed(batch)
+    inputs = _block_inputs(batch)
+    with torch.no_grad():
+        assert_same(ep.module()(*inputs), model(*inputs), f"exported batch={batch}")
+
+
+def test_export_survives_run_decompositions(exported):
+    model, ep = exported
+    decomposed = ep.run_decompositions()
+    # The custom ops have no decomposition: they stay single nodes.
+    assert custom_calls(decomposed.graph_module) == BLOCK_OPS
+    inputs = _block_inputs(3)
+    with torch.no_grad():
+        assert_same(decomposed.module()(*inputs), model(*inputs), "decomposed")
+
+
+def test_export_save_load_round_trip(exported, tmp_path):
+    model, ep = exported
+    path = tmp_path / "block.pt2"
+    torch.export.save(ep, path)
+    loaded = torch.export.load(path)
+    assert custom_calls(loaded.graph_module) == BLOCK_OPS
+    for batch in (4, 7):
+        inputs = _block_inputs(batch)
+        with torch.no_grad():
+            assert_same(loaded.module()(*inputs), model(*inputs), f"loaded batch={batch}")
+
+
+# ---------------------------------------------------------------------------------
+# FakeTensor: shapes, dtypes and strides without data, static and symbolic.
+# ---------------------------------------------------------------------------------
+
+
+def _fwd_call(op):
+    """op -> (callable through the functional API, builder of real inputs in a dtype)."""
+    r = lambda dtype, *shape: torch.randn(*shape).to(dtype)  # noqa: E731
+    return {
+        "add": (lambda a, b: ops.add(a, b, 2.0), lambda d: (r(d, 2, 5, H), r(d, 5, 1))),
+        "gelu": (lambda x: ops.gelu(x, "tanh"), lambda d: (r(d, 5, H),)),
+        "rms_norm": (lambda x, w: ops.rms_norm(x, H, w), lambda d: (r(d, 2, 5, H), r(d, H))),
+        "fused_add_rms_norm": (lambda x, y, w: ops.fused_add_rms_norm(x, y, H, w), lambda d: (r(d, 5, H), r(d, 5, H), r(d, H))),
+        "layer_norm": (lambda x, w, b: ops.layer_norm(x, (3, H), w, b), lambda d: (r(d, 2, 5, 3, H), r(d, 3, H), r(d, 3, H))),
+        "softmax": (lambda x: ops.softmax(x, 1), lambda d: (r(d, 2, 5, H),)),
+        "swiglu": (lambda g, u: ops.swiglu(g, u), lambda d: (r(d, 5, H), r(d, 5, H))),
+        "geglu": (lambda g, u: ops.geglu(g, u, "none"), lambda d: (r(d, 5, H), r(d, 5, H))),
+    }[op]
+
+
+def _bwd_call(op):
+    """backward op -> (callable of torch.ops.custom, builder of real inputs in a dtype)."""
+    r = lambda dtype, *shape: torch.randn(*shape).to(dtype)  # noqa: E731
+    p = lambda dtype, *shape: (torch.rand(*shape) + 0.5).to(dtype)  # noqa: E731
+    c = custom
+    return {
+        # input_size as autograd passes it: sizes of the forward input (symbolic when tracing)
+        "add_backward": (lambda g: c.add_backward(g, [g.shape[1], 1], 0.5), lambda d: (r(d, 2, 5, H),)),
+        "gelu_backward": (lambda g, x: c.gelu_backward(g, x, "tanh"), lambda d: (r(d, 5, H), r(d, 5, H))),
+        "rms_norm_backward": (lambda g, x, w: c.rms_norm_backward(g, x, [H], w, None), lambda d: (r(d, 5, H), r(d, 5, H), r(d, H))),
+        "rms_norm_backward_no_weight": (lambda g, x: c.rms_norm_backward(g, x, [H]), lambda d: (r(d, 5, H), r(d, 5, H))),
+        "fused_add_rms_norm_backward": (
+            lambda g, gr, z, w: c.fused_add_rms_norm_backward(g, gr, z, [H], w, 1e-6),
+            lambda d: (r(d, 5, H), r(d, 5, H), r(d, 5, H), r(d, H)),
+        ),
+        "fused_add_rms_norm_backward_no_residual_grad": (
+            lambda g, z: c.fused_add_rms_norm_backward(g, None, z, [H]),
+            lambda d: (r(d, 5, H), r(d, 5, H)),
+        ),
+        "layer_norm_backward": (
+            lambda g, x, w, b: c.layer_norm_backward(g, x, [H], w, b, 1e-5),
+            lambda d: (r(d, 5, H), r(d, 5, H), r(d, H), r(d, H)),
+        ),
+        "layer_norm_backward_no_affine": (lambda g, x: c.layer_norm_backward(g, x, [H]), lambda d: (r(d, 5, H), r(d, 5, H))),
+        "softmax_backward": (lambda g, y: c.softmax_backward(g, y, 0), lambda d: (r(d, 5, H), p(d, 5, H))),
+        "swiglu_backward": (lambda g, a, b: c.swiglu_backward(g, a, b), lambda d: (r(d, 5, H), r(d, 5, H), r(d, 5, H))),
+        "geglu_backward": (lambda g, a, b: c.geglu_backward(g, a, b, "tanh"), lambda d: (r(d, 5, H), r(d, 5, H), r(d, 5, H))),
+    }[op]
+
+
+FAKE_CASES = [("fwd", op) for op in FORWARD_OPS] + [
+    ("bwd", op)
+    for op in (
+        "add_backward",
+        "gelu_backward",
+        "rms_norm_backward",
+        "rms_norm_backward_no_weight",
+        "fused_add_rms_norm_backward",
+        "fused_add_rms_norm_backward_no_residual_grad",
+        "layer_norm_backward",
+        "layer_norm_backward_no_affine",
+        "softmax_backward",
+        "swiglu_backward",
+        "geglu_backward",
+    )
+]
+
+
+def _fake_case(kind, op):
+    return _fwd_call(op) if kind == "fwd" else _bwd_call(op)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kind,op", FAKE_CASES, ids=[op for _, op in FAKE_CASES])
+def test_fake_tensor_mode_matches_real(kind, op, dtype):
+    fn, make = _fake_case(kind, op)
+    torch.manual_seed(0)
+    real_inputs = make(dtype)
+    real_out = _as_tuple(fn(*real_inputs))
+    with FakeTensorMode() as mode:
+        fake_inputs = [mode.from_tensor(t) for t in real_inputs]
+        fake_out = _as_tuple(fn(*fake_inputs))
+    assert len(fake_out) == len(real_out)
+    for i, (f, r) in enumerate(zip(fake_out, real_out)):
+        assert isinstance(f, FakeTensor), f"{op} output {i} is a {type(f).__name__}, not a FakeTensor"
+        assert (f.shape, f.dtype, f.device) == (r.shape, r.dtype, r.device), (op, i)
+        assert f.stride() == r.stride(), f"{op} output {i}: fake strides {f.stride()} != real {r.stride()}"
+
+
+@pytest.mark.parametrize("kind,op", FAKE_CASES, ids=[op for _, op in FAKE_CASES])
+def test_fake_tensor_symbolic_rows(kind, op):
+    """Leading dims symbolic: outputs carry the same symbols, and nothing is specialised."""
+    fn, make = _fake_case(kind, op)
+    real_inputs = make(torch.float32)
+    real_out = _as_tuple(fn(*real_inputs))
+    shape_env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=shape_env)
+
+    def fake(t):
+        # The batch/row sizes (2 and 5) are dynamic; normalised/hidden sizes (3, H) and
+        # broadcast 1s are static. Equal sizes share one symbol (duck shaping), as in Dynamo.
+        dims = [DimDynamic.DUCK if s in (2, 5) else DimDynamic.STATIC for s in t.shape]
+        return mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=dims))
+
+    with mode:
+        fake_inputs = [fake(t) for t in real_inputs]
+        fake_out = _as_tuple(fn(*fake_inputs))
+    sym_to_size = {}
+    for f, r in zip(fake_inputs, real_inputs):
+        for s, n in zip(f.shape, r.shape):
+            if isinstance(s, torch.SymInt):
+                sym_to_size[str(s)] = n
+    assert sym_to_size, f"{op}: no symbolic dims in the inputs"
+    for i, (f, r) in enumerate(zip(fake_out, real_out)):
+        assert f.dtype == r.dtype
+        concrete = [sym_to_size[str(s)] if isinstance(s, torch.SymInt) else s for s in f.shape]
+        assert concrete == list(r.shape), f"{op} output {i}: symbolic shape {list(f.shape)} does not evaluate to {list(r.shape)}"
+        # Every output dim that is a symbolic dim of the inputs stays that symbol.
+        for s, n in zip(f.shape, r.shape):
+            if n > 1 and n in sym_to_size.values() and not isinstance(s, torch.SymInt):
+                pytest.fail(f"{op} output {i}: dim of size {n} was specialised: {list(f.shape)}")
+    assert not shape_env.guards, f"{op}: the fake kernel guarded on symbolic sizes: {shape_env.guards}"
+
+
+def test_fake_kernel_checks_run_on_symbolic_shapes():
+    """A mismatch that is certain even for symbolic sizes is reported, as for real tensors."""
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC])
+    with mode:
+        x = mode.from_tensor(torch.randn(5, H), symbolic_context=ctx)
+        with pytest.raises(ValueError, match="custom::rms_norm"):
+            ops.rms_norm(x, (H + 1,))
+        with pytest.raises(TypeError, match="custom::gelu"):
+            ops.gelu(mode.from_tensor(torch.ones(5, H, dtype=torch.int64), symbolic_context=ctx))
+        with pytest.raises(IndexError, match="custom::softmax"):
+            ops.softmax(x, 2)
+
+
+# ---------------------------------------------------------------------------------
+# torch.library.opcheck: schema, autograd registration, fake kernel, AOT dispatch.
+# ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind,op", FAKE_CASES, ids=[op for _, op in FAKE_CASES])
+def test_opcheck(kind, op):
+    fn, make = _fake_case(kind, op)
+    torch.manual_seed(0)
+    inputs = make(torch.float32)
+    # Recover the overload and its full argument list by tracing the call once.
+    calls = []
+
+    class Recorder(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace == "custom":
+                calls.append((func, args, kwargs or {}))
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        fn(*inputs)
+    assert len(calls) == 1, calls
+    func, args, kwargs = calls[0]
+    if kind == "fwd":
+        args = tuple(a.detach().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args)
+    result = torch.library.opcheck(func, args, kwargs)
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+def test_every_op_is_covered():
+    registered = {s.name.removeprefix("custom::") for s in torch._C._jit_get_all_schemas() if s.name.startswith("custom::")}
+    forward = {op for _, op in FAKE_CASES if not op.count("_backward")}
+    backward = {op[: op.index("_backward")] + "_backward" for _, op in FAKE_CASES if "_backward" in op}
+    assert forward == set(FORWARD_OPS) == set(CASES) == set(op_extension.ops.__all__)
+    assert registered == forward | backward, registered ^ (forward | backward)

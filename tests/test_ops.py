@@ -1,0 +1,565 @@
+"""Correctness of the custom ops: opcheck, reference comparisons per dtype and
+CPU ISA, special values, gradcheck, determinism and add's broadcast backward."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.autograd import gradcheck
+from torch.library import opcheck
+
+import op_extension
+from op_extension import ops
+from reference import (
+    DTYPE_IDS,
+    DTYPES,
+    FUNCTIONS,
+    OPS,
+    SAMPLES,
+    Maker,
+    acc_dtype,
+    backward_args,
+    build,
+    default_rms_norm_eps,
+    float_tensor_indices,
+    reference,
+    sample_params,
+    supported_isas,
+    tolerance,
+)
+
+custom = torch.ops.custom
+
+dtype_params = pytest.mark.parametrize("dtype", DTYPES, ids=[DTYPE_IDS[d] for d in DTYPES])
+
+
+def _tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _random_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.randn(t.shape, dtype=acc_dtype(t.dtype)).to(t.dtype)
+
+
+def run_forward_backward(op, args, kwargs, grad_outputs=None):
+    """Calls the functional API; returns (outputs, grad_outputs, {arg index: grad})."""
+    outs = _tuple(FUNCTIONS[op](*args, **kwargs))
+    if grad_outputs is None:
+        grad_outputs = [_random_like(o) for o in outs]
+    idx = [i for i in float_tensor_indices(args) if args[i].requires_grad]
+    grads = {}
+    if idx:
+        got = torch.autograd.grad(outs, [args[i] for i in idx], grad_outputs, allow_unused=True)
+        grads = dict(zip(idx, got))
+    return outs, grad_outputs, grads
+
+
+# ---------------------------------------------------------------------------
+# CPU kernel variants
+# ---------------------------------------------------------------------------
+
+
+def test_isa_switching():
+    C = op_extension._C
+    best = C.best_cpu_isa()
+    assert best in ("default", "avx2", "avx512")
+    assert supported_isas()[-1] == best
+    for isa in supported_isas():
+        C.set_cpu_isa(isa)
+        assert C.cpu_isa() == isa
+    with pytest.raises(ValueError, match="unknown CPU ISA"):
+        C.set_cpu_isa("sse9")
+    assert C.cpu_isa() == supported_isas()[-1]  # a failed switch changes nothing
+
+
+def test_isa_variants_agree(cpu_isa):
+    """Every variant computes the same function (to the float32 tolerance) as
+    the best one on a row long enough to use vector bodies and tails."""
+    x = torch.randn(5, 1000)
+    w = torch.randn(1000)
+    got = ops.rms_norm(x, [1000], w)
+    op_extension._C.set_cpu_isa(op_extension._C.best_cpu_isa())
+    want = ops.rms_norm(x, [1000], w)
+    torch.testing.assert_close(got, want)
+
+
+# ---------------------------------------------------------------------------
+# opcheck
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("op,sample", sample_params(large=False))
+def test_opcheck(op, sample, requires_grad):
+    args, kwargs = build(sample, torch.float32, requires_grad)
+    opcheck(getattr(custom, op).default, args, kwargs)
+
+
+@pytest.mark.parametrize("op,sample", sample_params(large=False))
+def test_opcheck_backward_op(op, sample):
+    args, kwargs = build(sample, torch.float32, requires_grad=False)
+    name, bw_args = backward_args(op, args, kwargs)
+    opcheck(getattr(custom, name).default, bw_args)
+
+
+@pytest.mark.parametrize("op,sample", [p for p in sample_params(large=False) if p.values[1].id in {
+    "3x769_weight", "3x769_weight_bias", "same_shape_3x769", "3x769", "none-3x769", "tanh-3x769", "3x769_dim-1",
+}])
+def test_opcheck_float16_bfloat16(op, sample):
+    for dtype in (torch.float16, torch.bfloat16):
+        args, kwargs = build(sample, dtype, requires_grad=True)
+        opcheck(getattr(custom, op).default, args, kwargs)
+
+
+# ---------------------------------------------------------------------------
+# No double backward
+# ---------------------------------------------------------------------------
+
+
+# A sample whose backward calls custom::<op>_backward (for add: a broadcast one;
+# same-shape add with alpha=1 passes the gradient through, which is differentiable).
+FIRST_BACKWARD_SAMPLE = {op: SAMPLES[op][0].id for op in OPS} | {"add": "row_vector_alpha2.5"}
+
+
+def _sample(op, sample_id):
+    return next(s for s in SAMPLES[op] if s.id == sample_id)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_double_backward_raises(op):
+    """The backward ops have no derivative: differentiating a gradient taken
+    with create_graph=True must fail loudly, naming the backward op."""
+    args, kwargs = build(_sample(op, FIRST_BACKWARD_SAMPLE[op]), torch.float64, requires_grad=True)
+    outs = _tuple(FUNCTIONS[op](*args, **kwargs))
+    leaves = [args[i] for i in float_tensor_indices(args)]
+    loss = sum((o * o).sum() for o in outs)  # grad_output depends on the inputs too
+    first = torch.autograd.grad(loss, leaves, create_graph=True)
+    assert any(g.requires_grad for g in first)
+    second = sum(g.sum() for g in first if g.requires_grad)
+    with pytest.raises(RuntimeError, match=rf"derivative for custom::{op}_backward is not implemented"):
+        torch.autograd.grad(second, leaves, allow_unused=True)
+
+
+# ---------------------------------------------------------------------------
+# Forward and backward against the reference, per dtype and CPU ISA
+# ---------------------------------------------------------------------------
+
+
+@dtype_params
+@pytest.mark.parametrize("op,sample", sample_params(large=True))
+def test_matches_reference(op, sample, dtype, cpu_isa):
+    args, kwargs = build(sample, dtype, requires_grad=True)
+    inputs_before = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+    outs, grad_outputs, grads = run_forward_backward(op, args, kwargs)
+    ref_outs, ref_grads = reference(op, args, kwargs, grad_outputs)
+
+    assert len(outs) == len(ref_outs)
+    for k, (out, ref) in enumerate(zip(outs, ref_outs)):
+        assert out.dtype == dtype and out.shape == ref.shape, k
+        assert out.is_contiguous(), f"output {k} is not contiguous"
+        torch.testing.assert_close(out, ref, **tolerance(dtype, op, "forward"), msg=lambda m: f"output {k}: {m}")
+    assert set(grads) == set(ref_grads)
+    for i, g in grads.items():
+        ref = ref_grads[i]
+        assert g is not None and ref is not None, f"no gradient for argument {i}"
+        assert g.dtype == dtype and g.shape == args[i].shape, i
+        torch.testing.assert_close(g, ref, **tolerance(dtype, op, "backward"), msg=lambda m: f"grad of arg {i}: {m}")
+    for before, a in zip(inputs_before, args):  # inputs are not modified
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(before, a.detach())
+
+
+EXPANDED_GRAD_SAMPLE = {
+    "add": "middle_channel_1c1",
+    "gelu": "none-strided_3d",
+    "rms_norm": "3x769_weight",
+    "fused_add_rms_norm": "3x769_weight",
+    "layer_norm": "3x769_weight_bias",
+    "softmax": "3d_dim1",
+    "swiglu": "3d",
+    "geglu": "tanh-3d",
+}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_backward_with_expanded_and_transposed_grad_output(op):
+    """Gradients arriving as an expanded (stride-0) or transposed tensor, as
+    from .sum() or a transposed consumer."""
+    args, kwargs = build(_sample(op, EXPANDED_GRAD_SAMPLE[op]), torch.float32, requires_grad=True)
+    outs = _tuple(FUNCTIONS[op](*args, **kwargs))
+    expanded = [torch.ones(()).expand(o.shape) for o in outs]
+    transposed = [_random_like(o.mT).mT if o.dim() >= 2 else _random_like(o) for o in outs]
+    for gos in (expanded, transposed):
+        _, _, grads = run_forward_backward(op, args, kwargs, gos)
+        _, ref_grads = reference(op, args, kwargs, gos)
+        for i, g in grads.items():
+            torch.testing.assert_close(g, ref_grads[i], **tolerance(torch.float32, op, "backward"))
+
+
+@dtype_params
+def test_fused_add_rms_norm_residual_out_unused(dtype):
+    """Only the normalised output feeds the loss: the residual_out gradient is
+    undefined and must count as zero."""
+    m = Maker(dtype, requires_grad=True)
+    x, r, w = m(4, 129), m(4, 129), m(129, scale=0.2, offset=1.0)
+    out, _ = ops.fused_add_rms_norm(x, r, [129], w)
+    go = _random_like(out)
+    gx, gr, gw = torch.autograd.grad(out, (x, r, w), go)
+    _, ref = reference("fused_add_rms_norm", (x, r, [129], w), {}, [go, None])
+    tol = tolerance(dtype, "fused_add_rms_norm", "backward")
+    torch.testing.assert_close(gx, ref[0], **tol)
+    torch.testing.assert_close(gr, ref[1], **tol)
+    torch.testing.assert_close(gw, ref[3], **tol)
+
+
+@dtype_params
+def test_fused_add_rms_norm_equals_unfused_ops(dtype):
+    """residual_out is exactly input + residual in the input dtype, as torch's add."""
+    m = Maker(dtype)
+    x, r, w = m(6, 300), m(6, 300), m(300)
+    out, res = ops.fused_add_rms_norm(x, r, [300], w, 1e-6)
+    assert torch.equal(res, x + r)
+    torch.testing.assert_close(out, ops.rms_norm(x + r, [300], w, 1e-6), atol=0, rtol=0)
+
+
+@dtype_params
+@pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm"])
+def test_rms_norm_default_eps_matches_torch(op, dtype):
+    """eps=None is F.rms_norm's default: the epsilon of the computation type
+    (float32's for float16/bfloat16). With inputs this small eps dominates
+    mean(x^2), so any other epsilon (e.g. finfo(float16).eps = 9.8e-4) shows."""
+    x = (torch.randn(4, 64, dtype=torch.float64) * 1e-3).to(dtype)
+    w = torch.ones(64, dtype=dtype)
+    if op == "rms_norm":
+        got = ops.rms_norm(x, [64], w)
+    else:
+        got, _ = ops.fused_add_rms_norm(x, torch.zeros_like(x), [64], w)
+    acc = acc_dtype(dtype)
+    want = F.rms_norm(x.to(acc), [64], w.to(acc), default_rms_norm_eps(dtype)).to(dtype)
+    torch.testing.assert_close(got, want, **tolerance(dtype))
+    # torch's own F.rms_norm in that dtype agrees, and so does torch.nn.RMSNorm
+    torch.testing.assert_close(got, F.rms_norm(x, [64], w), **tolerance(dtype))
+    torch.testing.assert_close(got, torch.nn.RMSNorm(64, dtype=dtype)(x), **tolerance(dtype))
+
+
+def test_layer_norm_default_eps_matches_functional():
+    x = torch.randn(4, 64) * 1e-3
+    torch.testing.assert_close(ops.layer_norm(x, [64]), F.layer_norm(x, [64]))
+    torch.testing.assert_close(ops.layer_norm(x, (64,), eps=1e-2), F.layer_norm(x, [64], eps=1e-2))
+
+
+@pytest.mark.parametrize("offset", [1e3, 1e4])
+def test_layer_norm_large_mean_is_stable(offset, cpu_isa):
+    """Rows with a large mean and unit spread: a one-pass E[x^2] - E[x]^2 would
+    lose every significant bit in float32; the result must stay within float32
+    noise of the float64 truth (relative error ~ eps * offset)."""
+    x = (torch.randn(8, 513, dtype=torch.float64) + offset).float()
+    w = torch.randn(513) * 0.2 + 1
+    b = torch.randn(513)
+    truth = F.layer_norm(x.double(), [513], w.double(), b.double())
+    got = ops.layer_norm(x, [513], w, b)
+    err = (got.double() - truth).abs().max().item()
+    assert err < 16 * torch.finfo(torch.float32).eps * offset, err
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=["f32", "f64", "bf16"])
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_softmax_large_inputs_do_not_overflow(dtype, dim, cpu_isa):
+    """softmax(x + c) == softmax(x): the kernel subtracts the max before exp."""
+    x = torch.randn(6, 300, dtype=torch.float64) * 3
+    shifted = (x + 1e4).to(dtype)
+    got = ops.softmax(shifted, dim)
+    assert torch.isfinite(got).all()
+    want = torch.softmax(shifted.to(acc_dtype(dtype)), dim).to(dtype)
+    torch.testing.assert_close(got, want, **tolerance(dtype, "softmax"))
+
+
+def test_functional_argument_forms():
+    x = torch.randn(3, 8)
+    w = torch.randn(8)
+    want = F.rms_norm(x, [8], w, torch.finfo(torch.float32).eps)
+    for shape in (8, (8,), [8], torch.Size([8])):
+        torch.testing.assert_close(ops.rms_norm(x, shape, w), want)
+        torch.testing.assert_close(ops.fused_add_rms_norm(x, torch.zeros_like(x), shape, w)[0], want)
+        torch.testing.assert_close(ops.layer_norm(x, shape, w), F.layer_norm(x, [8], w))
+    # add: a Python number as `other`, an int alpha
+    torch.testing.assert_close(ops.add(x, 2), x + 2)
+    torch.testing.assert_close(ops.add(x, 0.5, alpha=3), x + 1.5)
+    torch.testing.assert_close(ops.add(x, w, alpha=2), torch.add(x, w, alpha=2))
+    # defaults
+    torch.testing.assert_close(ops.gelu(x), F.gelu(x))
+    torch.testing.assert_close(ops.geglu(x, w.expand_as(x)), F.gelu(x) * w)
+    # top-level re-exports
+    assert op_extension.rms_norm is ops.rms_norm and op_extension.swiglu is ops.swiglu
+
+
+# ---------------------------------------------------------------------------
+# NaN / Inf
+# ---------------------------------------------------------------------------
+
+NAN, INF = math.nan, math.inf
+
+
+def _half_weight(x):
+    return torch.full(x.shape[-1:], 0.5, dtype=x.dtype)
+
+
+ROW_OPS = {
+    # case: (op call on x, reference on x upcast (and the input dtype, for eps),
+    #        what a bad x[r, c] may taint: its "row", or its "column" for softmax over dim 0)
+    "rms_norm": (lambda x: ops.rms_norm(x, [x.shape[-1]]),
+                 lambda x, dt: F.rms_norm(x, [x.shape[-1]], None, default_rms_norm_eps(dt)), "row"),
+    "rms_norm_weight": (lambda x: ops.rms_norm(x, [x.shape[-1]], _half_weight(x)),
+                        lambda x, dt: F.rms_norm(x, [x.shape[-1]], _half_weight(x), default_rms_norm_eps(dt)), "row"),
+    "fused_add_rms_norm": (lambda x: ops.fused_add_rms_norm(x, torch.ones_like(x), [x.shape[-1]])[0],
+                           lambda x, dt: F.rms_norm((x + 1).to(dt).to(x.dtype), [x.shape[-1]], None, default_rms_norm_eps(dt)),
+                           "row"),
+    "layer_norm": (lambda x: ops.layer_norm(x, [x.shape[-1]], _half_weight(x), _half_weight(x)),
+                   lambda x, dt: F.layer_norm(x, [x.shape[-1]], _half_weight(x), _half_weight(x)), "row"),
+    "softmax_dim-1": (lambda x: ops.softmax(x, -1), lambda x, dt: torch.softmax(x, -1), "row"),
+    "softmax_dim0": (lambda x: ops.softmax(x, 0), lambda x, dt: torch.softmax(x, 0), "column"),
+}
+
+
+@pytest.mark.parametrize("cols", [5, 769])
+@pytest.mark.parametrize("bad", [NAN, INF, -INF], ids=["nan", "inf", "-inf"])
+@dtype_params
+@pytest.mark.parametrize("case", list(ROW_OPS))
+def test_nonfinite_stays_in_its_row(case, dtype, bad, cols, cpu_isa):
+    """A NaN/Inf at x[1, c] taints only row 1 (column c for softmax over dim 0),
+    and the values equal what torch computes, NaN where torch has NaN."""
+    call, ref, taint = ROW_OPS[case]
+    x = torch.randn(4, cols, dtype=acc_dtype(dtype)).to(dtype)
+    c = cols // 2
+    x[1, c] = bad
+    got = call(x)
+    want = ref(x.to(acc_dtype(dtype)), dtype).to(dtype)
+    torch.testing.assert_close(got, want, equal_nan=True, **tolerance(dtype, case.split("_dim")[0]))
+    clean = torch.ones_like(x, dtype=torch.bool)
+    if taint == "row":
+        clean[1] = False
+    else:
+        clean[:, c] = False
+    assert torch.isfinite(got[clean]).all(), "a non-finite input leaked out of its row"
+    if math.isnan(bad):  # NaN: the whole tainted row/column is NaN, as in torch
+        assert torch.isnan(got[~clean]).all()
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "softmax"])
+def test_nan_row_gradient_stays_in_its_row(op, cpu_isa):
+    """A NaN in row 2 makes row 2 of the input gradient NaN and leaves the
+    other rows exactly as without it."""
+    x = torch.randn(4, 37)
+    x[2, 5] = NAN
+    extra = (-1,) if op == "softmax" else ([37],)
+    x.requires_grad_(True)
+    y = FUNCTIONS[op](x, *extra)
+    go = torch.randn_like(y)
+    (gx,) = torch.autograd.grad(y, x, go)
+    assert torch.isnan(gx[2]).all()
+    rows = [0, 1, 3]
+    _, ref = reference(op, (x.detach()[rows].requires_grad_(),) + extra, {}, [go[rows]])
+    torch.testing.assert_close(gx[rows], ref[0], **tolerance(torch.float32, op, "backward"))
+
+
+SPECIAL = [-INF, INF, NAN, 0.0, -0.0, 1.0, -1.0, 30.0, -30.0, 100.0, -100.0, 1e-30]
+
+
+@dtype_params
+@pytest.mark.parametrize("case", ["gelu-none", "gelu-tanh", "swiglu", "geglu-none", "geglu-tanh"])
+def test_activation_special_values(case, dtype, cpu_isa):
+    """±inf, NaN, ±0 and large values, in the vectorised body and in the tail,
+    give what torch computes in float64 (the exact function) cast to dtype.
+
+    float64 rather than the float32 reference: torch's own float32 erf-GELU
+    returns NaN for +inf (ATen's vectorised erf), where float64 torch and the
+    tanh form give +inf."""
+    n = 77  # 64 in full vector steps for every ISA and dtype, then a tail of 13
+    vals = torch.tensor(SPECIAL, dtype=torch.float64)
+    gate = torch.randn(n, dtype=torch.float64) * 3
+    gate[: len(vals)] = vals
+    gate[n - len(vals) :] = vals
+    up = torch.full((n,), 2.0, dtype=torch.float64)
+    up[20:24] = torch.tensor([INF, -INF, NAN, 0.0], dtype=torch.float64)
+    up[n - 3] = INF  # times gelu(30)
+    name, *rest = case.split("-")
+    approx = rest[0] if rest else None
+    g, u = gate.to(dtype), up.to(dtype)
+    if name == "gelu":
+        got = ops.gelu(g, approx)
+        want = F.gelu(g.double(), approximate=approx)
+    elif name == "swiglu":
+        got = ops.swiglu(g, u)
+        want = F.silu(g.double()) * u.double()
+    else:
+        got = ops.geglu(g, u, approx)
+        want = F.gelu(g.double(), approximate=approx) * u.double()
+    torch.testing.assert_close(got, want.to(dtype), equal_nan=True, **tolerance(dtype, name))
+
+
+@dtype_params
+def test_softmax_masked_rows(dtype, cpu_isa):
+    """-inf entries (attention masks) get probability 0; a fully masked row is
+    NaN as in torch; +inf gives NaN as in torch."""
+    x = torch.randn(5, 70, dtype=torch.float64).to(dtype)
+    x[0, ::3] = -INF
+    x[1, :] = -INF
+    x[2, 7] = INF
+    x[3, 69] = -INF  # in the tail
+    for dim in (-1, 0):
+        got = ops.softmax(x, dim)
+        want = torch.softmax(x.to(acc_dtype(dtype)), dim).to(dtype)
+        torch.testing.assert_close(got, want, equal_nan=True, **tolerance(dtype, "softmax"))
+    got = ops.softmax(x, -1)
+    assert (got[0, ::3] == 0).all()
+    assert torch.isnan(got[1]).all()
+    assert torch.isfinite(got[4]).all()
+
+
+@dtype_params
+def test_rms_norm_inf_in_row_matches_torch(dtype):
+    x = torch.randn(3, 40, dtype=torch.float64).to(dtype)
+    x[0, 3] = INF
+    got = ops.rms_norm(x, [40])
+    want = F.rms_norm(x.to(acc_dtype(dtype)), [40], None, default_rms_norm_eps(dtype)).to(dtype)
+    torch.testing.assert_close(got, want, equal_nan=True, **tolerance(dtype))
+
+
+# ---------------------------------------------------------------------------
+# gradcheck (float64)
+# ---------------------------------------------------------------------------
+
+
+GRADCHECK_CASES = {
+    "add_same_shape": lambda m: ("add", (m(3, 7), m(3, 7)), {}),
+    "add_row_alpha": lambda m: ("add", (m(3, 7), m(7), 2.5), {}),
+    "add_column_row": lambda m: ("add", (m(4, 1), m(1, 5), -0.5), {}),
+    "add_1c1": lambda m: ("add", (m(2, 3, 4), m(1, 3, 1)), {}),
+    "add_scalar": lambda m: ("add", (m(3, 4), m(), 3.0), {}),
+    "add_input_broadcast": lambda m: ("add", (m(4), m(2, 3, 4)), {}),
+    "gelu_none": lambda m: ("gelu", (m(3, 7, scale=2), "none"), {}),
+    "gelu_tanh": lambda m: ("gelu", (m(3, 7, scale=2), "tanh"), {}),
+    "swiglu": lambda m: ("swiglu", (m(3, 7, scale=2), m(3, 7)), {}),
+    "geglu_none": lambda m: ("geglu", (m(3, 7, scale=2), m(3, 7), "none"), {}),
+    "geglu_tanh": lambda m: ("geglu", (m(3, 7, scale=2), m(3, 7), "tanh"), {}),
+    "rms_norm_weight": lambda m: ("rms_norm", (m(3, 7), [7], m(7), 1e-5), {}),
+    "rms_norm_no_weight": lambda m: ("rms_norm", (m(3, 7), [7]), {}),
+    "rms_norm_multi_dim": lambda m: ("rms_norm", (m(2, 3, 4), [3, 4], m(3, 4)), {}),
+    "rms_norm_one_element_rows": lambda m: ("rms_norm", (m(4, 1), [1], m(1), 0.1), {}),
+    "fused_add_rms_norm_weight": lambda m: ("fused_add_rms_norm", (m(3, 7), m(3, 7), [7], m(7), 1e-5), {}),
+    "fused_add_rms_norm_no_weight": lambda m: ("fused_add_rms_norm", (m(2, 3, 5), m(2, 3, 5), [5]), {}),
+    "layer_norm_weight_bias": lambda m: ("layer_norm", (m(3, 7), [7], m(7), m(7)), {}),
+    "layer_norm_weight_only": lambda m: ("layer_norm", (m(3, 7), [7], m(7)), {}),
+    "layer_norm_bias_only": lambda m: ("layer_norm", (m(3, 7), [7], None, m(7)), {}),
+    "layer_norm_no_affine": lambda m: ("layer_norm", (m(3, 7), [7]), {}),
+    "layer_norm_multi_dim": lambda m: ("layer_norm", (m(2, 3, 4), [3, 4], m(3, 4), m(3, 4), 1e-3), {}),
+    "softmax_dim-1": lambda m: ("softmax", (m(3, 7), -1), {}),
+    "softmax_dim0": lambda m: ("softmax", (m(3, 7), 0), {}),
+    "softmax_dim1_of_3d": lambda m: ("softmax", (m(2, 3, 4), 1), {}),
+    "softmax_transposed": lambda m: ("softmax", (m(5, 6, layout="transposed"), -1), {}),
+}
+
+
+@pytest.mark.parametrize("case", list(GRADCHECK_CASES))
+def test_gradcheck(case):
+    op, args, kwargs = GRADCHECK_CASES[case](Maker(torch.float64, requires_grad=True))
+    idx = float_tensor_indices(args)
+    assert all(args[i].requires_grad for i in idx)
+
+    def fn(*tensors):
+        call = list(args)
+        for i, t in zip(idx, tensors):
+            call[i] = t
+        return FUNCTIONS[op](*call, **kwargs)
+
+    assert gradcheck(fn, tuple(args[i] for i in idx))
+
+
+# ---------------------------------------------------------------------------
+# Determinism of the reductions over rows
+# ---------------------------------------------------------------------------
+
+ROW_REDUCTIONS = {
+    "rms_norm": lambda m: ((m(300, 1000), [1000], m(1000)), {}),
+    "fused_add_rms_norm": lambda m: ((m(300, 1000), m(300, 1000), [1000], m(1000)), {}),
+    "layer_norm": lambda m: ((m(300, 1000), [1000], m(1000), m(1000)), {}),
+    "add": lambda m: ((m(300, 1000), m(1000)), {}),
+    "add_column": lambda m: ((m(300, 1000), m(300, 1)), {}),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("case", list(ROW_REDUCTIONS))
+def test_backward_is_deterministic(case, dtype, num_threads):
+    """Weight/bias (and broadcast-operand) gradients sum over 300 rows, i.e.
+    ten 32-row blocks: bit-identical run after run and for 1 or 2 threads."""
+    op = case.split("_column")[0]
+    args, kwargs = ROW_REDUCTIONS[case](Maker(dtype, requires_grad=True))
+    go = [_random_like(o) for o in _tuple(FUNCTIONS[op](*args, **kwargs))]
+
+    def grads():
+        _, _, g = run_forward_backward(op, args, kwargs, go)
+        return [g[i] for i in sorted(g)]
+
+    num_threads(2)
+    first = grads()
+    for _ in range(3):
+        again = grads()
+        assert all(torch.equal(a, b) for a, b in zip(first, again)), "differs between runs"
+    num_threads(1)
+    single = grads()
+    for k, (a, b) in enumerate(zip(first, single)):
+        assert torch.equal(a, b), f"grad {k} differs between 2 threads and 1"
+
+
+# ---------------------------------------------------------------------------
+# add: the backward sums over broadcast dims
+# ---------------------------------------------------------------------------
+
+BROADCASTS = {
+    "same_shape": ((4, 6), (4, 6)),
+    "row_vector": ((5, 6), (6,)),
+    "column_vector": ((5, 6), (5, 1)),
+    "scalar": ((5, 6), ()),
+    "one_element_1x1": ((5, 6), (1, 1)),
+    "column_times_row": ((5, 1), (1, 6)),
+    "1c1_in_3d": ((2, 3, 4), (1, 3, 1)),
+    "c11_in_3d": ((3, 2, 4), (3, 1, 1)),
+    "leading_dims": ((2, 3, 4), (3, 4)),
+    "leading_and_inner": ((2, 3, 4, 5), (3, 1, 5)),
+    "input_broadcast": ((4,), (2, 3, 4)),
+    "alternating_5d": ((2, 1, 4, 1, 3), (5, 1, 6, 1)),
+    "large_rows": ((300, 129), (129,)),
+    "large_cols": ((129, 300), (129, 1)),
+    "empty_rows": ((0, 6), (6,)),
+}
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.5, -1.0, 0.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=["f32", "f64", "bf16"])
+@pytest.mark.parametrize("case", list(BROADCASTS))
+def test_add_backward_reduces_broadcast_dims(case, dtype, alpha, cpu_isa):
+    a_shape, b_shape = BROADCASTS[case]
+    m = Maker(dtype, requires_grad=True)
+    a, b = m(*a_shape), m(*b_shape)
+    out = ops.add(a, b, alpha=alpha)
+    shape = torch.broadcast_shapes(a_shape, b_shape)
+    assert out.shape == shape
+    go = _random_like(out)
+    ga, gb = torch.autograd.grad(out, (a, b), go)
+    assert ga.shape == a.shape and gb.shape == b.shape
+
+    def reduce(g, target):
+        g = g.double()
+        lead = g.dim() - len(target)
+        dims = list(range(lead)) + [lead + i for i, s in enumerate(target) if s == 1 and g.shape[lead + i] != 1]
+        return g.sum(dims, keepdim=True).reshape(target) if dims else g.reshape(target)
+
+    want_a = reduce(go, a_shape).to(dtype)
+    want_b = (alpha * reduce(go, b_shape)).to(dtype)
+    torch.testing.assert_close(ga, want_a, **tolerance(dtype, "add", "backward"))
+    torch.testing.assert_close(gb, want_b, **tolerance(dtype, "add", "backward"))
+    torch.testing.assert_close(out, reference("add", (a, b, alpha))[0][0], **tolerance(dtype, "add"))
