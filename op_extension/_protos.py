@@ -124,14 +124,18 @@ class ProtoError(ValueError):
     pass
 
 
-def _parse_tensor(path: Path, entry: dict, n_combos: int | None) -> TensorDesc:
-    for key in ("name", "param_type", "format", "type"):
+def _require(path: Path, entry: dict, keys: tuple[str, ...], what: str) -> None:
+    if not isinstance(entry, dict):
+        raise ProtoError(f"{path}: {what} must be an object, got {type(entry).__name__}")
+    for key in keys:
         if key not in entry:
-            raise ProtoError(f"{path}: tensor entry {entry.get('name', '?')!r} lacks {key!r}")
+            raise ProtoError(f"{path}: {what} {entry.get('name', '?')!r} lacks {key!r}")
+
+
+def _parse_tensor(path: Path, entry: dict, what: str) -> TensorDesc:
+    _require(path, entry, ("name", "param_type", "format", "type"), what)
     if len(entry["format"]) != len(entry["type"]):
         raise ProtoError(f"{path}: {entry['name']}: 'format' and 'type' lists differ in length")
-    if n_combos is not None and len(entry["type"]) != n_combos:
-        raise ProtoError(f"{path}: {entry['name']}: every 'type' list must have {n_combos} entries")
     unknown = [t for t in entry["type"] if t not in PROTO_TO_TORCH_DTYPE]
     if unknown:
         raise ProtoError(f"{path}: {entry['name']}: unknown dtypes {unknown}")
@@ -146,17 +150,46 @@ def _parse_tensor(path: Path, entry: dict, n_combos: int | None) -> TensorDesc:
 
 
 def _parse_attr(path: Path, entry: dict) -> AttrDesc:
-    if entry.get("type") not in PROTO_TO_SCHEMA_ATTR:
-        raise ProtoError(f"{path}: attr {entry.get('name')!r}: unknown type {entry.get('type')!r}")
+    _require(path, entry, ("name", "param_type", "type"), "attr")
+    name = entry["name"]
+    if entry["type"] not in PROTO_TO_SCHEMA_ATTR:
+        raise ProtoError(f"{path}: attr {name!r}: unknown type {entry['type']!r}")
+    optional = entry["param_type"] == "optional"
+    if entry["param_type"] not in ("required", "optional"):
+        raise ProtoError(f"{path}: attr {name!r}: param_type must be required or optional")
+    # msopgen: optional attrs carry their default, required ones have none.
+    if optional != ("default_value" in entry):
+        raise ProtoError(
+            f"{path}: attr {name!r}: an optional attr needs a default_value and a required one must not have one"
+        )
     values = entry.get("allowed_values")
+    if values and optional and entry["default_value"] not in values:
+        raise ProtoError(f"{path}: attr {name!r}: default {entry['default_value']!r} is not in allowed_values {values}")
     return AttrDesc(
-        name=entry["name"],
+        name=name,
         schema_type=PROTO_TO_SCHEMA_ATTR[entry["type"]],
-        optional=entry.get("param_type") == "optional",
-        has_default="default_value" in entry,
+        optional=optional,
+        has_default=optional,
         default=entry.get("default_value"),
         allowed_values=tuple(values) if values else None,
     )
+
+
+def _check_shape_rule(path: Path, output: TensorDesc, inputs: tuple[TensorDesc, ...], attrs: tuple[AttrDesc, ...]) -> None:
+    rule = output.shape
+    if not rule:
+        raise ProtoError(f"{path}: output {output.name!r} lacks its 'shape' rule")
+    tensor_names = {t.name for t in inputs}
+    list_attrs = {a.name for a in attrs if a.schema_type == "SymInt[]"}
+    if rule.startswith("broadcast(") and rule.endswith(")"):
+        operands = [n.strip() for n in rule[len("broadcast(") : -1].split(",")]
+        if len(operands) != 2 or not set(operands) <= tensor_names:
+            raise ProtoError(f"{path}: output {output.name!r}: broadcast() takes two input names, got {rule!r}")
+    elif rule not in tensor_names | list_attrs:
+        raise ProtoError(
+            f"{path}: output {output.name!r}: shape rule {rule!r} names no input tensor or list attr "
+            f"(inputs {sorted(tensor_names)}, list attrs {sorted(list_attrs)})"
+        )
 
 
 def parse_proto(path: Path) -> OpProto:
@@ -164,20 +197,33 @@ def parse_proto(path: Path) -> OpProto:
     if not isinstance(data, list) or len(data) != 1:
         raise ProtoError(f"{path}: a prototype file holds a list with exactly one op object")
     (obj,) = data
+    _require(path, obj, ("op", "input_desc", "output_desc"), "op")
     torch_side = obj.get("torch", {})
     if "name" not in torch_side:
         raise ProtoError(f"{path}: missing torch.name (the op's name in torch.ops.custom)")
-    n_combos = len(obj["input_desc"][0]["type"]) if obj.get("input_desc") else None
-    inputs = tuple(_parse_tensor(path, e, n_combos) for e in obj.get("input_desc", []))
-    outputs = tuple(_parse_tensor(path, e, n_combos) for e in obj.get("output_desc", []))
+    inputs = tuple(_parse_tensor(path, e, "input") for e in obj["input_desc"])
+    outputs = tuple(_parse_tensor(path, e, "output") for e in obj["output_desc"])
     attrs = tuple(_parse_attr(path, e) for e in obj.get("attr", []))
+    if not inputs or not outputs:
+        raise ProtoError(f"{path}: an op needs at least one input and one output")
+    # Index i of every type list is one supported combination; the torch ops take
+    # one dtype for all tensors of a call, so a combination may not mix dtypes.
+    tensors = inputs + outputs
+    n_combos = len(inputs[0].dtypes)
+    for t in tensors:
+        if len(t.dtypes) != n_combos:
+            raise ProtoError(f"{path}: {t.name}: every 'type' list must have {n_combos} entries")
+    for i in range(n_combos):
+        if len({t.dtypes[i] for t in tensors}) != 1:
+            raise ProtoError(f"{path}: dtype combination {i} mixes dtypes {[t.dtypes[i] for t in tensors]}")
     names = [t.name for t in inputs] + [a.name for a in attrs]
+    if len(set(names)) != len(names) or len({o.name for o in outputs}) != len(outputs):
+        raise ProtoError(f"{path}: input, attr and output names must be unique, got {names}")
     order = tuple(torch_side.get("arg_order", names))
     if sorted(order) != sorted(names):
         raise ProtoError(f"{path}: torch.arg_order {list(order)} must list every input and attr {names}")
     for o in outputs:
-        if not o.shape:
-            raise ProtoError(f"{path}: output {o.name!r} lacks its 'shape' rule")
+        _check_shape_rule(path, o, inputs, attrs)
     return OpProto(
         op_type=obj["op"],
         name=torch_side["name"],

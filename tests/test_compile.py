@@ -17,7 +17,7 @@ per module and shared by the tests that inspect it:
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -138,7 +138,11 @@ def f_fused_add_rms_norm(x, r, w):
 
 
 def f_layer_norm(x, w, b):
-    return ops.layer_norm(x, [H], w, b, eps=1e-5)
+    return ops.layer_norm(x, x.shape[-1:], w, b, eps=1e-5)  # symbolic normalized_shape (SymInt[])
+
+
+def f_fused_add_rms_norm_out_only(x, r, w):
+    return ops.fused_add_rms_norm(x, r, (H,), w, 1e-6)[0]  # no gradient flows into residual_out
 
 
 def f_softmax(x):
@@ -161,8 +165,7 @@ def _rand(*shape):
 class Case:
     fn: object
     make: object  # rows -> tuple of input tensors
-    backward: str
-    extra_forward_ops: tuple = field(default_factory=tuple)
+    backward: str  # the backward op the compiled backward graph must call
 
 
 CASES = {
@@ -172,12 +175,16 @@ CASES = {
     "fused_add_rms_norm": Case(
         f_fused_add_rms_norm, lambda n: (_rand(n, H), _rand(n, H), _rand(H)), "fused_add_rms_norm_backward"
     ),
+    "fused_add_rms_norm_out_only": Case(
+        f_fused_add_rms_norm_out_only, lambda n: (_rand(n, H), _rand(n, H), _rand(H)), "fused_add_rms_norm_backward"
+    ),
     "layer_norm": Case(f_layer_norm, lambda n: (_rand(2, n, H), _rand(H), _rand(H)), "layer_norm_backward"),
     "softmax": Case(f_softmax, lambda n: (_rand(n, H) * 2,), "softmax_backward"),
     "swiglu": Case(f_swiglu, lambda n: (_rand(n, H), _rand(n, H)), "swiglu_backward"),
     "geglu": Case(f_geglu, lambda n: (_rand(n, H), _rand(n, H)), "geglu_backward"),
 }
-assert set(CASES) == set(FORWARD_OPS)
+CASE_IDS = tuple(CASES)
+assert {CASES[c].fn.__name__ for c in CASES} == {f"f_{c}" for c in CASES}
 
 
 @dataclass
@@ -232,13 +239,13 @@ def fwd_bwd():
     return get
 
 
-@pytest.mark.parametrize("op", FORWARD_OPS)
+@pytest.mark.parametrize("op", CASE_IDS)
 def test_compiled_fwd_bwd_matches_eager(fwd_bwd, op):
     run = fwd_bwd(op)
     assert not run.errors, "\n".join(run.errors)
 
 
-@pytest.mark.parametrize("op", FORWARD_OPS)
+@pytest.mark.parametrize("op", CASE_IDS)
 def test_compiled_fwd_bwd_one_frame_no_recompile(fwd_bwd, op):
     run = fwd_bwd(op)
     # fullgraph=True already turns a graph break into an error; one frame over
@@ -252,9 +259,11 @@ def test_compiled_fwd_bwd_one_frame_no_recompile(fwd_bwd, op):
     )
 
 
-@pytest.mark.parametrize("op", FORWARD_OPS)
-def test_compiled_graphs_hold_the_custom_ops(fwd_bwd, op):
-    run = fwd_bwd(op)
+@pytest.mark.parametrize("case", CASE_IDS)
+def test_compiled_graphs_hold_the_custom_ops(fwd_bwd, case):
+    run = fwd_bwd(case)
+    backward = CASES[case].backward
+    op = backward.removesuffix("_backward")
     (dynamo_gm,) = run.backend.dynamo_graphs
     assert getattr(custom, op).default in call_targets(dynamo_gm), _describe([dynamo_gm])
     assert custom_calls(dynamo_gm) == [op], _describe([dynamo_gm])
@@ -262,12 +271,11 @@ def test_compiled_graphs_hold_the_custom_ops(fwd_bwd, op):
     (fw,) = run.backend.forward_graphs
     assert custom_calls(fw) == [op], _describe([fw])
     (bw,) = run.backend.backward_graphs
-    backward = CASES[op].backward
     assert getattr(custom, backward).default in call_targets(bw), _describe([bw])
     assert custom_calls(bw) == [backward], _describe([bw])
 
 
-@pytest.mark.parametrize("op", FORWARD_OPS)
+@pytest.mark.parametrize("op", CASE_IDS)
 def test_compiled_graph_is_dynamic_in_rows(fwd_bwd, op):
     """The row count is a symbol in the Dynamo graph, not a constant of the first call."""
     run = fwd_bwd(op)
@@ -293,13 +301,14 @@ def f_all_ops(x, y, r, w, b, g, u):
     a = ops.add(x, 2.0, alpha=3)
     e = ops.gelu(x)
     n = ops.rms_norm(x, H, w)
+    n_sym = ops.rms_norm(x, x.shape[-1:])
     f, res = ops.fused_add_rms_norm(x, r, (H,), w, eps=1e-5)
     ln = ops.layer_norm(x, (H,), w, b)
     ln_plain = ops.layer_norm(x, (H,))
     sm = ops.softmax(x, 0)
     sw = ops.swiglu(g, u)
     ge = ops.geglu(g, u)
-    return s, a, e, n, f, res, ln, ln_plain, sm, sw, ge
+    return s, a, e, n, n_sym, f, res, ln, ln_plain, sm, sw, ge
 
 
 def _all_ops_inputs(rows):
@@ -330,7 +339,7 @@ def test_all_ops_inference_single_graph(all_ops_run):
     assert backend.frame_count == 1, _describe(backend.dynamo_graphs)
     assert entries == 1, f"f_all_ops recompiled: {entries} cache entries"
     (gm,) = backend.dynamo_graphs
-    expected = ["add", "add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "layer_norm", "softmax", "swiglu", "geglu"]
+    expected = ["add", "add", "gelu", "rms_norm", "rms_norm", "fused_add_rms_norm", "layer_norm", "layer_norm", "softmax", "swiglu", "geglu"]
     assert custom_calls(gm) == expected, _describe([gm])
     # Inference: one graph, no backward, and the ops survive AOTAutograd as they are.
     assert len(backend.forward_graphs) == 1 and not backend.backward_graphs
@@ -415,12 +424,12 @@ def test_compiled_model_training_matches_eager():
 # ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def exported():
+@pytest.fixture(scope="module", params=[False, True], ids=["non_strict", "strict"])
+def exported(request):
     torch.manual_seed(0)
     model = Block().eval()
     batch = torch.export.Dim("batch")
-    ep = torch.export.export(model, _block_inputs(4), dynamic_shapes=({0: batch}, {0: batch}))
+    ep = torch.export.export(model, _block_inputs(4), dynamic_shapes=({0: batch}, {0: batch}), strict=request.param)
     return model, ep
 
 
@@ -643,5 +652,6 @@ def test_every_op_is_covered():
     registered = {s.name.removeprefix("custom::") for s in torch._C._jit_get_all_schemas() if s.name.startswith("custom::")}
     forward = {op for _, op in FAKE_CASES if not op.count("_backward")}
     backward = {op[: op.index("_backward")] + "_backward" for _, op in FAKE_CASES if "_backward" in op}
-    assert forward == set(FORWARD_OPS) == set(CASES) == set(op_extension.ops.__all__)
+    compiled = {c.backward.removesuffix("_backward") for c in CASES.values()}
+    assert forward == set(FORWARD_OPS) == compiled == set(op_extension.ops.__all__)
     assert registered == forward | backward, registered ^ (forward | backward)

@@ -502,6 +502,24 @@ def test_output_shapes_follow_prototype(op, with_optional, device):
     assert all(o.dtype == torch.float32 and o.device.type == device for o in outs)
 
 
+@pytest.mark.parametrize(
+    "op,attr",
+    [(op, a["name"]) for op in OP_NAMES for a in RAW_BY_OP[op].get("attr", []) if a.get("allowed_values")],
+)
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_attr_allowed_values_match_op(op, attr, device):
+    """Each value the prototype allows is accepted; any other is a ValueError naming the op."""
+    obj = RAW_BY_OP[op]
+    index = obj["torch"]["arg_order"].index(attr)
+    args = list(sample_args(op, torch.float32, device))
+    for value in next(a for a in obj["attr"] if a["name"] == attr)["allowed_values"]:
+        args[index] = value
+        getattr(torch.ops.custom, op).default(*args)
+    args[index] = "sigmoid"
+    with pytest.raises(ValueError, match=f"custom::{op}"):
+        getattr(torch.ops.custom, op).default(*args)
+
+
 # ---------------------------------------------------------------------------------
 # 5. Forward/backward pairing.
 # ---------------------------------------------------------------------------------
@@ -662,6 +680,15 @@ MALFORMED = {
     "tensor_lacks_type": ("swiglu", lambda o: _first_input(o).pop("type")),
     "missing_op": ("swiglu", lambda o: o.pop("op")),
     "attr_lacks_name": ("softmax", lambda o: o["attr"][0].pop("name")),
+    # Semantic mistakes that would otherwise surface as a wrong schema, a failed
+    # TORCH_LIBRARY registration at import, or a KeyError inside a fake kernel.
+    "duplicate_argument_name": ("swiglu", lambda o: (_set_input(o, "up", name="gate"), o["torch"].update(arg_order=["gate", "gate"]))),
+    "optional_attr_without_default": ("gelu", lambda o: o["attr"][0].pop("default_value")),
+    "required_attr_with_default": ("softmax", lambda o: o["attr"][0].update(default_value=-1)),
+    "default_not_in_allowed_values": ("gelu", lambda o: o["attr"][0].update(default_value="erf")),
+    "no_outputs": ("gelu", lambda o: o.update(output_desc=[])),
+    "shape_rule_names_unknown_argument": ("gelu", lambda o: o["output_desc"][0].update(shape="x")),
+    "dtype_combinations_differ_between_tensors": ("swiglu", lambda o: o["input_desc"][1]["type"].reverse()),
 }
 
 
