@@ -135,7 +135,10 @@ class CustomLayerNorm(nn.Module):
         return ops.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+            f"bias={self.bias is not None}"
+        )
 
 
 class _GatedMLP(nn.Module):
@@ -173,3 +176,6 @@ class CustomGEGLUMLP(_GatedMLP):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(ops.geglu(self.gate_proj(x), self.up_proj(x), self.approximate))
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"

@@ -67,7 +67,8 @@ def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None, eps: float | None = None) -> torch.Tensor:
     """RMSNorm over the trailing `normalized_shape` dims, as F.rms_norm.
 
-    eps=None uses torch.finfo(input.dtype).eps.
+    eps=None uses the machine epsilon of the computation dtype: float32's for
+    float16/bfloat16 inputs, as F.rms_norm does.
     """
     shape = _shape_list("rms_norm", normalized_shape)
     if _eager(input, weight):

@@ -71,7 +71,7 @@ BAD_CASES = dict(
     **_cases(
         ("not_broadcastable", Bad("add", lambda t: ops.add(t(3, 4), t(5)), ValueError, r"shapes \[3, 4\] and \[5\] are not broadcastable")),
         ("not_broadcastable_middle", Bad("add", lambda t: ops.add(t(2, 3, 4), t(2, 1)), ValueError, NOT_BROADCASTABLE)),
-        ("not_broadcastable_leading", Bad("add", lambda t: ops.add(t(2, 4), t(3, 1, 4)), ValueError, NOT_BROADCASTABLE)),
+        ("not_broadcastable_leading", Bad("add", lambda t: ops.add(t(2, 3, 4), t(5, 1, 4)), ValueError, NOT_BROADCASTABLE)),
         ("shapes_differ", Bad("swiglu", lambda t: ops.swiglu(t(3, 4), t(3, 5)), ValueError, r"up has shape \[3, 5\] but gate has shape \[3, 4\]; they must be equal")),
         ("broadcastable_shapes_differ", Bad("swiglu", lambda t: ops.swiglu(t(3, 4), t(4)), ValueError, "must be equal")),
         ("same_numel_shapes_differ", Bad("swiglu", lambda t: ops.swiglu(t(3, 4), t(12)), ValueError, "must be equal")),
@@ -239,6 +239,10 @@ PYTHON_LEVEL = {
     "rms_norm-normalized_shape_float": (lambda: ops.rms_norm(torch.randn(3, 4), 4.0), TypeError, "normalized_shape must be an int or a sequence"),
     "fused_add_rms_norm-normalized_shape_none": (lambda: ops.fused_add_rms_norm(torch.randn(3, 4), torch.randn(3, 4), None), TypeError, "normalized_shape must be"),
     "layer_norm-normalized_shape_tensor": (lambda: ops.layer_norm(torch.randn(3, 4), torch.tensor(4.0)), TypeError, "normalized_shape must be"),
+    "rms_norm-normalized_shape_float_items": (lambda: ops.rms_norm(torch.randn(3, 4), [4.0]), TypeError, "normalized_shape"),
+    "gelu-approximate_none": (lambda: ops.gelu(torch.randn(3, 4), None), TypeError, "approximate"),
+    "geglu-approximate_int": (lambda: ops.geglu(torch.randn(3, 4), torch.randn(3, 4), 1), TypeError, "approximate"),
+    "rms_norm-weight_not_tensor": (lambda: ops.rms_norm(torch.randn(3, 4), [4], [1.0] * 4), TypeError, "weight"),
     "softmax-dim_float": (lambda: ops.softmax(torch.randn(3, 4), 1.0), TypeError, "dim must be an int"),
     "softmax-dim_none": (lambda: ops.softmax(torch.randn(3, 4), None), TypeError, "dim must be an int"),
 }

@@ -4,12 +4,15 @@ CPU ISA, special values, gradcheck, determinism and add's broadcast backward."""
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.autograd import gradcheck
 from torch.library import opcheck
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import op_extension
 from op_extension import ops
@@ -103,6 +106,15 @@ def test_opcheck_backward_op(op, sample):
     args, kwargs = build(sample, torch.float32, requires_grad=False)
     name, bw_args = backward_args(op, args, kwargs)
     opcheck(getattr(custom, name).default, bw_args)
+
+
+@pytest.mark.parametrize("weight", [False, True], ids=["no_weight", "weight"])
+def test_opcheck_fused_add_rms_norm_backward_without_residual_grad(weight):
+    """grad_residual_out is None when only the normalised output is used."""
+    m = Maker()
+    z = m(3, 769)
+    w = m(769) if weight else None
+    opcheck(custom.fused_add_rms_norm_backward.default, (m(3, 769), None, z, [769], w, None))
 
 
 @pytest.mark.parametrize("op,sample", [p for p in sample_params(large=False) if p.values[1].id in {
@@ -213,6 +225,43 @@ def test_fused_add_rms_norm_residual_out_unused(dtype):
     torch.testing.assert_close(gx, ref[0], **tol)
     torch.testing.assert_close(gr, ref[1], **tol)
     torch.testing.assert_close(gw, ref[3], **tol)
+
+
+def test_fused_add_rms_norm_same_tensor_twice():
+    """input and residual may be one tensor: its gradient is the sum of both."""
+    x = torch.randn(3, 9, dtype=torch.float64, requires_grad=True)
+    out, res = ops.fused_add_rms_norm(x, x, [9])
+    go, gr = torch.randn_like(out), torch.randn_like(res)
+    (g,) = torch.autograd.grad((out, res), x, (go, gr))
+    x2 = x.detach().clone().requires_grad_()
+    z = x2 + x2
+    (want,) = torch.autograd.grad((F.rms_norm(z, [9], None, default_rms_norm_eps(torch.float64)), z), x2, (go, gr))
+    torch.testing.assert_close(g, want)
+
+
+INPLACE_AFTER_FORWARD = {
+    # name: forward, then an in-place change of a tensor the backward needs
+    "rms_norm-input": lambda x: (ops.rms_norm(x, [x.shape[-1]]), x),
+    "layer_norm-input": lambda x: (ops.layer_norm(x, [x.shape[-1]]), x),
+    "gelu-input": lambda x: (ops.gelu(x), x),
+    "swiglu-up": lambda x: (ops.swiglu(x * 1, x), x),
+    "softmax-output": lambda x: (lambda y: (y, y))(ops.softmax(x, -1)),
+    "fused_add_rms_norm-residual_out": lambda x: (lambda o: (o[0], o[1]))(ops.fused_add_rms_norm(x, x * 1, [x.shape[-1]])),
+}
+
+
+@pytest.mark.parametrize("case", list(INPLACE_AFTER_FORWARD))
+def test_inplace_change_of_saved_tensor_is_detected(case):
+    """Changing a tensor saved for backward (an input, or the saved output:
+    softmax's, fused_add_rms_norm's residual_out) makes backward fail, instead
+    of silently returning wrong gradients."""
+    leaf = torch.randn(3, 8, requires_grad=True)
+    x = leaf * 1  # a non-leaf, so that it may be changed in place
+    out, saved = INPLACE_AFTER_FORWARD[case](x)
+    with torch.no_grad():
+        saved.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
 
 
 @dtype_params
@@ -515,6 +564,23 @@ def test_backward_is_deterministic(case, dtype, num_threads):
         assert torch.equal(a, b), f"grad {k} differs between 2 threads and 1"
 
 
+@pytest.mark.parametrize("rows", [31, 32, 33, 300])
+@pytest.mark.parametrize("case", ["rms_norm", "fused_add_rms_norm", "layer_norm"])
+def test_param_grads_over_many_row_blocks(case, rows, cpu_isa):
+    """Weight/bias gradients summed over one, one-and-a-bit and ten 32-row
+    blocks equal the float64 sum (to float32 summation accuracy)."""
+    args, kwargs = ROW_REDUCTIONS[case](Maker(torch.float32, requires_grad=True))
+    # the same call on `rows` rows
+    args = tuple(a[:rows].detach().requires_grad_() if isinstance(a, torch.Tensor) and a.dim() == 2 else a
+                 for a in args)
+    _, gos, grads = run_forward_backward(case, args, kwargs)
+    args64 = tuple(a.detach().double().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args)
+    _, ref = reference(case, args64, kwargs, [g.double() for g in gos])
+    for i in grads:
+        if args[i].dim() == 1:  # weight / bias
+            torch.testing.assert_close(grads[i], ref[i].float(), **tolerance(torch.float32, "row_sum", "backward"))
+
+
 # ---------------------------------------------------------------------------
 # add: the backward sums over broadcast dims
 # ---------------------------------------------------------------------------
@@ -563,3 +629,133 @@ def test_add_backward_reduces_broadcast_dims(case, dtype, alpha, cpu_isa):
     torch.testing.assert_close(ga, want_a, **tolerance(dtype, "add", "backward"))
     torch.testing.assert_close(gb, want_b, **tolerance(dtype, "add", "backward"))
     torch.testing.assert_close(out, reference("add", (a, b, alpha))[0][0], **tolerance(dtype, "add"))
+
+
+def test_add_backward_many_alternating_broadcast_dims():
+    """17 dims alternating between kept and broadcast: the forward handles any
+    number of dims, and so must the backward (torch allows up to 64)."""
+    a_shape = (2,) * 17
+    b_shape = tuple(2 if i % 2 == 0 else 1 for i in range(17))
+    m = Maker(torch.float64, requires_grad=True)
+    a, b = m(*a_shape), m(*b_shape)
+    out = ops.add(a, b, alpha=2.0)
+    torch.testing.assert_close(out, a + 2 * b)
+    go = torch.randn_like(out)
+    ga, gb = torch.autograd.grad(out, (a, b), go)
+    torch.testing.assert_close(ga, go)
+    torch.testing.assert_close(gb, 2 * go.sum_to_size(b_shape))
+
+
+# ---------------------------------------------------------------------------
+# Dispatcher visibility, grad modes, threads (the eager fast path in ops.py
+# must behave as torch.ops.custom.* does)
+# ---------------------------------------------------------------------------
+
+
+class _RecordDispatch(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class _RecordFunction(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_dispatch_mode_sees_forward_and_backward_ops(op):
+    args, kwargs = build(_sample(op, FIRST_BACKWARD_SAMPLE[op]), torch.float32, requires_grad=True)
+    with _RecordDispatch() as mode:
+        outs, _, _ = run_forward_backward(op, args, kwargs)
+    assert f"custom.{op}.default" in mode.calls
+    assert f"custom.{op}_backward.default" in mode.calls
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_torch_function_mode_sees_the_op(op):
+    args, kwargs = build(_sample(op, FIRST_BACKWARD_SAMPLE[op]), torch.float32)
+    with _RecordFunction() as mode:
+        FUNCTIONS[op](*args, **kwargs)
+    assert f"custom.{op}.default" in mode.calls
+
+
+def test_tensor_subclass_keeps_its_torch_function():
+    class Tagged(torch.Tensor):
+        seen: list = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.seen.append(str(func))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    x = torch.randn(3, 4).as_subclass(Tagged)
+    out = ops.softmax(x, -1)
+    assert "custom.softmax.default" in Tagged.seen
+    assert type(out) is Tagged
+    torch.testing.assert_close(out.as_subclass(torch.Tensor), torch.softmax(x.as_subclass(torch.Tensor), -1))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_no_grad_and_inference_mode(op):
+    args, kwargs = build(_sample(op, FIRST_BACKWARD_SAMPLE[op]), torch.float32, requires_grad=True)
+    want = _tuple(FUNCTIONS[op](*args, **kwargs))
+    with torch.no_grad():
+        outs = _tuple(FUNCTIONS[op](*args, **kwargs))
+    assert not any(o.requires_grad for o in outs)
+    for a, b in zip(outs, want):
+        assert torch.equal(a, b.detach())
+    with torch.inference_mode():
+        plain = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+        outs = _tuple(FUNCTIONS[op](*plain, **kwargs))
+    assert all(o.is_inference() and not o.requires_grad for o in outs)
+    for a, b in zip(outs, want):
+        assert torch.equal(a, b.detach())
+
+
+PARTIAL_GRAD_SAMPLES = {
+    # op: (sample, number of tensor inputs)
+    "add": ("row_vector_alpha2.5", 2),
+    "rms_norm": ("3x769_weight", 2),
+    "fused_add_rms_norm": ("3x769_weight", 3),
+    "layer_norm": ("3x769_weight_bias", 3),
+    "swiglu": ("3x769", 2),
+    "geglu": ("tanh-3x769", 2),
+}
+
+
+@pytest.mark.parametrize("op,which", [(op, k) for op, (_, n) in PARTIAL_GRAD_SAMPLES.items() for k in range(n)])
+def test_only_some_inputs_require_grad(op, which):
+    """Autograd records the op when any one tensor requires grad (e.g. only the
+    weight of a norm whose input is a constant), and that tensor's gradient is right."""
+    args, kwargs = build(_sample(op, PARTIAL_GRAD_SAMPLES[op][0]), torch.float32)
+    idx = float_tensor_indices(args)
+    assert len(idx) == PARTIAL_GRAD_SAMPLES[op][1]
+    args = list(args)
+    args[idx[which]] = args[idx[which]].clone().requires_grad_(True)
+    outs, gos, grads = run_forward_backward(op, args, kwargs)
+    assert all(o.requires_grad for o in outs)
+    assert set(grads) == {idx[which]}
+    _, ref = reference(op, args, kwargs, gos)
+    torch.testing.assert_close(grads[idx[which]], ref[idx[which]], **tolerance(torch.float32, op, "backward"))
+
+
+def test_concurrent_calls_from_threads():
+    """The fast path releases the GIL while the op runs: calls from several
+    Python threads at once give the same results as one after another."""
+    xs = [torch.randn(64, 513) for _ in range(8)]
+    w = torch.randn(513)
+    want = [ops.rms_norm(x, [513], w) for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            got = list(pool.map(lambda x: ops.rms_norm(x, [513], w), xs))
+            assert all(torch.equal(a, b) for a, b in zip(got, want))

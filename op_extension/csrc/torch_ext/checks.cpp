@@ -81,16 +81,10 @@ cpu::DType kernel_dtype(c10::ScalarType dtype) {
 
 double rms_norm_eps(const Tensor& input, std::optional<double> eps) {
   if (eps.has_value()) return *eps;
-  switch (input.scalar_type()) {
-    case at::kHalf:
-      return static_cast<double>(std::numeric_limits<c10::Half>::epsilon());
-    case at::kBFloat16:
-      return static_cast<double>(std::numeric_limits<c10::BFloat16>::epsilon());
-    case at::kDouble:
-      return std::numeric_limits<double>::epsilon();
-    default:
-      return static_cast<double>(std::numeric_limits<float>::epsilon());
-  }
+  // The machine epsilon of the type the norm is computed in: float for the
+  // 16-bit types, which is what F.rms_norm uses too.
+  if (input.scalar_type() == at::kDouble) return std::numeric_limits<double>::epsilon();
+  return static_cast<double>(std::numeric_limits<float>::epsilon());
 }
 
 const void* optional_data(const std::optional<Tensor>& t, Tensor& holder) {

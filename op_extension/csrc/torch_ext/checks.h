@@ -57,7 +57,8 @@ cpu::GeluApprox parse_gelu_approximate(const char* op, c10::string_view approxim
 
 cpu::DType kernel_dtype(c10::ScalarType dtype);
 
-// eps=None means the machine epsilon of the input dtype, as in F.rms_norm.
+// eps=None means the machine epsilon of the computation dtype (float for
+// float16/bfloat16, else the input dtype), as in F.rms_norm.
 double rms_norm_eps(const Tensor& input, std::optional<double> eps);
 
 // Optional tensor -> data pointer of its contiguous copy kept alive by `holder`.

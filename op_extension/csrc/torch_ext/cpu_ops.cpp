@@ -101,34 +101,60 @@ Tensor add_backward_cpu(const Tensor& grad_output, IntArrayRef input_size, doubl
   Tensor out = at::empty(input_size, grad_output.options());
   const Tensor grad = grad_output.contiguous();
 
-  cpu::ReduceToArgs args{};
-  args.grad = grad.const_data_ptr();
-  args.out = out.mutable_data_ptr();
-  args.alpha = alpha;
   // Group neighbouring dims that are all kept or all summed over.
-  int n = 0;
+  std::vector<std::pair<int64_t, bool>> groups;  // (size, reduced)
   for (const auto d : c10::irange(nd)) {
     const int64_t size = grad_output.size(d);
     if (size == 1) continue;
     const bool reduced = d < offset || input_size[d - offset] == 1;
-    if (n > 0 && args.reduced[n - 1] == reduced) {
-      args.sizes[n - 1] *= size;
-      continue;
+    if (!groups.empty() && groups.back().second == reduced) {
+      groups.back().first *= size;
+    } else {
+      groups.emplace_back(size, reduced);
     }
-    TORCH_CHECK(n < cpu::kMaxDims, op, ": more than ", cpu::kMaxDims,
-                " alternating broadcast and kept dims are not supported, got grad_output ",
-                grad_output.sizes(), " and input_size ", input_size);
-    args.sizes[n] = size;
-    args.reduced[n] = reduced;
-    ++n;
   }
-  if (n == 0) {
-    args.sizes[0] = 1;
-    n = 1;
+  if (groups.empty()) groups.emplace_back(1, false);
+  const cpu::DType dtype = kernel_dtype(grad_output.scalar_type());
+
+  if (groups.size() <= static_cast<size_t>(cpu::kMaxDims)) {
+    Tensor out = at::empty(input_size, grad_output.options());
+    cpu::ReduceToArgs args{};
+    args.grad = grad.const_data_ptr();
+    args.out = out.mutable_data_ptr();
+    args.alpha = alpha;
+    args.ndim = static_cast<int>(groups.size());
+    for (const auto i : c10::irange(groups.size())) {
+      args.sizes[i] = groups[i].first;
+      args.reduced[i] = groups[i].second;
+    }
+    cpu::reduce_to(dtype, args);
+    return out;
   }
-  args.ndim = n;
-  cpu::reduce_to(kernel_dtype(grad_output.scalar_type()), args);
-  return out;
+  // More alternations than the kernel walks at once: sum one group at a time,
+  // each a [before, group, after] -> [before, after] reduction, last group first.
+  Tensor current = grad;
+  bool scaled = false;
+  for (size_t g = groups.size(); g-- > 0;) {
+    if (!groups[g].second) continue;
+    int64_t before = 1, after = 1;
+    for (size_t i = 0; i < g; ++i) before *= groups[i].first;
+    for (size_t i = g + 1; i < groups.size(); ++i) after *= groups[i].first;
+    Tensor next = at::empty({before * after}, grad.options());
+    cpu::ReduceToArgs args{};
+    args.grad = current.const_data_ptr();
+    args.out = next.mutable_data_ptr();
+    args.alpha = scaled ? 1.0 : alpha;
+    args.ndim = 3;
+    args.sizes[0] = before;
+    args.sizes[1] = groups[g].first;
+    args.sizes[2] = after;
+    args.reduced[1] = true;
+    cpu::reduce_to(dtype, args);
+    scaled = true;
+    groups[g].first = 1;
+    current = next;
+  }
+  return current.view(input_size);
 }
 
 // ---- activations --------------------------------------------------------------
