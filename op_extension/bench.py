@@ -550,6 +550,53 @@ def check_close(ours, native, dtype):
     return err, ok
 
 
+class OtherLoad:
+    """How much CPU *other* processes used over an interval.
+
+    /proc/stat gives the busy time of all CPUs; subtracting this process's own
+    CPU time (os.times, threads and waited-for children such as the compiler
+    Inductor runs) leaves what others took.  On a small machine that is the
+    main source of garbage timings, so rows measured while others were busy
+    are flagged.  Returns None where /proc/stat does not exist.
+    """
+
+    WARN_FRACTION = 0.2
+
+    def __init__(self):
+        try:
+            self.tick = os.sysconf("SC_CLK_TCK")
+        except (AttributeError, ValueError, OSError):
+            self.tick = 100
+
+    def snapshot(self):
+        try:
+            with open("/proc/stat") as f:
+                values = [int(v) for v in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        total = sum(values[:8]) / self.tick         # user .. steal
+        idle = (values[3] + values[4]) / self.tick  # idle + iowait
+        t = os.times()
+        own = t.user + t.system + t.children_user + t.children_system
+        return total, idle, own
+
+    @staticmethod
+    def fraction(before, after):
+        """Share of total CPU capacity used by other processes, in [0, 1]."""
+        if before is None or after is None:
+            return None
+        total = after[0] - before[0]
+        if total <= 0:
+            return None
+        busy = total - (after[1] - before[1])
+        return min(1.0, max(0.0, (busy - (after[2] - before[2])) / total))
+
+    def sample(self, seconds=0.5):
+        before = self.snapshot()
+        time.sleep(seconds)
+        return self.fraction(before, self.snapshot())
+
+
 class Progress:
     """Minimal progress bar on stderr (a line per item when not a terminal)."""
 
@@ -593,6 +640,7 @@ class RunConfig:
     compile_filter: Callable  # (dtype, tokens) -> bool
     timer: object             # CpuTimer or CudaTimer: the op timings
     host_timer: object        # CpuTimer: dispatch overhead
+    other_load: OtherLoad
 
 
 def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy_gbps,
@@ -648,7 +696,12 @@ def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy_gbps,
             row["errors"][impl] = _err(e)
 
     progress.show(f"{label} [timing {', '.join(steps)}]")
+    load_before = cfg.other_load.snapshot()
     timings, errors = measure(cfg.timer, steps)
+    others = cfg.other_load.fraction(load_before, cfg.other_load.snapshot())
+    row["others_cpu_busy"] = others
+    if others is not None and others > OtherLoad.WARN_FRACTION:
+        row["errors"]["busy"] = f"other processes used {100 * others:.0f}% CPU"
     row["errors"].update(errors)
     for impl, t in timings.items():
         row["impls"][impl] = {"median_us": t.median_s * 1e6, "iqr_us": t.iqr_s * 1e6,
@@ -1003,14 +1056,14 @@ def main(argv=None):
                     device=device, threads=args.threads,
                     directions=["fwd"] if args.no_backward else list(DIRECTIONS),
                     compile=not args.no_compile, compile_filter=compile_filter,
-                    timer=timer, host_timer=host_timer)
+                    timer=timer, host_timer=host_timer, other_load=OtherLoad())
 
-    load_before = _loadavg()
-    if load_before is not None and load_before > 0.5:
-        print(f"warning: load average is {load_before:.1f} before starting: other "
-              "processes compete for the cores and distort timings (on a small "
-              "VM, threads that get preempted show up as ms-sized outliers)",
-              file=sys.stderr)
+    busy_before = cfg.other_load.sample()
+    if busy_before is not None and busy_before > OtherLoad.WARN_FRACTION:
+        print(f"warning: other processes use {100 * busy_before:.0f}% of the CPUs: "
+              "they compete for the cores and distort timings (on a small VM a "
+              "preempted thread turns into ms-sized outliers)", file=sys.stderr)
+    run_start = cfg.other_load.snapshot()
 
     n_cells = len(cfg.ops) * len(cfg.dtypes) * len(cfg.tokens) * len(cfg.directions)
     progress = Progress(n_cells + (0 if args.no_dispatch else len(cfg.ops)))
@@ -1023,13 +1076,20 @@ def main(argv=None):
     elapsed = time.perf_counter() - t_start
 
     info = machine_info(device, args.threads)
-    info["loadavg_1min_before"] = load_before
+    busy_during = cfg.other_load.fraction(run_start, cfg.other_load.snapshot())
+    info["others_cpu_busy_before"] = busy_before
+    info["others_cpu_busy_during"] = busy_during
     info["loadavg_1min_after"] = _loadavg()
     print(f"\n# op_extension benchmark - {info['device_name']}, {args.threads} "
           f"thread(s), torch {torch.__version__}")
     print("# speed-up = baseline time / our time (>1: ours is faster); "
           "GB/s from minimum bytes moved; %copy = our GB/s / copy_ GB/s\n")
     print_table(rows)
+    flagged = sum(1 for r in rows if "busy" in r["errors"])
+    if flagged:
+        print(f"\n# warning: {flagged} row(s) were timed while other processes used "
+              f"more than {100 * OtherLoad.WARN_FRACTION:.0f}% of the CPUs "
+              "(see 'note'); rerun on an idle machine")
     if dispatch:
         print("\n# dispatch overhead: one eager call on a [1, 8] float32 tensor, "
               "grad mode on\n")
