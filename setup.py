@@ -145,7 +145,8 @@ def extensions(config: BuildConfig):
     sources.append((CSRC / "kernel" / "cpu" / "dispatch.cpp").as_posix())
     sources += isa_variant_sources(config.cpu_isas)
     opt = ["-O0", "-g"] if config.debug else ["-O3"]
-    cxx_flags = opt + ["-fdiagnostics-color=always", "-Wall", "-Wno-unknown-pragmas"]
+    # -fopenmp: at::parallel_for is inline and runs on one thread without it.
+    cxx_flags = opt + ["-fopenmp", "-fdiagnostics-color=always", "-Wall", "-Wno-unknown-pragmas"]
     include_dirs = [str(ROOT / GENERATED)]
     if config.with_cuda:
         sources += sorted(p.as_posix() for p in (CSRC / "kernel" / "cuda").glob("*.cu"))
@@ -159,7 +160,15 @@ def extensions(config: BuildConfig):
                 extra_compile_args={"cxx": cxx_flags, "nvcc": opt + ["--use_fast_math"]},
             )
         ]
-    return [CppExtension("op_extension._C", sources, include_dirs=include_dirs, extra_compile_args={"cxx": cxx_flags})]
+    return [
+        CppExtension(
+            "op_extension._C",
+            sources,
+            include_dirs=include_dirs,
+            extra_compile_args={"cxx": cxx_flags},
+            extra_link_args=["-fopenmp"],
+        )
+    ]
 
 
 config = build_config()
