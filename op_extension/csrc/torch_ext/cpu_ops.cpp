@@ -193,7 +193,7 @@ void check_glu(const char* op, const Tensor& gate, const Tensor& up,
   check_same_shape(op, gate, "gate", up, "up");
 }
 
-Tensor glu_forward(const char* op, const cpu::KernelStub<cpu::GluArgs>& kernel, const Tensor& gate,
+Tensor glu_forward(const cpu::KernelStub<cpu::GluArgs>& kernel, const Tensor& gate,
                    const Tensor& up, cpu::GeluApprox approx) {
   const Tensor g = gate.contiguous();
   const Tensor u = up.contiguous();
@@ -223,7 +223,7 @@ std::tuple<Tensor, Tensor> glu_backward(const char* op,
 Tensor swiglu_cpu(const Tensor& gate, const Tensor& up) {
   constexpr const char* op = "custom::swiglu";
   check_glu(op, gate, up, gen::kSwigluDtypes);
-  return glu_forward(op, cpu::swiglu_forward, gate, up, cpu::GeluApprox::None);
+  return glu_forward(cpu::swiglu_forward, gate, up, cpu::GeluApprox::None);
 }
 
 std::tuple<Tensor, Tensor> swiglu_backward_cpu(const Tensor& grad_output, const Tensor& gate,
@@ -236,7 +236,7 @@ std::tuple<Tensor, Tensor> swiglu_backward_cpu(const Tensor& grad_output, const 
 Tensor geglu_cpu(const Tensor& gate, const Tensor& up, c10::string_view approximate) {
   constexpr const char* op = "custom::geglu";
   check_glu(op, gate, up, gen::kGegluDtypes);
-  return glu_forward(op, cpu::geglu_forward, gate, up, parse_gelu_approximate(op, approximate));
+  return glu_forward(cpu::geglu_forward, gate, up, parse_gelu_approximate(op, approximate));
 }
 
 std::tuple<Tensor, Tensor> geglu_backward_cpu(const Tensor& grad_output, const Tensor& gate,
