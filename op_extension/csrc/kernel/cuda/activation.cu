@@ -1,0 +1,161 @@
+// Elementwise activations on CUDA: GELU (erf and tanh forms), SwiGLU and GEGLU,
+// forward and backward. One map kernel over dense memory (cuda_common.cuh):
+// 128-bit loads and stores when every pointer is 16-byte aligned, one element
+// per access otherwise. The formulas, and the order of their operations, are
+// those of the CPU kernels (kernel/cpu/activation.cpp), so special values
+// (+-inf, NaN) come out the same on both devices.
+#include "cuda_common.cuh"
+
+namespace op_ext::cuda {
+namespace {
+
+using namespace detail;
+
+template <typename Acc>
+struct GeluMath {
+  static constexpr Acc kSqrt1_2 = Acc(0.70710678118654752440);      // 1/sqrt(2)
+  static constexpr Acc kInvSqrt2Pi = Acc(0.39894228040143267794);   // 1/sqrt(2*pi)
+  static constexpr Acc kSqrt2OverPi = Acc(0.79788456080286535588);  // sqrt(2/pi)
+  static constexpr Acc kTanhCoeff = Acc(0.044715);
+
+  static __device__ __forceinline__ Acc forward(Acc x, GeluApprox approx) {
+    if (approx == GeluApprox::Tanh) {
+      const Acc inner = kSqrt2OverPi * (x + kTanhCoeff * x * x * x);
+      return Acc(0.5) * x * (Acc(1) + dev_tanh(inner));
+    }
+    return Acc(0.5) * x * (Acc(1) + dev_erf(x * kSqrt1_2));
+  }
+
+  // d gelu(x) / dx
+  static __device__ __forceinline__ Acc derivative(Acc x, GeluApprox approx) {
+    if (approx == GeluApprox::Tanh) {
+      const Acc x2 = x * x;
+      const Acc inner = kSqrt2OverPi * (x + kTanhCoeff * x2 * x);
+      const Acc t = dev_tanh(inner);
+      const Acc dinner = kSqrt2OverPi * (Acc(1) + Acc(3) * kTanhCoeff * x2);
+      return Acc(0.5) * (Acc(1) + t) + Acc(0.5) * x * (Acc(1) - t * t) * dinner;
+    }
+    const Acc cdf = Acc(0.5) * (Acc(1) + dev_erf(x * kSqrt1_2));
+    const Acc pdf = dev_exp(Acc(-0.5) * x * x) * kInvSqrt2Pi;
+    return cdf + x * pdf;
+  }
+};
+
+// silu(x) = x / (1 + exp(-x)): the form ATen uses, so infinities behave alike.
+template <typename Acc>
+__device__ __forceinline__ Acc silu(Acc x) {
+  return x / (Acc(1) + dev_exp(-x));
+}
+
+// ---- per-element functions for map_kernel: (inputs) -> (outputs) -----------------------
+
+template <typename Acc>
+struct GeluForward {
+  GeluApprox approx;
+  __device__ void operator()(const Acc (&in)[1], Acc (&out)[1]) const {
+    out[0] = GeluMath<Acc>::forward(in[0], approx);
+  }
+};
+
+template <typename Acc>
+struct GeluBackward {  // (dy, x) -> dx
+  GeluApprox approx;
+  __device__ void operator()(const Acc (&in)[2], Acc (&out)[1]) const {
+    out[0] = in[0] * GeluMath<Acc>::derivative(in[1], approx);
+  }
+};
+
+template <typename Acc>
+struct SwigluForward {  // (gate, up) -> out
+  __device__ void operator()(const Acc (&in)[2], Acc (&out)[1]) const {
+    out[0] = silu(in[0]) * in[1];
+  }
+};
+
+template <typename Acc>
+struct SwigluBackward {  // (dy, gate, up) -> (dgate, dup)
+  __device__ void operator()(const Acc (&in)[3], Acc (&out)[2]) const {
+    const Acc dy = in[0], gate = in[1], up = in[2];
+    const Acc sig = Acc(1) / (Acc(1) + dev_exp(-gate));
+    // d silu / d gate = sig * (1 + gate * (1 - sig))
+    out[0] = dy * up * sig * (Acc(1) + gate * (Acc(1) - sig));
+    out[1] = dy * gate * sig;
+  }
+};
+
+template <typename Acc>
+struct GegluForward {  // (gate, up) -> out
+  GeluApprox approx;
+  __device__ void operator()(const Acc (&in)[2], Acc (&out)[1]) const {
+    out[0] = GeluMath<Acc>::forward(in[0], approx) * in[1];
+  }
+};
+
+template <typename Acc>
+struct GegluBackward {  // (dy, gate, up) -> (dgate, dup)
+  GeluApprox approx;
+  __device__ void operator()(const Acc (&in)[3], Acc (&out)[2]) const {
+    out[0] = in[0] * in[2] * GeluMath<Acc>::derivative(in[1], approx);
+    out[1] = in[0] * GeluMath<Acc>::forward(in[1], approx);
+  }
+};
+
+}  // namespace
+
+void gelu_forward(DType dtype, const GeluArgs& a, cudaStream_t stream) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const MapPtrs<T, 1, 1> p{{static_cast<const T*>(a.input)}, {static_cast<T*>(a.output)}};
+    launch_map(p, a.n, GeluForward<acc_t<T>>{a.approximate}, stream);
+  });
+}
+
+void gelu_backward(DType dtype, const GeluBackwardArgs& a, cudaStream_t stream) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const MapPtrs<T, 2, 1> p{
+        {static_cast<const T*>(a.grad_output), static_cast<const T*>(a.input)},
+        {static_cast<T*>(a.grad_input)}};
+    launch_map(p, a.n, GeluBackward<acc_t<T>>{a.approximate}, stream);
+  });
+}
+
+void swiglu_forward(DType dtype, const GluArgs& a, cudaStream_t stream) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const MapPtrs<T, 2, 1> p{{static_cast<const T*>(a.gate), static_cast<const T*>(a.up)},
+                             {static_cast<T*>(a.output)}};
+    launch_map(p, a.n, SwigluForward<acc_t<T>>{}, stream);
+  });
+}
+
+void swiglu_backward(DType dtype, const GluBackwardArgs& a, cudaStream_t stream) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const MapPtrs<T, 3, 2> p{{static_cast<const T*>(a.grad_output), static_cast<const T*>(a.gate),
+                              static_cast<const T*>(a.up)},
+                             {static_cast<T*>(a.grad_gate), static_cast<T*>(a.grad_up)}};
+    launch_map(p, a.n, SwigluBackward<acc_t<T>>{}, stream);
+  });
+}
+
+void geglu_forward(DType dtype, const GluArgs& a, cudaStream_t stream) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const MapPtrs<T, 2, 1> p{{static_cast<const T*>(a.gate), static_cast<const T*>(a.up)},
+                             {static_cast<T*>(a.output)}};
+    launch_map(p, a.n, GegluForward<acc_t<T>>{a.approximate}, stream);
+  });
+}
+
+void geglu_backward(DType dtype, const GluBackwardArgs& a, cudaStream_t stream) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const MapPtrs<T, 3, 2> p{{static_cast<const T*>(a.grad_output), static_cast<const T*>(a.gate),
+                              static_cast<const T*>(a.up)},
+                             {static_cast<T*>(a.grad_gate), static_cast<T*>(a.grad_up)}};
+    launch_map(p, a.n, GegluBackward<acc_t<T>>{a.approximate}, stream);
+  });
+}
+
+}  // namespace op_ext::cuda

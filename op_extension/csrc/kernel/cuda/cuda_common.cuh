@@ -1,0 +1,324 @@
+// Device helpers shared by the CUDA kernel files: accumulation types, 128-bit
+// loads and stores that widen float16/bfloat16 to float, block reductions, the
+// elementwise map kernel, the fixed-order sum of per-block partial rows and the
+// dtype switch. Plain CUDA: no torch.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda_kernels.h"
+
+namespace op_ext::cuda {
+namespace detail {
+
+// float16 and bfloat16 are computed in float; double stays double.
+template <typename T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// Elements of T in one 128-bit access.
+template <typename T>
+inline constexpr int kVecOf = static_cast<int>(16 / sizeof(T));
+
+inline bool is_aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Grid sizes are capped; every kernel walks its work in grid-stride loops.
+inline constexpr int64_t kMaxGridBlocks = int64_t{1} << 20;
+
+inline unsigned grid_for(int64_t work_items, int threads) {
+  const int64_t blocks = ceil_div(work_items, threads);
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxGridBlocks ? kMaxGridBlocks : blocks));
+}
+
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_acc(acc_t<T> v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return v;
+  }
+}
+
+// Rounds to T and back, so later math sees exactly what was stored.
+template <typename T>
+__device__ __forceinline__ acc_t<T> round_to(acc_t<T> v) {
+  return to_acc(from_acc<T>(v));
+}
+
+// N elements of T as one aligned access (N * sizeof(T) == 16 for the vector path).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+template <int N, typename T>
+__device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
+  if constexpr (N == 1) {
+    return Pack<T, 1>{{p[0]}};
+  } else {
+    return *reinterpret_cast<const Pack<T, N>*>(p);
+  }
+}
+
+template <int N, typename T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& pack) {
+  if constexpr (N == 1) {
+    p[0] = pack.v[0];
+  } else {
+    *reinterpret_cast<Pack<T, N>*>(p) = pack;
+  }
+}
+
+template <int N, typename T>
+__device__ __forceinline__ void widen(const Pack<T, N>& pack, acc_t<T> (&out)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = to_acc(pack.v[i]);
+}
+
+template <int N, typename T>
+__device__ __forceinline__ void load_acc(const T* p, acc_t<T> (&out)[N]) {
+  widen(load_pack<N>(p), out);
+}
+
+template <int N, typename T>
+__device__ __forceinline__ void store_acc(T* p, const acc_t<T> (&in)[N]) {
+  Pack<T, N> pack;
+#pragma unroll
+  for (int i = 0; i < N; ++i) pack.v[i] = from_acc<T>(in[i]);
+  store_pack<N>(p, pack);
+}
+
+// ---- math with float and double overloads --------------------------------------
+
+__device__ __forceinline__ float dev_exp(float x) { return expf(x); }
+__device__ __forceinline__ double dev_exp(double x) { return exp(x); }
+__device__ __forceinline__ float dev_erf(float x) { return erff(x); }
+__device__ __forceinline__ double dev_erf(double x) { return erf(x); }
+__device__ __forceinline__ float dev_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double dev_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float dev_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double dev_sqrt(double x) { return sqrt(x); }
+
+template <typename Acc>
+__device__ __forceinline__ Acc neg_infinity() {
+  return -static_cast<Acc>(INFINITY);
+}
+
+// ---- block reductions ------------------------------------------------------------
+
+struct SumOp {
+  template <typename Acc>
+  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const { return a + b; }
+  template <typename Acc>
+  __device__ __forceinline__ Acc identity() const { return Acc(0); }
+};
+
+// max that propagates NaN, as torch.max does (fmax would drop it).
+struct MaxOp {
+  template <typename Acc>
+  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const {
+    return (a > b || a != a) ? a : b;
+  }
+  template <typename Acc>
+  __device__ __forceinline__ Acc identity() const { return neg_infinity<Acc>(); }
+};
+
+// Reduces v[0..N) across the lanes [0, lanes) of the calling warp into lane 0.
+// Works for a partial last warp (blockDim.x not a multiple of 32): only lanes
+// that exist take part, and a lane ignores values shuffled from missing lanes.
+template <typename Op, typename Acc, int N>
+__device__ __forceinline__ void warp_reduce(Acc (&v)[N], int lanes, const Op& op) {
+  const unsigned mask = lanes >= 32 ? 0xffffffffu : ((1u << lanes) - 1u);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const Acc other = __shfl_down_sync(mask, v[i], offset);
+      if (lane + offset < lanes) v[i] = op(v[i], other);
+    }
+  }
+}
+
+// Reduces v[0..N) over the whole (1-D) block; every thread gets the result.
+// The order of the operations depends on blockDim.x only, so a row reduces to
+// the same bits every run. Safe to call repeatedly in one kernel.
+template <typename Op, typename Acc, int N>
+__device__ __forceinline__ void block_reduce(Acc (&v)[N], const Op& op) {
+  __shared__ Acc partial[N][33];  // [value][warp], slot 32 holds the result
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nthreads = static_cast<int>(blockDim.x);
+  const int warp = tid >> 5, lane = tid & 31;
+  const int nwarps = (nthreads + 31) >> 5;
+  __syncthreads();  // the previous call's readers are done with `partial`
+  warp_reduce(v, min(32, nthreads - warp * 32), op);
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) partial[i][warp] = v[i];
+  }
+  __syncthreads();
+  if (warp == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = lane < nwarps ? partial[i][lane] : op.template identity<Acc>();
+    warp_reduce(v, min(32, nthreads), op);
+    if (lane == 0) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) partial[i][32] = v[i];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = partial[i][32];
+}
+
+// ---- elementwise map ---------------------------------------------------------------
+
+template <typename T, int kIn, int kOut>
+struct MapPtrs {
+  const T* in[kIn];
+  T* out[kOut];
+};
+
+// out[k][i] = f(in[0][i], ..., in[kIn-1][i]) for i in [0, n), kVec elements per
+// access; the last n % kVec elements are done one by one by the first threads.
+// f(const Acc (&in)[kIn], Acc (&out)[kOut]) computes one element.
+template <typename T, int kVec, int kIn, int kOut, typename F>
+__global__ void map_kernel(MapPtrs<T, kIn, kOut> p, int64_t n, F f) {
+  using Acc = acc_t<T>;
+  const int64_t nvec = n / kVec;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = first; v < nvec; v += stride) {
+    const int64_t i = v * kVec;
+    Acc in[kIn][kVec];
+#pragma unroll
+    for (int k = 0; k < kIn; ++k) load_acc<kVec>(p.in[k] + i, in[k]);
+    Acc out[kOut][kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      Acc a[kIn], o[kOut];
+#pragma unroll
+      for (int k = 0; k < kIn; ++k) a[k] = in[k][e];
+      f(a, o);
+#pragma unroll
+      for (int k = 0; k < kOut; ++k) out[k][e] = o[k];
+    }
+#pragma unroll
+    for (int k = 0; k < kOut; ++k) store_acc<kVec>(p.out[k] + i, out[k]);
+  }
+  const int64_t tail = nvec * kVec + first;
+  if (kVec > 1 && tail < n) {
+    Acc a[kIn], o[kOut];
+#pragma unroll
+    for (int k = 0; k < kIn; ++k) a[k] = to_acc(p.in[k][tail]);
+    f(a, o);
+#pragma unroll
+    for (int k = 0; k < kOut; ++k) p.out[k][tail] = from_acc<T>(o[k]);
+  }
+}
+
+// Launches map_kernel with 128-bit accesses when every pointer allows them.
+template <typename T, int kIn, int kOut, typename F>
+void launch_map(const MapPtrs<T, kIn, kOut>& p, int64_t n, const F& f, cudaStream_t stream) {
+  if (n <= 0) return;
+  constexpr int kThreads = 256;
+  constexpr int kVec = kVecOf<T>;
+  bool aligned = true;
+  for (int k = 0; k < kIn; ++k) aligned = aligned && is_aligned16(p.in[k]);
+  for (int k = 0; k < kOut; ++k) aligned = aligned && is_aligned16(p.out[k]);
+  if (aligned) {
+    map_kernel<T, kVec, kIn, kOut, F><<<grid_for(n / kVec, kThreads), kThreads, 0, stream>>>(p, n, f);
+  } else {
+    map_kernel<T, 1, kIn, kOut, F><<<grid_for(n, kThreads), kThreads, 0, stream>>>(p, n, f);
+  }
+}
+
+// ---- fixed-order sums of partial rows ------------------------------------------------
+
+// out[a * C + c] = alpha * sum over k in [0, K) of partial[(a * K + k) * C + c].
+// A (32 x 8) block owns 32 columns of one `a`: each thread row sums every 8th
+// partial in order, then thread row 0 adds the 8 sums in order. The result
+// depends on K and C only, never on timing: no atomics.
+inline constexpr int kPartialCols = 32;
+inline constexpr int kPartialRows = 8;
+
+template <typename T>
+__global__ void sum_partials_kernel(const acc_t<T>* partial, T* out, int64_t A, int64_t K,
+                                    int64_t C, acc_t<T> alpha) {
+  using Acc = acc_t<T>;
+  __shared__ Acc sums[kPartialRows][kPartialCols];
+  const int64_t col_blocks = ceil_div(C, kPartialCols);
+  for (int64_t b = blockIdx.x; b < A * col_blocks; b += gridDim.x) {
+    const int64_t a = b / col_blocks;
+    const int64_t c = (b % col_blocks) * kPartialCols + threadIdx.x;
+    Acc s = Acc(0);
+    if (c < C) {
+      for (int64_t k = threadIdx.y; k < K; k += kPartialRows) s += partial[(a * K + k) * C + c];
+    }
+    sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+      Acc total = Acc(0);
+#pragma unroll
+      for (int r = 0; r < kPartialRows; ++r) total += sums[r][threadIdx.x];
+      out[a * C + c] = from_acc<T>(total * alpha);
+    }
+    __syncthreads();  // `sums` is reused by the next column block
+  }
+}
+
+template <typename T>
+void launch_sum_partials(const acc_t<T>* partial, T* out, int64_t A, int64_t K, int64_t C,
+                         acc_t<T> alpha, cudaStream_t stream) {
+  if (A <= 0 || C <= 0) return;
+  const dim3 block(kPartialCols, kPartialRows);
+  sum_partials_kernel<T><<<grid_for(A * ceil_div(C, kPartialCols), 1), block, 0, stream>>>(
+      partial, out, A, K, C, alpha);
+}
+
+// ---- dtype switch ---------------------------------------------------------------------
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// f(TypeTag<T>{}) with the CUDA type of `dtype` (float16 -> __half, bfloat16 ->
+// __nv_bfloat16: same 16-bit layouts as c10::Half and c10::BFloat16).
+template <typename F>
+void dispatch_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Float32:
+      f(TypeTag<float>{});
+      break;
+    case DType::Float64:
+      f(TypeTag<double>{});
+      break;
+    case DType::Float16:
+      f(TypeTag<__half>{});
+      break;
+    case DType::BFloat16:
+      f(TypeTag<__nv_bfloat16>{});
+      break;
+  }
+}
+
+}  // namespace detail
+}  // namespace op_ext::cuda

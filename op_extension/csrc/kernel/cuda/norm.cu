@@ -1,0 +1,495 @@
+// Row normalisations on CUDA: RMSNorm, fused residual-add + RMSNorm, LayerNorm;
+// forward and backward. Rows are [rows, cols] with cols = prod(normalized_shape);
+// launch layout, row cache and reductions: row_common.cuh. The math, and the
+// order of its operations, follow the CPU kernels (kernel/cpu/norm.cpp):
+// statistics in float (double for double), LayerNorm's variance in two passes.
+//
+// Weight and bias gradients are sums over rows. The rows are cut into at most
+// kMaxGroups contiguous groups (a function of the row count only); the block of
+// a group adds its rows' contributions into its own partial row of a float
+// workspace (each thread to the columns it owns, so no atomics and no barrier),
+// and sum_partials_kernel then adds the partial rows in a fixed order. The
+// result is bit-identical run after run.
+#include "row_common.cuh"
+
+namespace op_ext::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int64_t kMaxGroups = 256;
+
+struct RowGroups {
+  int64_t rows_per_group = 1;
+  int64_t groups = 0;
+};
+
+RowGroups row_groups(int64_t rows) {
+  RowGroups g;
+  if (rows <= 0) return g;
+  g.rows_per_group = ceil_div(rows, rows < kMaxGroups ? rows : kMaxGroups);
+  g.groups = ceil_div(rows, g.rows_per_group);
+  return g;
+}
+
+// partial[j] = value for the first row of a group, += for the others.
+template <typename Acc>
+__device__ __forceinline__ void accumulate(Acc* partial, bool first_row, Acc value) {
+  *partial = first_row ? value : *partial + value;
+}
+
+// ---- RMSNorm (and fused residual add) forward -------------------------------------
+
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rms_norm_forward_kernel(RmsNormArgs a, bool cached) {
+  using Acc = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char row_cache[];
+  T* cache = reinterpret_cast<T*>(row_cache);
+  const T* weight = static_cast<const T*>(a.weight);
+  const int64_t cols = a.cols;
+  const int64_t accesses = cols / kVec;
+  const Acc eps = static_cast<Acc>(a.eps);
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T* x = static_cast<const T*>(a.input) + row * cols;
+    T* y = static_cast<T*>(a.output) + row * cols;
+    const T* res = a.residual != nullptr ? static_cast<const T*>(a.residual) + row * cols : nullptr;
+    T* z = a.residual != nullptr ? static_cast<T*>(a.residual_out) + row * cols : nullptr;
+    Acc sum_sq[1] = {Acc(0)};
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      const int64_t j = v * kVec;
+      Pack<T, kVec> pack;
+      if (res != nullptr) {
+        // residual_out = input + residual, rounded to T as the unfused ops
+        // would store it; the norm reads the rounded values.
+        Acc xv[kVec], rv[kVec];
+        load_acc<kVec>(x + j, xv);
+        load_acc<kVec>(res + j, rv);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) pack.v[e] = from_acc<T>(xv[e] + rv[e]);
+        store_pack<kVec>(z + j, pack);
+      } else {
+        pack = load_pack<kVec>(x + j);
+      }
+      if (cached) store_pack<kVec>(cache + j, pack);
+      Acc s[kVec];
+      widen(pack, s);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) sum_sq[0] += s[e] * s[e];
+    }
+    block_reduce(sum_sq, SumOp{});
+    const Acc rstd = Acc(1) / dev_sqrt(sum_sq[0] / static_cast<Acc>(cols) + eps);
+    const T* src = cached ? cache : (z != nullptr ? z : x);
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      const int64_t j = v * kVec;
+      Acc out[kVec];
+      load_acc<kVec>(src + j, out);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) out[e] = out[e] * rstd;
+      if (weight != nullptr) {
+        Acc w[kVec];
+        load_acc<kVec>(weight + j, w);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) out[e] = out[e] * w[e];
+      }
+      store_acc<kVec>(y + j, out);
+    }
+  }
+}
+
+template <typename T>
+void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
+  if (a.rows <= 0 || a.cols <= 0) return;
+  const bool fused = a.residual != nullptr;
+  const bool aligned = is_aligned16(a.input) && is_aligned16(a.output) &&
+                       (a.weight == nullptr || is_aligned16(a.weight)) &&
+                       (!fused || (is_aligned16(a.residual) && is_aligned16(a.residual_out)));
+  const RowLaunch launch = plan_rows<T>(a.cols, aligned, 1);
+  const bool cached = launch.cache_bytes > 0;
+  if (launch.vectorized) {
+    rms_norm_forward_kernel<T, kVecOf<T>>
+        <<<row_grid(a.rows), launch.threads, launch.cache_bytes, stream>>>(a, cached);
+  } else {
+    rms_norm_forward_kernel<T, 1>
+        <<<row_grid(a.rows), launch.threads, launch.cache_bytes, stream>>>(a, cached);
+  }
+}
+
+// ---- RMSNorm backward -------------------------------------------------------------
+
+// With y = w * x * rstd: dx = rstd * (dy*w) - x * rstd^3 * mean(dy*w*x);
+// dw = sum over rows of dy * x * rstd. `input` is the normalised tensor
+// (residual_out for the fused op, whose grad_residual_out is added to dx).
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rms_norm_backward_kernel(RmsNormBackwardArgs a, acc_t<T>* partial_w, RowGroups groups,
+                             bool cached) {
+  using Acc = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char row_cache[];
+  const int64_t cols = a.cols;
+  T* cache_x = reinterpret_cast<T*>(row_cache);
+  T* cache_dy = cache_x + cols;
+  const T* weight = static_cast<const T*>(a.weight);
+  const int64_t accesses = cols / kVec;
+  const Acc eps = static_cast<Acc>(a.eps);
+  const Acc n = static_cast<Acc>(cols);
+  for (int64_t g = blockIdx.x; g < groups.groups; g += gridDim.x) {
+    const int64_t row_begin = g * groups.rows_per_group;
+    const int64_t row_end = min(a.rows, row_begin + groups.rows_per_group);
+    Acc* partial = partial_w != nullptr ? partial_w + g * cols : nullptr;
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      const T* x = static_cast<const T*>(a.input) + row * cols;
+      const T* dy = static_cast<const T*>(a.grad_output) + row * cols;
+      T* dx = static_cast<T*>(a.grad_input) + row * cols;
+      Acc sums[2] = {Acc(0), Acc(0)};  // sum(x^2), sum(dy * w * x)
+      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        const int64_t j = v * kVec;
+        const Pack<T, kVec> xp = load_pack<kVec>(x + j);
+        const Pack<T, kVec> gp = load_pack<kVec>(dy + j);
+        if (cached) {
+          store_pack<kVec>(cache_x + j, xp);
+          store_pack<kVec>(cache_dy + j, gp);
+        }
+        Acc xv[kVec], gv[kVec];
+        widen(xp, xv);
+        widen(gp, gv);
+        if (weight != nullptr) {
+          Acc w[kVec];
+          load_acc<kVec>(weight + j, w);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
+        }
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          sums[0] += xv[e] * xv[e];
+          sums[1] += gv[e] * xv[e];
+        }
+      }
+      block_reduce(sums, SumOp{});
+      const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps);
+      const Acc coeff = rstd * rstd * rstd * sums[1] / n;
+      const T* x_src = cached ? cache_x : x;
+      const T* dy_src = cached ? cache_dy : dy;
+      const T* gr = a.grad_residual_out != nullptr
+                        ? static_cast<const T*>(a.grad_residual_out) + row * cols
+                        : nullptr;
+      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        const int64_t j = v * kVec;
+        Acc xv[kVec], dyv[kVec], out[kVec];
+        load_acc<kVec>(x_src + j, xv);
+        load_acc<kVec>(dy_src + j, dyv);
+        Acc gv[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) gv[e] = dyv[e];
+        if (weight != nullptr) {
+          Acc w[kVec];
+          load_acc<kVec>(weight + j, w);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
+        }
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) out[e] = rstd * gv[e] - coeff * xv[e];
+        if (gr != nullptr) {
+          Acc grv[kVec];
+          load_acc<kVec>(gr + j, grv);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) out[e] = out[e] + grv[e];
+        }
+        store_acc<kVec>(dx + j, out);
+        if (partial != nullptr) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            accumulate(partial + j + e, row == row_begin, dyv[e] * xv[e] * rstd);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cudaStream_t stream) {
+  using Acc = acc_t<T>;
+  if (a.cols <= 0) return;  // every output is empty
+  const bool want_dw = a.weight != nullptr && a.grad_weight != nullptr;
+  Acc* partial_w = want_dw ? static_cast<Acc*>(workspace) : nullptr;
+  const RowGroups groups = row_groups(a.rows);
+  if (groups.groups > 0) {
+    const bool aligned =
+        is_aligned16(a.grad_output) && is_aligned16(a.input) && is_aligned16(a.grad_input) &&
+        (a.weight == nullptr || is_aligned16(a.weight)) &&
+        (a.grad_residual_out == nullptr || is_aligned16(a.grad_residual_out));
+    const RowLaunch launch = plan_rows<T>(a.cols, aligned, 2);
+    const bool cached = launch.cache_bytes > 0;
+    if (launch.vectorized) {
+      rms_norm_backward_kernel<T, kVecOf<T>>
+          <<<row_grid(groups.groups), launch.threads, launch.cache_bytes, stream>>>(
+              a, partial_w, groups, cached);
+    } else {
+      rms_norm_backward_kernel<T, 1>
+          <<<row_grid(groups.groups), launch.threads, launch.cache_bytes, stream>>>(
+              a, partial_w, groups, cached);
+    }
+  }
+  // With no rows the sum is over nothing: sum_partials writes zeros.
+  if (want_dw) {
+    launch_sum_partials<T>(partial_w, static_cast<T*>(a.grad_weight), 1, groups.groups, a.cols,
+                           Acc(1), stream);
+  }
+}
+
+// ---- LayerNorm forward --------------------------------------------------------------
+
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    layer_norm_forward_kernel(LayerNormArgs a, bool cached) {
+  using Acc = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char row_cache[];
+  T* cache = reinterpret_cast<T*>(row_cache);
+  const T* weight = static_cast<const T*>(a.weight);
+  const T* bias = static_cast<const T*>(a.bias);
+  const int64_t cols = a.cols;
+  const int64_t accesses = cols / kVec;
+  const Acc eps = static_cast<Acc>(a.eps);
+  const Acc n = static_cast<Acc>(cols);
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T* x = static_cast<const T*>(a.input) + row * cols;
+    T* y = static_cast<T*>(a.output) + row * cols;
+    Acc sum[1] = {Acc(0)};
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      const int64_t j = v * kVec;
+      const Pack<T, kVec> pack = load_pack<kVec>(x + j);
+      if (cached) store_pack<kVec>(cache + j, pack);
+      Acc xv[kVec];
+      widen(pack, xv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) sum[0] += xv[e];
+    }
+    block_reduce(sum, SumOp{});
+    const Acc mean = sum[0] / n;
+    // Two-pass variance: no cancellation for rows with a large mean.
+    const T* src = cached ? cache : x;
+    Acc var[1] = {Acc(0)};
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      Acc xv[kVec];
+      load_acc<kVec>(src + v * kVec, xv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const Acc d = xv[e] - mean;
+        var[0] += d * d;
+      }
+    }
+    block_reduce(var, SumOp{});
+    const Acc rstd = Acc(1) / dev_sqrt(var[0] / n + eps);
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      const int64_t j = v * kVec;
+      Acc out[kVec];
+      load_acc<kVec>(src + j, out);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) out[e] = (out[e] - mean) * rstd;
+      if (weight != nullptr) {
+        Acc w[kVec];
+        load_acc<kVec>(weight + j, w);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) out[e] = out[e] * w[e];
+      }
+      if (bias != nullptr) {
+        Acc b[kVec];
+        load_acc<kVec>(bias + j, b);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) out[e] = out[e] + b[e];
+      }
+      store_acc<kVec>(y + j, out);
+    }
+  }
+}
+
+template <typename T>
+void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
+  if (a.rows <= 0 || a.cols <= 0) return;
+  const bool aligned = is_aligned16(a.input) && is_aligned16(a.output) &&
+                       (a.weight == nullptr || is_aligned16(a.weight)) &&
+                       (a.bias == nullptr || is_aligned16(a.bias));
+  const RowLaunch launch = plan_rows<T>(a.cols, aligned, 1);
+  const bool cached = launch.cache_bytes > 0;
+  if (launch.vectorized) {
+    layer_norm_forward_kernel<T, kVecOf<T>>
+        <<<row_grid(a.rows), launch.threads, launch.cache_bytes, stream>>>(a, cached);
+  } else {
+    layer_norm_forward_kernel<T, 1>
+        <<<row_grid(a.rows), launch.threads, launch.cache_bytes, stream>>>(a, cached);
+  }
+}
+
+// ---- LayerNorm backward -----------------------------------------------------------
+
+// g = dy * w, d = x - mean, xhat = d * rstd:
+// dx = rstd * (g - mean(g) - d * rstd^2 * mean(g * d));
+// dw = sum over rows of dy * d * rstd, db = sum over rows of dy.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    layer_norm_backward_kernel(LayerNormBackwardArgs a, acc_t<T>* partial_w, acc_t<T>* partial_b,
+                               RowGroups groups, bool cached) {
+  using Acc = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char row_cache[];
+  const int64_t cols = a.cols;
+  T* cache_x = reinterpret_cast<T*>(row_cache);
+  T* cache_dy = cache_x + cols;
+  const T* weight = static_cast<const T*>(a.weight);
+  const int64_t accesses = cols / kVec;
+  const Acc eps = static_cast<Acc>(a.eps);
+  const Acc n = static_cast<Acc>(cols);
+  for (int64_t g = blockIdx.x; g < groups.groups; g += gridDim.x) {
+    const int64_t row_begin = g * groups.rows_per_group;
+    const int64_t row_end = min(a.rows, row_begin + groups.rows_per_group);
+    Acc* pw = partial_w != nullptr ? partial_w + g * cols : nullptr;
+    Acc* pb = partial_b != nullptr ? partial_b + g * cols : nullptr;
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      const T* x = static_cast<const T*>(a.input) + row * cols;
+      const T* dy = static_cast<const T*>(a.grad_output) + row * cols;
+      T* dx = static_cast<T*>(a.grad_input) + row * cols;
+      Acc sum[1] = {Acc(0)};
+      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        const int64_t j = v * kVec;
+        const Pack<T, kVec> xp = load_pack<kVec>(x + j);
+        if (cached) {
+          store_pack<kVec>(cache_x + j, xp);
+          store_pack<kVec>(cache_dy + j, load_pack<kVec>(dy + j));
+        }
+        Acc xv[kVec];
+        widen(xp, xv);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) sum[0] += xv[e];
+      }
+      block_reduce(sum, SumOp{});
+      const Acc mean = sum[0] / n;
+      const T* x_src = cached ? cache_x : x;
+      const T* dy_src = cached ? cache_dy : dy;
+      Acc sums[3] = {Acc(0), Acc(0), Acc(0)};  // sum(d^2), sum(g), sum(g * d)
+      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        const int64_t j = v * kVec;
+        Acc xv[kVec], gv[kVec];
+        load_acc<kVec>(x_src + j, xv);
+        load_acc<kVec>(dy_src + j, gv);
+        if (weight != nullptr) {
+          Acc w[kVec];
+          load_acc<kVec>(weight + j, w);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
+        }
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const Acc d = xv[e] - mean;
+          sums[0] += d * d;
+          sums[1] += gv[e];
+          sums[2] += gv[e] * d;
+        }
+      }
+      block_reduce(sums, SumOp{});
+      const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps);
+      const Acc mean_g = sums[1] / n;
+      const Acc coeff = rstd * rstd * sums[2] / n;
+      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        const int64_t j = v * kVec;
+        Acc xv[kVec], dyv[kVec], out[kVec];
+        load_acc<kVec>(x_src + j, xv);
+        load_acc<kVec>(dy_src + j, dyv);
+        Acc w[kVec];
+        if (weight != nullptr) load_acc<kVec>(weight + j, w);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const Acc d = xv[e] - mean;
+          const Acc gv = weight != nullptr ? dyv[e] * w[e] : dyv[e];
+          out[e] = rstd * (gv - mean_g - d * coeff);
+          if (pw != nullptr) accumulate(pw + j + e, row == row_begin, dyv[e] * d * rstd);
+          if (pb != nullptr) accumulate(pb + j + e, row == row_begin, dyv[e]);
+        }
+        store_acc<kVec>(dx + j, out);
+      }
+    }
+  }
+}
+
+template <typename T>
+void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
+                               cudaStream_t stream) {
+  using Acc = acc_t<T>;
+  if (a.cols <= 0) return;  // every output is empty
+  const RowGroups groups = row_groups(a.rows);
+  Acc* next = static_cast<Acc*>(workspace);
+  Acc* partial_w = nullptr;
+  Acc* partial_b = nullptr;
+  if (a.grad_weight != nullptr) {
+    partial_w = next;
+    next += groups.groups * a.cols;
+  }
+  if (a.grad_bias != nullptr) partial_b = next;
+  if (groups.groups > 0) {
+    const bool aligned = is_aligned16(a.grad_output) && is_aligned16(a.input) &&
+                         is_aligned16(a.grad_input) &&
+                         (a.weight == nullptr || is_aligned16(a.weight));
+    const RowLaunch launch = plan_rows<T>(a.cols, aligned, 2);
+    const bool cached = launch.cache_bytes > 0;
+    if (launch.vectorized) {
+      layer_norm_backward_kernel<T, kVecOf<T>>
+          <<<row_grid(groups.groups), launch.threads, launch.cache_bytes, stream>>>(
+              a, partial_w, partial_b, groups, cached);
+    } else {
+      layer_norm_backward_kernel<T, 1>
+          <<<row_grid(groups.groups), launch.threads, launch.cache_bytes, stream>>>(
+              a, partial_w, partial_b, groups, cached);
+    }
+  }
+  if (partial_w != nullptr) {
+    launch_sum_partials<T>(partial_w, static_cast<T*>(a.grad_weight), 1, groups.groups, a.cols,
+                           Acc(1), stream);
+  }
+  if (partial_b != nullptr) {
+    launch_sum_partials<T>(partial_b, static_cast<T*>(a.grad_bias), 1, groups.groups, a.cols,
+                           Acc(1), stream);
+  }
+}
+
+size_t acc_size(DType dtype) {
+  return dtype == DType::Float64 ? sizeof(double) : sizeof(float);
+}
+
+}  // namespace
+
+void rms_norm_forward(DType dtype, const RmsNormArgs& args, cudaStream_t stream) {
+  dispatch_dtype(dtype,
+                 [&](auto tag) { rms_norm_forward_typed<typename decltype(tag)::type>(args, stream); });
+}
+
+size_t rms_norm_backward_workspace_bytes(DType dtype, const RmsNormBackwardArgs& args) {
+  if (args.cols <= 0 || args.weight == nullptr || args.grad_weight == nullptr) return 0;
+  return static_cast<size_t>(row_groups(args.rows).groups * args.cols) * acc_size(dtype);
+}
+
+void rms_norm_backward(DType dtype, const RmsNormBackwardArgs& args, void* workspace,
+                       cudaStream_t stream) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    rms_norm_backward_typed<typename decltype(tag)::type>(args, workspace, stream);
+  });
+}
+
+void layer_norm_forward(DType dtype, const LayerNormArgs& args, cudaStream_t stream) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    layer_norm_forward_typed<typename decltype(tag)::type>(args, stream);
+  });
+}
+
+size_t layer_norm_backward_workspace_bytes(DType dtype, const LayerNormBackwardArgs& args) {
+  if (args.cols <= 0) return 0;
+  const int64_t sums = (args.grad_weight != nullptr ? 1 : 0) + (args.grad_bias != nullptr ? 1 : 0);
+  return static_cast<size_t>(sums * row_groups(args.rows).groups * args.cols) * acc_size(dtype);
+}
+
+void layer_norm_backward(DType dtype, const LayerNormBackwardArgs& args, void* workspace,
+                         cudaStream_t stream) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    layer_norm_backward_typed<typename decltype(tag)::type>(args, workspace, stream);
+  });
+}
+
+}  // namespace op_ext::cuda

@@ -1,0 +1,54 @@
+// How the row kernels (norms, softmax over the last dim) are launched.
+//
+// One block owns one row at a time (a single warp when the row is short), and
+// its threads own fixed slices of the row: thread t takes the accesses t,
+// t + blockDim.x, ... of kVec elements each. Statistics are block reductions
+// (block_reduce) whose order depends on the row length only.
+//
+// A row is read from memory once when it fits on chip: the first pass copies
+// the thread's own slices into dynamic shared memory, later passes read them
+// back from there. Each thread only ever reads the slices it wrote, so the cache
+// needs no barrier. Rows too long for the cache re-read global memory instead
+// (same code, another source pointer). The cache is kept under the 48 KiB that
+// any block may use without cudaFuncSetAttribute, which would be an extra API
+// call on every launch path (and during CUDA graph capture).
+#pragma once
+
+#include "cuda_common.cuh"
+
+namespace op_ext::cuda::detail {
+
+// Dynamic shared memory for the row cache; block_reduce's static arrays (at
+// most 3 x 33 doubles per call site) fit in the rest of the 48 KiB.
+inline constexpr size_t kRowCacheBytes = 44 * 1024;
+inline constexpr int kMaxRowThreads = 1024;
+// Accesses per thread the block size aims for: enough independent loads in
+// flight per thread, without idling threads on short rows.
+inline constexpr int64_t kAccessesPerThread = 4;
+
+struct RowLaunch {
+  bool vectorized;  // kVec-element (128-bit) accesses
+  int threads;      // a multiple of 32, <= kMaxRowThreads
+  size_t cache_bytes;  // dynamic shared memory; 0: the rows do not fit, re-read global
+};
+
+// `aligned`: every row pointer the kernel touches is 16-byte aligned at row 0.
+// With cols a multiple of kVec every later row then is too.
+template <typename T>
+RowLaunch plan_rows(int64_t cols, bool aligned, int cached_arrays) {
+  RowLaunch launch{};
+  launch.vectorized = aligned && cols % kVecOf<T> == 0;
+  const int64_t accesses = launch.vectorized ? cols / kVecOf<T> : cols;
+  int64_t threads = ceil_div(ceil_div(accesses, kAccessesPerThread), 32) * 32;
+  threads = threads < 32 ? 32 : (threads > kMaxRowThreads ? kMaxRowThreads : threads);
+  launch.threads = static_cast<int>(threads);
+  const size_t bytes = static_cast<size_t>(cached_arrays) * static_cast<size_t>(cols) * sizeof(T);
+  launch.cache_bytes = bytes <= kRowCacheBytes ? bytes : 0;
+  return launch;
+}
+
+inline unsigned row_grid(int64_t rows) {
+  return static_cast<unsigned>(rows < kMaxGridBlocks ? rows : kMaxGridBlocks);
+}
+
+}  // namespace op_ext::cuda::detail

@@ -1,0 +1,208 @@
+// Softmax over one dim of a dense [outer, dim_size, inner] view, forward and
+// backward, on CUDA.
+//
+// inner == 1 (softmax over the last dim, the attention case): one block per row
+// (row_common.cuh: row cache, block reductions): max, then sum of exp(x - max),
+// then exp(x - max) / sum. exp is recomputed from the cached input in the last
+// pass, which gives the same values as keeping them.
+// inner > 1: one thread per (outer, inner) column walks the softmax dim; the
+// threads of a warp read neighbouring inner elements, so the accesses coalesce.
+// max propagates NaN, as in torch: a NaN or +inf in a row makes it NaN, a row
+// of -inf is NaN (0/0), -inf entries get probability 0.
+#include "row_common.cuh"
+
+namespace op_ext::cuda {
+namespace {
+
+using namespace detail;
+
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    softmax_last_dim_kernel(const T* input, T* output, int64_t rows, int64_t cols, bool cached) {
+  using Acc = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char row_cache[];
+  T* cache = reinterpret_cast<T*>(row_cache);
+  const int64_t accesses = cols / kVec;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x = input + row * cols;
+    T* y = output + row * cols;
+    Acc row_max[1] = {neg_infinity<Acc>()};
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      const int64_t j = v * kVec;
+      const Pack<T, kVec> pack = load_pack<kVec>(x + j);
+      if (cached) store_pack<kVec>(cache + j, pack);
+      Acc xv[kVec];
+      widen(pack, xv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) row_max[0] = MaxOp{}(row_max[0], xv[e]);
+    }
+    block_reduce(row_max, MaxOp{});
+    const Acc m = row_max[0];
+    const T* src = cached ? cache : x;
+    Acc sum[1] = {Acc(0)};
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      Acc xv[kVec];
+      load_acc<kVec>(src + v * kVec, xv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) sum[0] += dev_exp(xv[e] - m);
+    }
+    block_reduce(sum, SumOp{});
+    const Acc inv = Acc(1) / sum[0];
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      const int64_t j = v * kVec;
+      Acc out[kVec];
+      load_acc<kVec>(src + j, out);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) out[e] = dev_exp(out[e] - m) * inv;
+      store_acc<kVec>(y + j, out);
+    }
+  }
+}
+
+// dx = y * (dy - sum(dy * y)) along the row.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    softmax_backward_last_dim_kernel(const T* grad_output, const T* output, T* grad_input,
+                                     int64_t rows, int64_t cols, bool cached) {
+  using Acc = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char row_cache[];
+  T* cache_dy = reinterpret_cast<T*>(row_cache);
+  T* cache_y = cache_dy + cols;
+  const int64_t accesses = cols / kVec;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* dy = grad_output + row * cols;
+    const T* y = output + row * cols;
+    T* dx = grad_input + row * cols;
+    Acc dot[1] = {Acc(0)};
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      const int64_t j = v * kVec;
+      const Pack<T, kVec> gp = load_pack<kVec>(dy + j);
+      const Pack<T, kVec> yp = load_pack<kVec>(y + j);
+      if (cached) {
+        store_pack<kVec>(cache_dy + j, gp);
+        store_pack<kVec>(cache_y + j, yp);
+      }
+      Acc gv[kVec], yv[kVec];
+      widen(gp, gv);
+      widen(yp, yv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) dot[0] += gv[e] * yv[e];
+    }
+    block_reduce(dot, SumOp{});
+    const T* dy_src = cached ? cache_dy : dy;
+    const T* y_src = cached ? cache_y : y;
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      const int64_t j = v * kVec;
+      Acc gv[kVec], yv[kVec], out[kVec];
+      load_acc<kVec>(dy_src + j, gv);
+      load_acc<kVec>(y_src + j, yv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) out[e] = yv[e] * (gv[e] - dot[0]);
+      store_acc<kVec>(dx + j, out);
+    }
+  }
+}
+
+template <typename T>
+__global__ void softmax_strided_kernel(const T* input, T* output, int64_t outer, int64_t dim_size,
+                                       int64_t inner) {
+  using Acc = acc_t<T>;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < outer * inner;
+       t += step) {
+    const int64_t base = (t / inner) * dim_size * inner + t % inner;
+    const T* x = input + base;
+    T* y = output + base;
+    Acc m = neg_infinity<Acc>();
+    for (int64_t d = 0; d < dim_size; ++d) m = MaxOp{}(m, to_acc(x[d * inner]));
+    Acc sum = Acc(0);
+    for (int64_t d = 0; d < dim_size; ++d) sum += dev_exp(to_acc(x[d * inner]) - m);
+    const Acc inv = Acc(1) / sum;
+    for (int64_t d = 0; d < dim_size; ++d) {
+      y[d * inner] = from_acc<T>(dev_exp(to_acc(x[d * inner]) - m) * inv);
+    }
+  }
+}
+
+template <typename T>
+__global__ void softmax_backward_strided_kernel(const T* grad_output, const T* output,
+                                                T* grad_input, int64_t outer, int64_t dim_size,
+                                                int64_t inner) {
+  using Acc = acc_t<T>;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < outer * inner;
+       t += step) {
+    const int64_t base = (t / inner) * dim_size * inner + t % inner;
+    Acc dot = Acc(0);
+    for (int64_t d = 0; d < dim_size; ++d) {
+      dot += to_acc(grad_output[base + d * inner]) * to_acc(output[base + d * inner]);
+    }
+    for (int64_t d = 0; d < dim_size; ++d) {
+      const int64_t i = base + d * inner;
+      grad_input[i] = from_acc<T>(to_acc(output[i]) * (to_acc(grad_output[i]) - dot));
+    }
+  }
+}
+
+constexpr int kStridedThreads = 256;
+
+template <typename T>
+void softmax_forward_typed(const SoftmaxArgs& a, cudaStream_t stream) {
+  if (a.outer <= 0 || a.dim_size <= 0 || a.inner <= 0) return;
+  const T* x = static_cast<const T*>(a.input);
+  T* y = static_cast<T*>(a.output);
+  if (a.inner > 1) {
+    softmax_strided_kernel<T><<<grid_for(a.outer * a.inner, kStridedThreads), kStridedThreads, 0,
+                                stream>>>(x, y, a.outer, a.dim_size, a.inner);
+    return;
+  }
+  const RowLaunch launch = plan_rows<T>(a.dim_size, is_aligned16(x) && is_aligned16(y), 1);
+  const bool cached = launch.cache_bytes > 0;
+  if (launch.vectorized) {
+    softmax_last_dim_kernel<T, kVecOf<T>><<<row_grid(a.outer), launch.threads, launch.cache_bytes,
+                                            stream>>>(x, y, a.outer, a.dim_size, cached);
+  } else {
+    softmax_last_dim_kernel<T, 1><<<row_grid(a.outer), launch.threads, launch.cache_bytes, stream>>>(
+        x, y, a.outer, a.dim_size, cached);
+  }
+}
+
+template <typename T>
+void softmax_backward_typed(const SoftmaxBackwardArgs& a, cudaStream_t stream) {
+  if (a.outer <= 0 || a.dim_size <= 0 || a.inner <= 0) return;
+  const T* dy = static_cast<const T*>(a.grad_output);
+  const T* y = static_cast<const T*>(a.output);
+  T* dx = static_cast<T*>(a.grad_input);
+  if (a.inner > 1) {
+    softmax_backward_strided_kernel<T><<<grid_for(a.outer * a.inner, kStridedThreads),
+                                         kStridedThreads, 0, stream>>>(dy, y, dx, a.outer,
+                                                                       a.dim_size, a.inner);
+    return;
+  }
+  const bool aligned = is_aligned16(dy) && is_aligned16(y) && is_aligned16(dx);
+  const RowLaunch launch = plan_rows<T>(a.dim_size, aligned, 2);
+  const bool cached = launch.cache_bytes > 0;
+  if (launch.vectorized) {
+    softmax_backward_last_dim_kernel<T, kVecOf<T>>
+        <<<row_grid(a.outer), launch.threads, launch.cache_bytes, stream>>>(dy, y, dx, a.outer,
+                                                                            a.dim_size, cached);
+  } else {
+    softmax_backward_last_dim_kernel<T, 1>
+        <<<row_grid(a.outer), launch.threads, launch.cache_bytes, stream>>>(dy, y, dx, a.outer,
+                                                                            a.dim_size, cached);
+  }
+}
+
+}  // namespace
+
+void softmax_forward(DType dtype, const SoftmaxArgs& args, cudaStream_t stream) {
+  dispatch_dtype(dtype,
+                 [&](auto tag) { softmax_forward_typed<typename decltype(tag)::type>(args, stream); });
+}
+
+void softmax_backward(DType dtype, const SoftmaxBackwardArgs& args, cudaStream_t stream) {
+  dispatch_dtype(dtype,
+                 [&](auto tag) { softmax_backward_typed<typename decltype(tag)::type>(args, stream); });
+}
+
+}  // namespace op_ext::cuda
