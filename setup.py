@@ -5,6 +5,9 @@ Sources are found by folder, so adding an op adds files, never a line here:
   op_extension/csrc/kernel/cpu/*.cpp    CPU kernels; each file that registers kernels
                                         is compiled once per instruction set
   op_extension/csrc/kernel/cuda/*.cu    CUDA kernels (when CUDA is built)
+and op_extension._ascend_sim (always): the Ascend C kernels (csrc/kernel/ascendc), their
+tiling (csrc/host/tiling) and aclnn entry points (csrc/host/aclnn) on the CPU simulator
+(csrc/ascendc_sim), see ascend_sim_extension().
 
 Build switches (environment variables), all read in build_config():
   OP_EXT_WITH_CUDA=auto|0|1   auto: build CUDA when torch has CUDA and nvcc is found
@@ -174,12 +177,31 @@ def extensions(config: BuildConfig):
     ]
 
 
+def ascend_sim_extension(config: BuildConfig):
+    """op_extension._ascend_sim: the Ascend aclnn entry points, tilings and Ascend C
+    kernels compiled with g++ against the CPU simulator of the Ascend C API
+    (csrc/ascendc_sim/include, -DOP_EXT_ASCEND_SIM), plus its torch binding and the
+    simulator's misuse test kernels. Built in every configuration: it needs no NPU."""
+    sources = []
+    for folder in ("ascendc_sim/binding", "ascendc_sim/misuse", "host/aclnn", "host/tiling", "kernel/ascendc"):
+        sources += sorted(p.as_posix() for p in (CSRC / folder).glob("*.cpp"))
+    opt = ["-O0", "-g"] if config.debug else ["-O2"]
+    return CppExtension(
+        "op_extension._ascend_sim",
+        sources,
+        include_dirs=[str(ROOT / CSRC / d) for d in ("ascendc_sim/include", "host/aclnn", "host/tiling", "kernel/ascendc")],
+        define_macros=[("OP_EXT_ASCEND_SIM", "1")],
+        # The simulated Unified Buffer is a byte array read through typed pointers.
+        extra_compile_args={"cxx": opt + ["-fno-strict-aliasing", "-fdiagnostics-color=always", "-Wall"]},
+    )
+
+
 config = build_config()
 if shutil.which("ninja") is None:
     print("op_extension: ninja not found; the build will be slow (pip install ninja)")
 
 setup(
     packages=find_packages(include=["op_extension", "op_extension.*"]),
-    ext_modules=extensions(config),
+    ext_modules=extensions(config) + [ascend_sim_extension(config)],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)},
 )

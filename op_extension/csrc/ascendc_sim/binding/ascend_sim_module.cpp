@@ -1,0 +1,201 @@
+// op_extension._ascend_sim: runs the Ascend aclnn entry points, tilings and
+// Ascend C kernels on the CPU simulator, for CPU tensors.
+//
+// This file is the only one of the module that knows torch. For each op it does
+// exactly what the torch_npu glue does before calling aclnn -- and nothing the
+// kernels should do:
+//   * every tensor argument is made contiguous (.contiguous());
+//   * add: input and other are expanded to the broadcast shape and made
+//     contiguous (materialised), since AddCustom takes same-shape tensors;
+//   * outputs are allocated here (rms_norm_backward without weight gets an
+//     empty [0] grad_weight and passes gradWeightOut = nullptr);
+//   * rms_norm's eps=None is resolved by the Python wrapper (ascend_sim.py).
+// Then: aclCreateTensor over the CPU memory (the simulator registers it as
+// device memory), aclnn<Op>CustomGetWorkspaceSize, a workspace from aclrtMalloc,
+// aclnn<Op>Custom. A non-zero status raises RuntimeError with the op's message.
+#include <torch/extension.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnn/acl_meta.h"
+#include "aclnn_add_custom.h"
+#include "aclnn_op_ext_error.h"
+#include "ascendc_sim/core.h"
+#include "soc_spec.h"
+#include "tiling_util.h"
+
+extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name);
+
+namespace {
+
+using at::Tensor;
+
+aclDataType AclDType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return ACL_FLOAT;
+    case at::kHalf:
+      return ACL_FLOAT16;
+    case at::kBFloat16:
+      return ACL_BF16;
+    case at::kDouble:
+      return ACL_DOUBLE;
+    case at::kInt:
+      return ACL_INT32;
+    case at::kLong:
+      return ACL_INT64;
+    case at::kBool:
+      return ACL_BOOL;
+    default:
+      return ACL_DT_UNDEFINED;
+  }
+}
+
+// aclTensor over a CPU tensor's storage, destroyed with the holder.
+class AclTensor {
+ public:
+  explicit AclTensor(const std::optional<Tensor>& t) {
+    if (!t.has_value() || !t->defined()) return;
+    TORCH_CHECK(t->device().is_cpu(), "ascend_sim: tensors must be on the CPU, got ", t->device());
+    const auto sizes = t->sizes().vec();
+    const auto strides = t->strides().vec();
+    const int64_t item = t->element_size();
+    const std::vector<int64_t> storageDims = {int64_t(t->storage().nbytes()) / item};
+    tensor_ = aclCreateTensor(sizes.data(), sizes.size(), AclDType(t->scalar_type()), strides.data(),
+                              t->storage_offset(), ACL_FORMAT_ND, storageDims.data(), storageDims.size(),
+                              t->storage().mutable_data());
+    TORCH_CHECK(tensor_ != nullptr, "ascend_sim: aclCreateTensor failed: ", aclGetRecentErrMsg());
+  }
+  AclTensor(const AclTensor&) = delete;
+  AclTensor& operator=(const AclTensor&) = delete;
+  ~AclTensor() { aclDestroyTensor(tensor_); }
+  const aclTensor* get() const { return tensor_; }
+
+ private:
+  aclTensor* tensor_ = nullptr;
+};
+
+class AclIntArray {
+ public:
+  explicit AclIntArray(const std::vector<int64_t>& v) : array_(aclCreateIntArray(v.data(), v.size())) {}
+  AclIntArray(const AclIntArray&) = delete;
+  AclIntArray& operator=(const AclIntArray&) = delete;
+  ~AclIntArray() { aclDestroyIntArray(array_); }
+  const aclIntArray* get() const { return array_; }
+
+ private:
+  aclIntArray* array_;
+};
+
+[[noreturn]] void RaiseStatus(aclnnStatus status) {
+  const std::string message = aclnnOpExtGetLastErrorMessage();
+  throw std::runtime_error(message.empty() ? "aclnn call failed with status " + std::to_string(status)
+                                           : message);
+}
+
+// The two aclnn phases with a workspace from the (simulated) device allocator.
+template <typename Prepare, typename Run>
+void CallAclnn(Prepare prepare, Run run) {
+  uint64_t workspaceSize = 0;
+  aclOpExecutor* executor = nullptr;
+  aclnnStatus status = prepare(&workspaceSize, &executor);
+  if (status != ACLNN_SUCCESS) RaiseStatus(status);
+  void* workspace = nullptr;
+  if (workspaceSize > 0) {
+    TORCH_CHECK(aclrtMalloc(&workspace, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS,
+                "ascend_sim: workspace allocation of ", workspaceSize, " bytes failed");
+  }
+  status = run(workspace, workspaceSize, executor);
+  if (workspace != nullptr) aclrtFree(workspace);
+  if (status != ACLNN_SUCCESS) RaiseStatus(status);
+}
+
+void Configure(const std::string& soc, std::optional<int64_t> ubSize, std::optional<int64_t> coreNum) {
+  const op_ext::ascend::SocSpec* spec = op_ext::ascend::FindSocSpec(soc);
+  if (spec == nullptr || soc != spec->name) {
+    std::string names;
+    for (const auto& s : op_ext::ascend::SocTable()) names += (names.empty() ? "" : ", ") + s.name;
+    throw std::invalid_argument("ascend_sim: unknown soc '" + soc + "' (known: " + names + ")");
+  }
+  auto& dev = ascendc_sim::Device().spec;
+  dev.socName = spec->name;
+  dev.coreNum = spec->vectorCoreNum;
+  dev.ubSize = spec->ubSize;
+  dev.hasDataCopyPad = spec->hasDataCopyPad;
+  dev.hasBfloat16 = spec->hasBfloat16;
+  dev.reduceOrder = spec->reduceSumTree ? ascendc_sim::ReduceOrder::kRepeatsBinaryTree
+                                        : ascendc_sim::ReduceOrder::kRepeatsSequential;
+  if (ubSize.has_value()) {
+    TORCH_CHECK(*ubSize >= 1024 && *ubSize <= (1 << 24) && *ubSize % 32 == 0,
+                "ascend_sim: ub_size must be a multiple of 32 in [1024, 16 MiB], got ", *ubSize);
+    dev.ubSize = uint32_t(*ubSize);
+  }
+  if (coreNum.has_value()) {
+    TORCH_CHECK(*coreNum >= 1 && *coreNum <= 256, "ascend_sim: core_num must be in [1, 256], got ", *coreNum);
+    dev.coreNum = uint32_t(*coreNum);
+  }
+}
+
+Tensor Add(const Tensor& input, const Tensor& other, double alpha) {
+  const auto shape = at::infer_size(input.sizes(), other.sizes());
+  const Tensor x = input.expand(shape).contiguous();
+  const Tensor y = other.expand(shape).contiguous();
+  Tensor out = at::empty(shape, input.options());
+  AclTensor ax(x), ay(y), aout(out);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnAddCustomGetWorkspaceSize(ax.get(), ay.get(), alpha, aout.get(), ws, ex); },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnAddCustom(w, n, ex, nullptr); });
+  return out;
+}
+
+// Every TilingData the op's tiling function produces for these shapes, as dicts.
+pybind11::list Tiling(const std::string& op, const std::vector<std::vector<int64_t>>& shapes,
+                      const std::string& dtype, const pybind11::dict& attrs) {
+  auto& registry = op_ext::ascend::TilingRegistry();
+  auto it = registry.find(op);
+  TORCH_CHECK(it != registry.end(), "ascend_sim: no tiling registered for op '", op, "'");
+  op_ext::ascend::TilingQuery q;
+  q.shapes = shapes;
+  if (dtype == "float32") {
+    q.dtype = op_ext::ascend::kDTypeFloat;
+  } else if (dtype == "float16") {
+    q.dtype = op_ext::ascend::kDTypeHalf;
+  } else if (dtype == "bfloat16") {
+    q.dtype = op_ext::ascend::kDTypeBf16;
+  } else {
+    TORCH_CHECK(false, "ascend_sim: dtype must be float32, float16 or bfloat16, got ", dtype);
+  }
+  for (auto item : attrs) {
+    const std::string key = pybind11::str(item.first);
+    if (pybind11::isinstance<pybind11::str>(item.second)) {
+      q.strAttrs[key] = pybind11::str(item.second);
+    } else {
+      q.attrs[key] = item.second.cast<double>();
+    }
+  }
+  const auto soc = op_ext::ascend::CurrentSocSpec();
+  pybind11::list out;
+  for (const auto& fields : it->second(q, soc)) {
+    pybind11::dict d;
+    for (const auto& [name, value] : fields) d[pybind11::str(name)] = value;
+    out.append(d);
+  }
+  return out;
+}
+
+void RunMisuse(const std::string& name) {
+  if (op_ext_sim_run_misuse_kernel(name.c_str()) != ACL_SUCCESS) throw std::runtime_error(aclGetRecentErrMsg());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "op_extension Ascend C kernels on the CPU simulator (see op_extension.ascend_sim)";
+  m.def("configure", &Configure, pybind11::arg("soc"), pybind11::arg("ub_size") = pybind11::none(),
+        pybind11::arg("core_num") = pybind11::none());
+  m.def("add", &Add);
+  m.def("tiling", &Tiling);
+  m.def("_run_misuse", &RunMisuse);
+}

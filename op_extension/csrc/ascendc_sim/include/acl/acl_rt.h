@@ -1,0 +1,91 @@
+// Runtime subset (CANN's acl/acl_rt.h) for the op_extension Ascend C simulator:
+// device memory is host memory registered as simulated GM, and the "stream"
+// executes everything at once, in order.
+#ifndef ASCENDC_SIM_ACL_ACL_RT_H_
+#define ASCENDC_SIM_ACL_ACL_RT_H_
+
+#include <cstdlib>
+#include <cstring>
+
+#include "acl/acl_base.h"
+#include "ascendc_sim/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum aclrtMemcpyKind {
+  ACL_MEMCPY_HOST_TO_HOST,
+  ACL_MEMCPY_HOST_TO_DEVICE,
+  ACL_MEMCPY_DEVICE_TO_HOST,
+  ACL_MEMCPY_DEVICE_TO_DEVICE,
+} aclrtMemcpyKind;
+
+typedef enum aclrtMemMallocPolicy {
+  ACL_MEM_MALLOC_HUGE_FIRST,
+  ACL_MEM_MALLOC_HUGE_ONLY,
+  ACL_MEM_MALLOC_NORMAL_ONLY,
+} aclrtMemMallocPolicy;
+
+inline const char *aclrtGetSocName() { return ascendc_sim::Device().spec.socName.c_str(); }
+
+inline aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy /*policy*/) {
+  if (devPtr == nullptr || size == 0) return ACL_ERROR_INVALID_PARAM;
+  // 512-byte aligned, as the device allocator returns.
+  const size_t rounded = (size + 511) / 512 * 512;
+  void *p = std::aligned_alloc(512, rounded);
+  if (p == nullptr) return ACL_ERROR_BAD_ALLOC;
+  std::memset(p, ascendc_sim::kGarbageByte, rounded);
+  ascendc_sim::RegisterGm(p, size, "aclrtMalloc buffer");
+  *devPtr = p;
+  return ACL_SUCCESS;
+}
+
+inline aclError aclrtFree(void *devPtr) {
+  if (devPtr == nullptr) return ACL_ERROR_INVALID_PARAM;
+  ascendc_sim::UnregisterGm(devPtr);
+  std::free(devPtr);
+  return ACL_SUCCESS;
+}
+
+inline aclError aclrtMallocHost(void **hostPtr, size_t size) {
+  if (hostPtr == nullptr || size == 0) return ACL_ERROR_INVALID_PARAM;
+  *hostPtr = std::aligned_alloc(64, (size + 63) / 64 * 64);
+  return *hostPtr == nullptr ? ACL_ERROR_BAD_ALLOC : ACL_SUCCESS;
+}
+
+inline aclError aclrtFreeHost(void *hostPtr) {
+  std::free(hostPtr);
+  return ACL_SUCCESS;
+}
+
+inline aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) {
+  if (dst == nullptr || src == nullptr || count > destMax) return ACL_ERROR_INVALID_PARAM;
+  try {
+    if (kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE) {
+      ascendc_sim::CheckGm(src, count, "aclrtMemcpy source");
+    }
+    if (kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE) {
+      ascendc_sim::WriteGm(dst, src, count, "aclrtMemcpy destination");
+    } else {
+      std::memmove(dst, src, count);
+    }
+  } catch (const ascendc_sim::SimError &e) {
+    ascendc_sim::HostState().lastError = e.what();
+    return ACL_ERROR_INVALID_PARAM;
+  }
+  return ACL_SUCCESS;
+}
+
+inline aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
+                                 aclrtStream /*stream*/) {
+  return aclrtMemcpy(dst, destMax, src, count, kind);
+}
+
+inline aclError aclrtSynchronizeStream(aclrtStream /*stream*/) { return ACL_SUCCESS; }
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // ASCENDC_SIM_ACL_ACL_RT_H_

@@ -1,0 +1,189 @@
+// State of the simulated device: the SoC being simulated, Global Memory (GM)
+// allocations, and the AI core currently running a kernel.
+//
+// The simulator runs a launch's cores one after another on the calling thread,
+// each with a fresh Unified Buffer (UB). Every misuse it detects throws SimError;
+// the launch path (launch.h) turns that into an error status and a message, so
+// no C entry point ever throws.
+#ifndef ASCENDC_SIM_CORE_H_
+#define ASCENDC_SIM_CORE_H_
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ascendc_sim {
+
+class SimError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How ReduceSum adds the partial sums of its 256-byte repeats (CANN 8 ReduceSum
+// docs): Atlas A2 (910B) adds them in order for the "first n elements" form,
+// Atlas inference (310P) adds them as a binary tree. Within one repeat both use a
+// binary tree of neighbouring pairs.
+enum class ReduceOrder { kRepeatsSequential, kRepeatsBinaryTree };
+
+// What the simulator models of one SoC. Filled by whoever starts the simulation
+// (the Python binding) from the host-side SoC table.
+struct DeviceSpec {
+  std::string socName = "Ascend910B";
+  uint32_t coreNum = 48;        // vector cores a kernel can be launched on
+  uint32_t ubSize = 196608;     // Unified Buffer bytes per core
+  bool hasDataCopyPad = true;   // DataCopyPad exists (Atlas A2 and later)
+  bool hasBfloat16 = true;      // bfloat16_t moves and casts exist
+  ReduceOrder reduceOrder = ReduceOrder::kRepeatsSequential;
+};
+
+inline constexpr uint32_t kUbBlockBytes = 32;   // alignment unit of UB addresses and DataCopy
+inline constexpr uint32_t kRepeatBytes = 256;   // bytes one vector repeat processes
+inline constexpr uint8_t kGarbageByte = 0xFF;   // UB content nobody wrote: NaN for float types
+
+// One GM allocation the kernel may touch.
+struct GmRegion {
+  uintptr_t begin = 0;
+  uint64_t bytes = 0;
+  std::string name;
+  int refs = 1;  // registrations of this same buffer (several tensors may share a storage)
+  // Race detection within one launch: which core last wrote each byte (-1: none).
+  std::vector<int16_t> writer;
+};
+
+struct CoreState {
+  int64_t blockIdx = -1;
+  int64_t blockNum = 0;
+  std::vector<uint8_t> ub;
+  uint32_t ubUsed = 0;             // bytes handed out by TPipe::InitBuffer
+  int livePipes = 0;
+  std::vector<std::string> leaks;  // resources found alive when their owner died
+};
+
+struct DeviceState {
+  DeviceSpec spec;
+  std::map<uintptr_t, GmRegion> gm;  // by begin address
+  CoreState* core = nullptr;         // set while a kernel runs
+};
+
+inline DeviceState& Device() {
+  static DeviceState state;
+  return state;
+}
+
+inline std::string CoreTag() {
+  const CoreState* c = Device().core;
+  std::ostringstream s;
+  s << "AscendC simulator (" << Device().spec.socName;
+  if (c != nullptr) s << ", core " << c->blockIdx << " of " << c->blockNum;
+  s << "): ";
+  return s.str();
+}
+
+[[noreturn]] inline void Fail(const std::string& message) { throw SimError(CoreTag() + message); }
+
+template <typename... Args>
+std::string Str(const Args&... args) {
+  std::ostringstream s;
+  (s << ... << args);
+  return s.str();
+}
+
+inline CoreState& CurrentCore(const char* api) {
+  CoreState* c = Device().core;
+  if (c == nullptr) {
+    throw SimError(Str("AscendC simulator: ", api,
+                       " called outside a kernel launch (no simulated core is running)"));
+  }
+  return *c;
+}
+
+// ---- Global Memory ---------------------------------------------------------
+
+inline void RegisterGm(const void* ptr, uint64_t bytes, std::string name) {
+  if (ptr == nullptr || bytes == 0) return;
+  const auto begin = reinterpret_cast<uintptr_t>(ptr);
+  auto& gm = Device().gm;
+  auto next = gm.lower_bound(begin);
+  if (next != gm.end() && next->first < begin + bytes) {
+    if (next->first == begin && next->second.bytes == bytes) {  // the same buffer again
+      ++next->second.refs;
+      return;
+    }
+    throw SimError(Str("AscendC simulator: GM buffer '", name, "' overlaps registered buffer '",
+                       next->second.name, "'"));
+  }
+  if (next != gm.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second.bytes > begin) {
+      if (prev->first <= begin && begin + bytes <= prev->first + prev->second.bytes) return;  // a view
+      throw SimError(Str("AscendC simulator: GM buffer '", name, "' overlaps registered buffer '",
+                         prev->second.name, "'"));
+    }
+  }
+  GmRegion r;
+  r.begin = begin;
+  r.bytes = bytes;
+  r.name = std::move(name);
+  gm.emplace(begin, std::move(r));
+}
+
+inline void UnregisterGm(const void* ptr) {
+  auto it = Device().gm.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it != Device().gm.end() && --it->second.refs == 0) Device().gm.erase(it);
+}
+
+// The registered allocation holding [ptr, ptr + bytes), or a SimError naming `what`.
+inline GmRegion& CheckGm(const void* ptr, uint64_t bytes, const std::string& what) {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  auto& gm = Device().gm;
+  auto it = gm.upper_bound(addr);
+  if (it != gm.begin()) {
+    --it;
+    GmRegion& r = it->second;
+    if (addr >= r.begin && addr - r.begin <= r.bytes) {
+      if (addr + bytes <= r.begin + r.bytes) return r;
+      Fail(Str(what, ": GM access of ", bytes, " bytes at offset ", addr - r.begin, " of buffer '",
+               r.name, "' runs past its end (", r.bytes, " bytes)"));
+    }
+  }
+  Fail(Str(what, ": GM address ", ptr, " (", bytes,
+           " bytes) is not inside any buffer given to the kernel"));
+}
+
+// Records a write by the current core and fails when another core of the same
+// launch already wrote a different value there: on hardware the cores run
+// concurrently, so the result would depend on timing.
+inline void WriteGm(void* dst, const void* src, uint64_t bytes, const std::string& what) {
+  GmRegion& r = CheckGm(dst, bytes, what);
+  const CoreState* core = Device().core;
+  if (core != nullptr) {
+    if (r.writer.empty()) r.writer.assign(r.bytes, int16_t(-1));
+    const uint64_t off = reinterpret_cast<uintptr_t>(dst) - r.begin;
+    const auto* s = static_cast<const uint8_t*>(src);
+    const auto* d = static_cast<const uint8_t*>(dst);
+    for (uint64_t i = 0; i < bytes; ++i) {
+      const int16_t w = r.writer[off + i];
+      if (w >= 0 && w != core->blockIdx && d[i] != s[i]) {
+        Fail(Str(what, ": core ", core->blockIdx, " overwrites byte ", off + i, " of GM buffer '",
+                 r.name, "' that core ", w,
+                 " wrote with a different value in the same launch (a race between cores on hardware)"));
+      }
+      r.writer[off + i] = int16_t(core->blockIdx);
+    }
+  }
+  std::memmove(dst, src, bytes);
+}
+
+inline void ResetGmWriters() {
+  for (auto& [begin, region] : Device().gm) region.writer.clear();
+}
+
+}  // namespace ascendc_sim
+
+#endif  // ASCENDC_SIM_CORE_H_

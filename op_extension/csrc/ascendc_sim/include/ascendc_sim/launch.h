@@ -1,0 +1,58 @@
+// Running a kernel on the simulator: the body is executed once per core, in
+// core order, each time with GetBlockIdx()/GetBlockNum() set and a fresh
+// Unified Buffer of the SoC's size whose bytes start out as NaN patterns.
+#ifndef ASCENDC_SIM_LAUNCH_H_
+#define ASCENDC_SIM_LAUNCH_H_
+
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "acl/acl_base.h"
+#include "ascendc_sim/core.h"
+#include "ascendc_sim/host_state.h"
+#include "ascendc_sim/tensor.h"
+
+namespace ascendc_sim {
+
+// Returns ACL_SUCCESS, or ACL_ERROR_FAILURE with the message in
+// aclGetRecentErrMsg(): a simulator check that failed, or a resource the kernel
+// left allocated on some core.
+template <typename Body>
+inline aclError LaunchKernel(const char* kernelName, uint32_t blockDim, Body&& body) {
+  auto& dev = Device();
+  auto fail = [&](const std::string& message) {
+    HostState().lastError = Str("kernel ", kernelName, " (blockDim ", blockDim, "): ", message);
+    dev.core = nullptr;
+    return ACL_ERROR_FAILURE;
+  };
+  if (dev.core != nullptr) return fail("launched from inside another kernel");
+  if (blockDim == 0 || blockDim > 65535) return fail("blockDim must be in [1, 65535]");
+  ResetGmWriters();
+  for (uint32_t i = 0; i < blockDim; ++i) {
+    CoreState core;
+    core.blockIdx = i;
+    core.blockNum = blockDim;
+    core.ub.assign(dev.spec.ubSize, kGarbageByte);
+    AscendC::detail::QueueCounter() = 0;
+    dev.core = &core;
+    try {
+      body();
+    } catch (const SimError& e) {
+      return fail(e.what());
+    } catch (const std::exception& e) {
+      return fail(Str("core ", i, ": ", e.what()));
+    }
+    if (!core.leaks.empty()) {
+      std::string all = core.leaks[0];
+      for (size_t k = 1; k < core.leaks.size(); ++k) all += "; " + core.leaks[k];
+      return fail(Str(CoreTag(), all));
+    }
+    dev.core = nullptr;
+  }
+  return ACL_SUCCESS;
+}
+
+}  // namespace ascendc_sim
+
+#endif  // ASCENDC_SIM_LAUNCH_H_

@@ -1,0 +1,260 @@
+// Small Ascend C kernels with one planted mistake each, to show that the
+// simulator reports the mistake (tests/test_ascend_sim.py calls them through
+// op_extension._ascend_sim._run_misuse). "clean" has no mistake: the control.
+//
+// Each kernel copies 64 floats from `src` to `dst` (both 256 bytes of device
+// memory) the way a real kernel would, except for the one line marked MISTAKE.
+#include <cstring>
+#include <string>
+
+#include "acl/acl.h"
+#include "ascendc_sim/launch.h"
+#include "kernel_operator.h"
+
+using namespace AscendC;
+
+namespace {
+
+constexpr uint32_t kCount = 64;
+
+struct Buffers {
+  GlobalTensor<float> src;
+  GlobalTensor<float> dst;
+};
+
+Buffers Bind(GM_ADDR src, GM_ADDR dst) {
+  Buffers b;
+  b.src.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(src), kCount);
+  b.dst.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(dst), kCount);
+  return b;
+}
+
+// Correct reference kernel: copy in, copy out through one queue.
+void Clean(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  que.EnQue(t);
+  LocalTensor<float> u = que.DeQue<float>();
+  DataCopy(b.dst, u, kCount);
+  que.FreeTensor(u);
+}
+
+void UbOverflow(GM_ADDR, GM_ADDR) {
+  TPipe pipe;
+  TQue<TPosition::VECIN, 2> que;
+  // MISTAKE: two buffers of 160 KiB do not fit in the UB of any SoC we model (192 / 256 KiB).
+  pipe.InitBuffer(que, 2, 160 * 1024);
+}
+
+void MisalignedCopyLength(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, 5);  // MISTAKE: 20 bytes, not a multiple of 32 (needs DataCopyPad)
+  que.FreeTensor(t);
+}
+
+void MisalignedUbAddress(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t[3], b.src, 8);  // MISTAKE: UB destination 12 bytes into the buffer
+  que.FreeTensor(t);
+}
+
+void DeQueEmpty(GM_ADDR, GM_ADDR) {
+  TPipe pipe;
+  TQue<TPosition::VECIN, 2> que;
+  pipe.InitBuffer(que, 2, kCount * sizeof(float));
+  LocalTensor<float> t = que.DeQue<float>();  // MISTAKE: nothing was EnQue'd
+  que.FreeTensor(t);
+}
+
+void NeverFreed(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  DataCopy(b.dst, t, kCount);
+  // MISTAKE: no que.FreeTensor(t)
+}
+
+void AllocPastDepth(GM_ADDR, GM_ADDR) {
+  TPipe pipe;
+  TQue<TPosition::VECIN, 2> que;
+  pipe.InitBuffer(que, 2, kCount * sizeof(float));
+  LocalTensor<float> a = que.AllocTensor<float>();
+  LocalTensor<float> b = que.AllocTensor<float>();
+  LocalTensor<float> c = que.AllocTensor<float>();  // MISTAKE: only two buffers
+  que.FreeTensor(a);
+  que.FreeTensor(b);
+  que.FreeTensor(c);
+}
+
+void FreeForeignTensor(GM_ADDR, GM_ADDR) {
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> in;
+  TQue<TPosition::VECOUT, 1> out;
+  pipe.InitBuffer(in, 1, kCount * sizeof(float));
+  pipe.InitBuffer(out, 1, kCount * sizeof(float));
+  LocalTensor<float> t = in.AllocTensor<float>();
+  out.FreeTensor(t);  // MISTAKE: t belongs to `in`
+}
+
+void UseAfterFree(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  que.FreeTensor(t);
+  DataCopy(b.dst, t, kCount);  // MISTAKE: t was freed
+}
+
+void LocalOutOfBounds(GM_ADDR, GM_ADDR) {
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> buf;
+  pipe.InitBuffer(buf, kCount * sizeof(float));
+  LocalTensor<float> t = buf.Get<float>();
+  t.SetValue(kCount, 1.0f);  // MISTAKE: one past the end
+}
+
+void GlobalOutOfBounds(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, 2 * kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, 2 * kCount);  // MISTAKE: src holds only kCount floats
+  que.FreeTensor(t);
+}
+
+void CoreRace(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> buf;
+  pipe.InitBuffer(buf, 8 * sizeof(float));
+  LocalTensor<float> t = buf.Get<float>();
+  Duplicate(t, static_cast<float>(GetBlockIdx()), 8);
+  DataCopy(b.dst, t, 8);  // MISTAKE: every core writes its own id to the same 8 floats
+}
+
+void DataCopyPadCall(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopyExtParams params{1, 5 * sizeof(float), 0, 0, 0};
+  DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
+  DataCopyPad(t, b.src, params, pad);  // fine on Ascend910B; Ascend310P has no DataCopyPad
+  DataCopyPad(b.dst, t, params);
+  que.FreeTensor(t);
+}
+
+void PaddingRead(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopyExtParams params{1, 5 * sizeof(float), 0, 0, 0};
+  DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
+  DataCopyPad(t, b.src, params, pad);
+  // MISTAKE: computes on all 8 floats of the block; 3 are DataCopyPad's undefined padding
+  Muls(t, t, 2.0f, 8);
+  DataCopy(b.dst, t, 8);
+  que.FreeTensor(t);
+}
+
+#define OP_EXT_MISUSE_KERNEL(name, fn) \
+  extern "C" __global__ __aicore__ void name(GM_ADDR src, GM_ADDR dst) { fn(src, dst); }
+
+}  // namespace
+
+OP_EXT_MISUSE_KERNEL(misuse_clean, Clean)
+OP_EXT_MISUSE_KERNEL(misuse_ub_overflow, UbOverflow)
+OP_EXT_MISUSE_KERNEL(misuse_misaligned_copy_length, MisalignedCopyLength)
+OP_EXT_MISUSE_KERNEL(misuse_misaligned_ub_address, MisalignedUbAddress)
+OP_EXT_MISUSE_KERNEL(misuse_deque_empty, DeQueEmpty)
+OP_EXT_MISUSE_KERNEL(misuse_never_freed, NeverFreed)
+OP_EXT_MISUSE_KERNEL(misuse_alloc_past_depth, AllocPastDepth)
+OP_EXT_MISUSE_KERNEL(misuse_free_foreign_tensor, FreeForeignTensor)
+OP_EXT_MISUSE_KERNEL(misuse_use_after_free, UseAfterFree)
+OP_EXT_MISUSE_KERNEL(misuse_local_out_of_bounds, LocalOutOfBounds)
+OP_EXT_MISUSE_KERNEL(misuse_global_out_of_bounds, GlobalOutOfBounds)
+OP_EXT_MISUSE_KERNEL(misuse_core_race, CoreRace)
+OP_EXT_MISUSE_KERNEL(misuse_data_copy_pad, DataCopyPadCall)
+OP_EXT_MISUSE_KERNEL(misuse_padding_read, PaddingRead)
+
+// Runs misuse kernel `name` on 2 simulated cores over fresh device buffers;
+// returns the launch status (message in aclGetRecentErrMsg()). For
+// "padding_read" the check is on the result: fails if dst holds NaN.
+extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
+  using Kernel = void (*)(GM_ADDR, GM_ADDR);
+  struct Entry {
+    const char* name;
+    Kernel kernel;
+  };
+  static const Entry kEntries[] = {
+      {"clean", misuse_clean},
+      {"ub_overflow", misuse_ub_overflow},
+      {"misaligned_copy_length", misuse_misaligned_copy_length},
+      {"misaligned_ub_address", misuse_misaligned_ub_address},
+      {"deque_empty", misuse_deque_empty},
+      {"never_freed", misuse_never_freed},
+      {"alloc_past_depth", misuse_alloc_past_depth},
+      {"free_foreign_tensor", misuse_free_foreign_tensor},
+      {"use_after_free", misuse_use_after_free},
+      {"local_out_of_bounds", misuse_local_out_of_bounds},
+      {"global_out_of_bounds", misuse_global_out_of_bounds},
+      {"core_race", misuse_core_race},
+      {"data_copy_pad", misuse_data_copy_pad},
+      {"padding_read", misuse_padding_read},
+  };
+  Kernel kernel = nullptr;
+  for (const auto& e : kEntries) {
+    if (std::string(e.name) == name) kernel = e.kernel;
+  }
+  if (kernel == nullptr) {
+    ascendc_sim::HostState().lastError = std::string("unknown misuse kernel '") + name + "'";
+    return ACL_ERROR_INVALID_PARAM;
+  }
+  void* src = nullptr;
+  void* dst = nullptr;
+  aclrtMalloc(&src, kCount * sizeof(float), ACL_MEM_MALLOC_HUGE_FIRST);
+  aclrtMalloc(&dst, kCount * sizeof(float), ACL_MEM_MALLOC_HUGE_FIRST);
+  float host[kCount];
+  for (uint32_t i = 0; i < kCount; ++i) host[i] = float(i);
+  aclrtMemcpy(src, sizeof(host), host, sizeof(host), ACL_MEMCPY_HOST_TO_DEVICE);
+  aclrtMemcpy(dst, sizeof(host), host, sizeof(host), ACL_MEMCPY_HOST_TO_DEVICE);
+  aclError err = ascendc_sim::LaunchKernel(name, 2, [&]() {
+    kernel(static_cast<GM_ADDR>(src), static_cast<GM_ADDR>(dst));
+  });
+  if (err == ACL_SUCCESS) {
+    float out[kCount];
+    aclrtMemcpy(out, sizeof(out), dst, sizeof(out), ACL_MEMCPY_DEVICE_TO_HOST);
+    for (uint32_t i = 0; i < kCount; ++i) {
+      if (out[i] != out[i]) {
+        ascendc_sim::HostState().lastError = std::string("kernel ") + name + " wrote NaN to element " +
+                                             std::to_string(i) + " (it computed on undefined UB bytes)";
+        err = ACL_ERROR_FAILURE;
+        break;
+      }
+    }
+  }
+  aclrtFree(src);
+  aclrtFree(dst);
+  return err;
+}

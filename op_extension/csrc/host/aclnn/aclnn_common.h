@@ -1,0 +1,93 @@
+// Shared machinery of the op_extension aclnn entry points (aclnn_<op>_custom.cpp).
+//
+// Each op's first phase (aclnn<Op>CustomGetWorkspaceSize) reads and checks its
+// arguments, runs the tiling function and returns a LaunchPlan as the executor;
+// the second phase (aclnn<Op>Custom) copies the TilingData into the head of the
+// workspace and launches the kernel(s) on the stream. Argument problems become
+// ACLNN_ERR_PARAM_* statuses with a message naming the op
+// (aclnnOpExtGetLastErrorMessage); nothing is launched then.
+//
+// Workspace layout: [TilingData of launch 0][TilingData of launch 1]...[kernel
+// workspace], each part 512-byte aligned (device allocations are; CANN's async
+// copy wants 64).
+#ifndef OP_EXT_ACLNN_ACLNN_COMMON_H_
+#define OP_EXT_ACLNN_ACLNN_COMMON_H_
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnn/acl_meta.h"
+#include "soc_spec.h"
+
+namespace op_ext::aclnn {
+
+// A checked argument problem: the status to return and the message.
+class ArgError : public std::runtime_error {
+ public:
+  ArgError(aclnnStatus status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  aclnnStatus status() const { return status_; }
+
+ private:
+  aclnnStatus status_;
+};
+
+// [[noreturn]] helper: throw ArgError(ACLNN_ERR_PARAM_INVALID, "<op>: <message>").
+[[noreturn]] void Invalid(const char* op, const std::string& message);
+
+struct TensorDesc {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  int64_t offset = 0;  // elements from the storage start
+  aclDataType dtype = ACL_DT_UNDEFINED;
+  uint8_t* data = nullptr;  // address of the first element
+  uint64_t Numel() const;
+  bool IsContiguous() const;
+};
+
+std::string ShapeString(const std::vector<int64_t>& shape);
+const char* DataTypeName(aclDataType dtype);
+
+// Reads a tensor argument (null: ACLNN_ERR_PARAM_NULLPTR naming it).
+TensorDesc DescribeTensor(const char* op, const char* name, const aclTensor* tensor);
+std::vector<int64_t> IntArrayValues(const char* op, const char* name, const aclIntArray* array);
+
+// The kernel dtype code (KernelDType) for a float16 / float32 / bfloat16 tensor;
+// anything else, or bfloat16 on a SoC without it, is an error naming the op.
+uint32_t KernelDType(const char* op, const char* name, aclDataType dtype, const ascend::SocSpec& soc);
+
+void CheckContiguous(const char* op, const char* name, const TensorDesc& t);
+void CheckSameShape(const char* op, const char* nameA, const TensorDesc& a, const char* nameB, const TensorDesc& b);
+void CheckSameDType(const char* op, const char* nameA, const TensorDesc& a, const char* nameB, const TensorDesc& b);
+
+// One kernel launch of the second phase.
+struct KernelLaunch {
+  std::vector<uint8_t> tiling;  // TilingData bytes
+  // Launches the kernel with the device addresses of its TilingData and of the
+  // kernel workspace; returns the launch status.
+  std::function<aclError(uint8_t* tilingDevice, uint8_t* kernelWorkspace, aclrtStream stream)> launch;
+};
+
+struct LaunchPlan {
+  std::string op;
+  std::vector<KernelLaunch> launches;  // run in order on the stream
+  uint64_t kernelWorkspaceBytes = 0;
+};
+
+uint64_t WorkspaceBytes(const LaunchPlan& plan);
+
+// First phase: `build` checks the arguments and tiles (throwing ArgError or
+// ascend::TilingError); the plan becomes *executor.
+aclnnStatus PrepareLaunch(const char* op, uint64_t* workspaceSize, aclOpExecutor** executor,
+                          const std::function<LaunchPlan()>& build);
+
+// Second phase: uploads the tilings, launches, frees the executor.
+aclnnStatus RunLaunch(const char* op, void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                      aclrtStream stream);
+
+}  // namespace op_ext::aclnn
+
+#endif  // OP_EXT_ACLNN_ACLNN_COMMON_H_

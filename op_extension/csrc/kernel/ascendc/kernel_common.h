@@ -1,0 +1,145 @@
+// Pieces every Ascend C kernel of op_extension uses: copies that pick DataCopy
+// or DataCopyPad by alignment, the per-core range of an elementwise split, the
+// tile walk with its tail rule, and the dtype dispatch of the entry points.
+// The host side of each contract is in host/tiling/.
+#ifndef OP_EXT_KERNEL_ASCENDC_KERNEL_COMMON_H_
+#define OP_EXT_KERNEL_ASCENDC_KERNEL_COMMON_H_
+
+#include "kernel_operator.h"
+
+// DataCopyPad and bfloat16 exist on Atlas A2 (__CCE_AICORE__ 220) and on the
+// simulator (which refuses them at run time on SoCs without them); the 310P
+// device compiler (__CCE_AICORE__ 200) has neither, and the tilings never ask
+// for them there.
+#if !defined(__CCE_AICORE__) || __CCE_AICORE__ >= 220
+#define OP_EXT_HAS_DATA_COPY_PAD 1
+#define OP_EXT_HAS_BF16 1
+#else
+#define OP_EXT_HAS_DATA_COPY_PAD 0
+#define OP_EXT_HAS_BF16 0
+#endif
+
+namespace op_ext_kernel {
+
+constexpr int32_t kBufferNum = 2;       // double buffering
+constexpr uint32_t kBlockBytes = 32;    // DataCopy / UB alignment unit
+constexpr uint32_t kDTypeFloat = 0;     // KernelDType of host/tiling/tiling_util.h
+constexpr uint32_t kDTypeHalf = 1;
+constexpr uint32_t kDTypeBf16 = 2;
+constexpr uint32_t kTailPad = 0;        // TailMode of host/tiling/elementwise_tiling.h
+constexpr uint32_t kTailOverlap = 1;
+
+template <typename T>
+__aicore__ inline constexpr uint32_t BlockElems() {
+  return kBlockBytes / sizeof(T);
+}
+
+template <typename T>
+__aicore__ inline uint32_t AlignToBlock(uint32_t count) {
+  return (count + BlockElems<T>() - 1) / BlockElems<T>() * BlockElems<T>();
+}
+
+// GM -> UB of `count` elements; the UB side ends up padded to whole blocks
+// (padding content undefined).
+template <typename T>
+__aicore__ inline void CopyGmToUb(const AscendC::LocalTensor<T>& dst, const AscendC::GlobalTensor<T>& src,
+                                  uint32_t count) {
+  if ((count * sizeof(T)) % kBlockBytes == 0) {
+    AscendC::DataCopy(dst, src, count);
+    return;
+  }
+#if OP_EXT_HAS_DATA_COPY_PAD
+  AscendC::DataCopyExtParams params{1, static_cast<uint32_t>(count * sizeof(T)), 0, 0, 0};
+  AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, T(0)};
+  AscendC::DataCopyPad(dst, src, params, pad);
+#endif
+}
+
+// UB -> GM of exactly `count` elements.
+template <typename T>
+__aicore__ inline void CopyUbToGm(const AscendC::GlobalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
+                                  uint32_t count) {
+  if ((count * sizeof(T)) % kBlockBytes == 0) {
+    AscendC::DataCopy(dst, src, count);
+    return;
+  }
+#if OP_EXT_HAS_DATA_COPY_PAD
+  AscendC::DataCopyExtParams params{1, static_cast<uint32_t>(count * sizeof(T)), 0, 0, 0};
+  AscendC::DataCopyPad(dst, src, params);
+#endif
+}
+
+// The tiles of one core under an elementwise split (elementwise_tiling.h):
+//   ElementwiseTiles<T> tiles; tiles.Init(...);
+//   uint64_t offset; uint32_t count;
+//   while (tiles.Next(offset, count)) { CopyIn; Compute; CopyOut; }
+template <typename T>
+class ElementwiseTiles {
+ public:
+  __aicore__ inline ElementwiseTiles() {}
+  __aicore__ inline void Init(uint64_t totalLength, uint64_t blocksPerCore, uint32_t bigCoreNum, uint32_t tileLength,
+                              uint32_t tailMode) {
+    const uint64_t core = AscendC::GetBlockIdx();
+    const uint64_t blockElems = BlockElems<T>();
+    const uint64_t firstBlock = core * blocksPerCore + (core < bigCoreNum ? core : bigCoreNum);
+    const uint64_t blocks = blocksPerCore + (core < bigCoreNum ? 1 : 0);
+    start_ = firstBlock * blockElems;
+    end_ = start_ + blocks * blockElems;
+    if (end_ > totalLength) end_ = totalLength;
+    if (start_ > end_) start_ = end_;
+    tileLength_ = tileLength;
+    next_ = start_;
+    overlapTail_ = false;
+    if (tailMode == kTailOverlap && end_ == totalLength && totalLength % blockElems != 0) {
+      // Move the aligned part, then the last whole block of the tensor.
+      overlapTail_ = true;
+      alignedEnd_ = totalLength / blockElems * blockElems;
+      if (alignedEnd_ < start_) alignedEnd_ = start_;
+      tailOffset_ = totalLength - blockElems;
+    } else {
+      alignedEnd_ = end_;
+    }
+  }
+
+  __aicore__ inline bool Next(uint64_t& offset, uint32_t& count) {
+    if (next_ < alignedEnd_) {
+      offset = next_;
+      const uint64_t left = alignedEnd_ - next_;
+      count = static_cast<uint32_t>(left < tileLength_ ? left : tileLength_);
+      next_ += count;
+      return true;
+    }
+    if (overlapTail_) {
+      overlapTail_ = false;
+      offset = tailOffset_;
+      count = BlockElems<T>();
+      return true;
+    }
+    return false;
+  }
+
+  __aicore__ inline uint64_t Start() const { return start_; }
+  __aicore__ inline uint64_t End() const { return end_; }
+
+ private:
+  uint64_t start_ = 0;
+  uint64_t end_ = 0;
+  uint64_t next_ = 0;
+  uint64_t alignedEnd_ = 0;
+  uint64_t tailOffset_ = 0;
+  uint32_t tileLength_ = 0;
+  bool overlapTail_ = false;
+};
+
+// Reads one float the vector unit just wrote (a reduction result) on the scalar
+// unit: the V->S event orders the two pipes on hardware.
+__aicore__ inline float ReadScalarAfterVector(const AscendC::LocalTensor<float>& t) {
+  event_t eventVS = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(AscendC::HardEvent::V_S));
+  AscendC::SetFlag<AscendC::HardEvent::V_S>(eventVS);
+  AscendC::WaitFlag<AscendC::HardEvent::V_S>(eventVS);
+  return t.GetValue(0);
+}
+
+}  // namespace op_ext_kernel
+
+#endif  // OP_EXT_KERNEL_ASCENDC_KERNEL_COMMON_H_
