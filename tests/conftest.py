@@ -1,4 +1,4 @@
-"""Shared fixtures: seeded RNG, CPU ISA iteration, thread-count restore."""
+"""Shared fixtures: seeded RNG, CPU ISA and device iteration, thread-count restore."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import op_extension  # noqa: E402  (registers torch.ops.custom.*)
-from reference import supported_isas  # noqa: E402
+from reference import DEVICES, HAS_CUDA, KERNEL_TARGETS, supported_isas  # noqa: E402
 
 SUPPORTED_ISAS = supported_isas()
+
+# Without a GPU the CUDA-only tests are not collected (nor reported as skipped).
+collect_ignore = [] if HAS_CUDA else ["test_cuda.py"]
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +49,25 @@ def cpu_isa(request):
     op_extension._C.set_cpu_isa(request.param)
     assert op_extension._C.cpu_isa() == request.param
     yield request.param
+    op_extension._C.set_cpu_isa(op_extension._C.best_cpu_isa())
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """Runs the test once per device (DEVICES); the value is the device string."""
+    return request.param
+
+
+@pytest.fixture(params=[t[1:] for t in KERNEL_TARGETS], ids=[t[0] for t in KERNEL_TARGETS])
+def kernel_device(request):
+    """Runs the test once per CPU kernel variant (ids "default", "avx2", "avx512",
+    as for cpu_isa) and once per other device ("cuda"); the value is the device
+    string to put the tensors on."""
+    device, isa = request.param
+    if isa is not None:
+        op_extension._C.set_cpu_isa(isa)
+        assert op_extension._C.cpu_isa() == isa
+    yield device
     op_extension._C.set_cpu_isa(op_extension._C.best_cpu_isa())
 
 

@@ -36,6 +36,14 @@ def supported_isas() -> list[str]:
     return list(ISA_ORDER[: ISA_ORDER.index(best) + 1])
 
 
+# Devices the kernel tests run on: the CPU, plus CUDA where torch sees a GPU.
+# Without one the CUDA cases are not generated at all, rather than skipped.
+HAS_CUDA = torch.cuda.is_available()
+DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+# Every CPU kernel variant, then each other device once: (id, device, CPU ISA or None).
+KERNEL_TARGETS = [(isa, "cpu", isa) for isa in supported_isas()] + [(d, d, None) for d in DEVICES if d != "cpu"]
+
+
 # ---------------------------------------------------------------------------
 # Tolerances
 # ---------------------------------------------------------------------------
@@ -464,12 +472,12 @@ def backward_args(op: str, args: Sequence, kwargs: dict | None = None) -> tuple[
     call = dict(zip(_ARG_NAMES[op], args)) | kwargs
 
     def grad_like(t):
-        return torch.randn(t.shape, dtype=torch.float64).to(t.dtype)
+        return torch.randn(t.shape, dtype=torch.float64).to(device=t.device, dtype=t.dtype)
 
     if op == "add":
         x, o = call["input"], call["other"]
         out_shape = torch.broadcast_shapes(x.shape, o.shape)
-        g = torch.randn(out_shape, dtype=torch.float64).to(x.dtype)
+        g = torch.randn(out_shape, dtype=torch.float64).to(device=x.device, dtype=x.dtype)
         return "add_backward", (g, list(o.shape), float(call.get("alpha", 1.0)))
     if op == "gelu":
         x = call["input"]

@@ -14,12 +14,14 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from op_extension import ops
+from reference import DEVICES
 
 custom = torch.ops.custom
 
-# "cpu": real tensors (C++ checks); "meta": meta tensors; "fake": FakeTensorMode
-# (both through the fake kernels).
-MODES = ["cpu", "meta", "fake"]
+# "cpu" (and "cuda" where there is a GPU): real tensors (C++ checks of that
+# device's glue); "meta": meta tensors; "fake": FakeTensorMode (both through
+# the fake kernels).
+MODES = DEVICES + ["meta", "fake"]
 
 
 @contextlib.contextmanager
@@ -225,7 +227,12 @@ DEVICE_CASES = {
 }
 
 
-@pytest.mark.parametrize("devices", [("cpu", "meta"), ("meta", "cpu")], ids=["meta_second", "meta_first"])
+# Pairs of devices; with a GPU, CPU and CUDA tensors mixed in one call too.
+MIXED_DEVICES = [("cpu", "meta"), ("meta", "cpu")] + ([("cuda:0", "cpu"), ("cpu", "cuda:0")] if "cuda" in DEVICES else [])
+MIXED_IDS = ["meta_second", "meta_first"] + (["cpu_second", "cuda_second"] if "cuda" in DEVICES else [])
+
+
+@pytest.mark.parametrize("devices", MIXED_DEVICES, ids=MIXED_IDS)
 @pytest.mark.parametrize("case", list(DEVICE_CASES))
 def test_mixed_devices(case, devices):
     op, arg = case.split("-")
@@ -288,7 +295,7 @@ def test_checks_run_before_any_kernel(case):
         call()
 
 
-@pytest.mark.parametrize("mode", ["cpu", "meta"])
+@pytest.mark.parametrize("mode", DEVICES + ["meta"])
 def test_autograd_inputs_checked_too(mode):
     """Inputs that require grad go through the autograd kernel first; the
     checks still apply there, with the same messages."""

@@ -30,6 +30,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 import op_extension
 from op_extension import nn as onn
 from op_extension import ops
+from reference import DEVICES
 
 pytestmark = pytest.mark.compile
 
@@ -191,21 +192,23 @@ assert {CASES[c].fn.__name__ for c in CASES} == {f"f_{c}" for c in CASES}
 class FwdBwdRun:
     backend: RecordingBackend
     errors: list  # every comparison with eager that failed
-    cache_entries: int  # compiled variants of the function after both row counts
+    cache_entries: int  # compiled variants of the function added by both row counts
 
 
 def _as_tuple(out):
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
-def _run_fwd_bwd(op: str) -> FwdBwdRun:
+def _run_fwd_bwd(op: str, device: str) -> FwdBwdRun:
     case = CASES[op]
     backend = RecordingBackend()
+    # Per device: the same code object may already hold another device's graph.
+    entries_before = cache_entries(case.fn)
     compiled = torch.compile(case.fn, backend=backend, fullgraph=True, dynamic=True)
     errors = []
     torch.manual_seed(0)
     for rows in ROWS:
-        inputs = case.make(rows)
+        inputs = [t.to(device) for t in case.make(rows)]
         eager_in = [t.clone().requires_grad_() for t in inputs]
         comp_in = [t.clone().requires_grad_() for t in inputs]
         eager_out = _as_tuple(case.fn(*eager_in))
@@ -218,36 +221,38 @@ def _run_fwd_bwd(op: str) -> FwdBwdRun:
                 assert_same(a, e, f"{op} rows={rows} {what}")
             except AssertionError as exc:
                 errors.append(str(exc))
-    return FwdBwdRun(backend, errors, cache_entries(case.fn))
+    return FwdBwdRun(backend, errors, cache_entries(case.fn) - entries_before)
 
 
 @pytest.fixture(scope="module")
 def fwd_bwd():
-    """op -> FwdBwdRun, compiled and run once per module (a failure is re-raised for each test)."""
-    cache: dict[str, object] = {}
+    """(op, device) -> FwdBwdRun, compiled and run once per module (a failure is
+    re-raised for each test)."""
+    cache: dict[tuple, object] = {}
 
-    def get(op: str) -> FwdBwdRun:
-        if op not in cache:
+    def get(op: str, device: str = "cpu") -> FwdBwdRun:
+        key = (op, device)
+        if key not in cache:
             try:
-                cache[op] = _run_fwd_bwd(op)
+                cache[key] = _run_fwd_bwd(op, device)
             except Exception as exc:  # noqa: BLE001
-                cache[op] = exc
-        if isinstance(cache[op], Exception):
-            raise cache[op]
-        return cache[op]
+                cache[key] = exc
+        if isinstance(cache[key], Exception):
+            raise cache[key]
+        return cache[key]
 
     return get
 
 
 @pytest.mark.parametrize("op", CASE_IDS)
-def test_compiled_fwd_bwd_matches_eager(fwd_bwd, op):
-    run = fwd_bwd(op)
+def test_compiled_fwd_bwd_matches_eager(fwd_bwd, op, device):
+    run = fwd_bwd(op, device)
     assert not run.errors, "\n".join(run.errors)
 
 
 @pytest.mark.parametrize("op", CASE_IDS)
-def test_compiled_fwd_bwd_one_frame_no_recompile(fwd_bwd, op):
-    run = fwd_bwd(op)
+def test_compiled_fwd_bwd_one_frame_no_recompile(fwd_bwd, op, device):
+    run = fwd_bwd(op, device)
     # fullgraph=True already turns a graph break into an error; one frame over
     # both row counts means dynamic=True did not recompile for the new size.
     assert run.backend.frame_count == 1, (
@@ -260,8 +265,8 @@ def test_compiled_fwd_bwd_one_frame_no_recompile(fwd_bwd, op):
 
 
 @pytest.mark.parametrize("case", CASE_IDS)
-def test_compiled_graphs_hold_the_custom_ops(fwd_bwd, case):
-    run = fwd_bwd(case)
+def test_compiled_graphs_hold_the_custom_ops(fwd_bwd, case, device):
+    run = fwd_bwd(case, device)
     backward = CASES[case].backward
     op = backward.removesuffix("_backward")
     (dynamo_gm,) = run.backend.dynamo_graphs
@@ -276,9 +281,9 @@ def test_compiled_graphs_hold_the_custom_ops(fwd_bwd, case):
 
 
 @pytest.mark.parametrize("op", CASE_IDS)
-def test_compiled_graph_is_dynamic_in_rows(fwd_bwd, op):
+def test_compiled_graph_is_dynamic_in_rows(fwd_bwd, op, device):
     """The row count is a symbol in the Dynamo graph, not a constant of the first call."""
-    run = fwd_bwd(op)
+    run = fwd_bwd(op, device)
     (dynamo_gm,) = run.backend.dynamo_graphs
     placeholders = [n for n in dynamo_gm.graph.nodes if n.op == "placeholder"]
     symbolic_dims = [
@@ -315,17 +320,18 @@ def _all_ops_inputs(rows):
     return (_rand(rows, H), _rand(H), _rand(rows, H), _rand(H), _rand(H), _rand(rows, 2 * H), _rand(rows, 2 * H))
 
 
-@pytest.fixture(scope="module")
-def all_ops_run():
+@pytest.fixture(scope="module", params=DEVICES)
+def all_ops_run(request):
     backend = RecordingBackend()
+    entries_before = cache_entries(f_all_ops)
     compiled = torch.compile(f_all_ops, backend=backend, fullgraph=True, dynamic=True)
     results = []
     torch.manual_seed(0)
     with torch.no_grad():
         for rows in ROWS:
-            inputs = _all_ops_inputs(rows)
+            inputs = [t.to(request.param) for t in _all_ops_inputs(rows)]
             results.append((rows, compiled(*inputs), f_all_ops(*inputs)))
-    return backend, results, cache_entries(f_all_ops)
+    return backend, results, cache_entries(f_all_ops) - entries_before
 
 
 def test_all_ops_inference_matches_eager(all_ops_run):
@@ -392,13 +398,14 @@ def _block_inputs(batch, seq=3):
     return _rand(batch, seq, H), _rand(batch, seq, H)
 
 
-def test_compiled_model_training_matches_eager():
+def test_compiled_model_training_matches_eager(device):
     torch.manual_seed(0)
-    model = Block()
+    model = Block().to(device)
     backend = RecordingBackend()
+    entries_before = cache_entries(Block.forward)
     compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=True)
     for batch in (2, 5):
-        x, r = _block_inputs(batch)
+        x, r = (t.to(device) for t in _block_inputs(batch))
         model.zero_grad()
         xe, re_ = x.clone().requires_grad_(), r.clone().requires_grad_()
         out_e = model(xe, re_)
@@ -413,7 +420,7 @@ def test_compiled_model_training_matches_eager():
         torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(grads_c, grads_e, rtol=1e-4, atol=1e-5)
     assert backend.frame_count == 1, _describe(backend.dynamo_graphs)
-    assert cache_entries(Block.forward) == 1
+    assert cache_entries(Block.forward) - entries_before == 1
     assert custom_calls(backend.dynamo_graphs[0]) == BLOCK_OPS
     (bw,) = backend.backward_graphs
     assert sorted(custom_calls(bw)) == sorted(f"{op}_backward" for op in BLOCK_OPS), _describe([bw])
@@ -424,17 +431,27 @@ def test_compiled_model_training_matches_eager():
 # ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["non_strict", "strict"])
+EXPORT_PARAMS = [(strict, device) for device in DEVICES for strict in (False, True)]
+
+
+def _device_inputs(batch, device):
+    return tuple(t.to(device) for t in _block_inputs(batch))
+
+
+@pytest.fixture(scope="module", params=EXPORT_PARAMS,
+                ids=[("strict" if s else "non_strict") + ("" if d == "cpu" else f"-{d}") for s, d in EXPORT_PARAMS])
 def exported(request):
+    """(model, exported program, device)."""
+    strict, device = request.param
     torch.manual_seed(0)
-    model = Block().eval()
+    model = Block().eval().to(device)
     batch = torch.export.Dim("batch")
-    ep = torch.export.export(model, _block_inputs(4), dynamic_shapes=({0: batch}, {0: batch}), strict=request.param)
-    return model, ep
+    ep = torch.export.export(model, _device_inputs(4, device), dynamic_shapes=({0: batch}, {0: batch}), strict=strict)
+    return model, ep, device
 
 
 def test_export_graph_holds_custom_ops_as_single_nodes(exported):
-    _, ep = exported
+    _, ep, _ = exported
     assert custom_calls(ep.graph_module) == BLOCK_OPS, ep.graph_module.print_readable(print_output=False)
     for op in BLOCK_OPS:
         assert getattr(custom, op).default in call_targets(ep.graph_module)
@@ -444,7 +461,7 @@ def test_export_graph_holds_custom_ops_as_single_nodes(exported):
 
 
 def test_export_batch_dim_is_dynamic(exported):
-    _, ep = exported
+    _, ep, _ = exported
     x_node = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name == "x"][0]
     assert isinstance(x_node.meta["val"].shape[0], torch.SymInt)
     assert len(ep.range_constraints) >= 1
@@ -452,31 +469,31 @@ def test_export_batch_dim_is_dynamic(exported):
 
 @pytest.mark.parametrize("batch", [4, 9, 1])
 def test_exported_module_matches_eager(exported, batch):
-    model, ep = exported
+    model, ep, device = exported
     torch.manual_seed(batch)
-    inputs = _block_inputs(batch)
+    inputs = _device_inputs(batch, device)
     with torch.no_grad():
         assert_same(ep.module()(*inputs), model(*inputs), f"exported batch={batch}")
 
 
 def test_export_survives_run_decompositions(exported):
-    model, ep = exported
+    model, ep, device = exported
     decomposed = ep.run_decompositions()
     # The custom ops have no decomposition: they stay single nodes.
     assert custom_calls(decomposed.graph_module) == BLOCK_OPS
-    inputs = _block_inputs(3)
+    inputs = _device_inputs(3, device)
     with torch.no_grad():
         assert_same(decomposed.module()(*inputs), model(*inputs), "decomposed")
 
 
 def test_export_save_load_round_trip(exported, tmp_path):
-    model, ep = exported
+    model, ep, device = exported
     path = tmp_path / "block.pt2"
     torch.export.save(ep, path)
     loaded = torch.export.load(path)
     assert custom_calls(loaded.graph_module) == BLOCK_OPS
     for batch in (4, 7):
-        inputs = _block_inputs(batch)
+        inputs = _device_inputs(batch, device)
         with torch.no_grad():
             assert_same(loaded.module()(*inputs), model(*inputs), f"loaded batch={batch}")
 
@@ -555,10 +572,10 @@ def _fake_case(kind, op):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("kind,op", FAKE_CASES, ids=[op for _, op in FAKE_CASES])
-def test_fake_tensor_mode_matches_real(kind, op, dtype):
+def test_fake_tensor_mode_matches_real(kind, op, dtype, device):
     fn, make = _fake_case(kind, op)
     torch.manual_seed(0)
-    real_inputs = make(dtype)
+    real_inputs = [t.to(device) for t in make(dtype)]
     real_out = _as_tuple(fn(*real_inputs))
     with FakeTensorMode() as mode:
         fake_inputs = [mode.from_tensor(t) for t in real_inputs]
@@ -625,10 +642,10 @@ def test_fake_kernel_checks_run_on_symbolic_shapes():
 
 
 @pytest.mark.parametrize("kind,op", FAKE_CASES, ids=[op for _, op in FAKE_CASES])
-def test_opcheck(kind, op):
+def test_opcheck(kind, op, device):
     fn, make = _fake_case(kind, op)
     torch.manual_seed(0)
-    inputs = make(torch.float32)
+    inputs = [t.to(device) for t in make(torch.float32)]
     # Recover the overload and its full argument list by tracing the call once.
     calls = []
 

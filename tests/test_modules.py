@@ -150,7 +150,7 @@ def test_same_parameters_and_state_dict(case, dtype):
 
 @dtype_params
 @pytest.mark.parametrize("case", list(MODULE_CASES))
-def test_load_state_dict_both_ways_and_match(case, dtype):
+def test_load_state_dict_both_ways_and_match(case, dtype, device):
     """torch -> custom and custom -> torch checkpoints load strictly, and the
     two modules then compute the same outputs and gradients."""
     custom, ref, shapes = _make_pair(case, dtype)
@@ -158,8 +158,9 @@ def test_load_state_dict_both_ways_and_match(case, dtype):
     custom.load_state_dict(_ref_state(ref), strict=True)
     for (name, a), b in zip(custom.state_dict().items(), _ref_state(ref).values()):
         assert torch.equal(a, b), name
+    custom, ref = custom.to(device), ref.to(device)
 
-    inputs = [torch.randn(s, dtype=dtype, requires_grad=True) for s in shapes]
+    inputs = [torch.randn(s, dtype=dtype).to(device).requires_grad_() for s in shapes]
     out_c = custom(*inputs)
     ref_leaves = [x.detach().clone().requires_grad_() for x in inputs]
     out_r = ref(*ref_leaves)
@@ -185,7 +186,7 @@ def test_load_state_dict_both_ways_and_match(case, dtype):
     ref2 = MODULE_CASES[case][1](dtype)
     _load_ref(ref2, custom.state_dict())
     for (name, a), b in zip(custom.state_dict().items(), _ref_state(ref2).values()):
-        assert torch.equal(a, b), name
+        assert torch.equal(a.cpu(), b), name
 
 
 @pytest.mark.parametrize("case", list(MODULE_CASES))
@@ -279,7 +280,7 @@ def test_invalid_constructor_arguments():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("case", ["rms_norm-769", "layer_norm-769", "fused_add_rms_norm", "swiglu_mlp", "geglu_mlp-tanh_default", "gelu-none"])
-def test_reduced_precision_close_to_float32(case, dtype):
+def test_reduced_precision_close_to_float32(case, dtype, device):
     """In float16/bfloat16 the module stays within one storage rounding (per
     the tolerance table) of its float32 self on the same (rounded) values."""
     custom32, _, shapes = _make_pair(case, torch.float32)
@@ -288,7 +289,8 @@ def test_reduced_precision_close_to_float32(case, dtype):
     with torch.no_grad():
         for p32, p in zip(custom32.parameters(), custom.parameters()):
             p32.copy_(p.float())
-    inputs = [torch.randn(s).to(dtype) for s in shapes]
+    custom32, custom = custom32.to(device), custom.to(device)
+    inputs = [torch.randn(s).to(device=device, dtype=dtype) for s in shapes]
     outs = custom(*inputs)
     outs32 = custom32(*[x.float() for x in inputs])
     outs = outs if isinstance(outs, tuple) else (outs,)
@@ -304,20 +306,20 @@ def test_reduced_precision_close_to_float32(case, dtype):
 @pytest.mark.parametrize("scale", [1.0, 1e-3])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("cls", [CustomRMSNorm, FusedAddRMSNorm])
-def test_rms_norm_modules_default_eps_match_torch(cls, dtype, scale):
+def test_rms_norm_modules_default_eps_match_torch(cls, dtype, scale, device):
     """With eps=None the modules normalise as torch.nn.RMSNorm(eps=None) does in
     float16/bfloat16 too, also for inputs small enough that eps matters."""
-    x = (torch.randn(4, 64, dtype=torch.float64) * scale).to(dtype)
-    ours = cls(64, dtype=dtype)
-    theirs = nn.RMSNorm(64, dtype=dtype)
+    x = (torch.randn(4, 64, dtype=torch.float64) * scale).to(device=device, dtype=dtype)
+    ours = cls(64, dtype=dtype, device=device)
+    theirs = nn.RMSNorm(64, dtype=dtype, device=device)
     out = ours(x, torch.zeros_like(x))[0] if cls is FusedAddRMSNorm else ours(x)
     # reference: torch's module on float32 copies (same eps rule), rounded once
-    want = nn.RMSNorm(64)(x.float()).to(dtype)
+    want = nn.RMSNorm(64, device=device)(x.float()).to(dtype)
     torch.testing.assert_close(out, want, **tolerance(dtype))
     torch.testing.assert_close(theirs(x), want, **tolerance(dtype))
 
 
-def test_module_in_a_model_trains_like_torch():
+def test_module_in_a_model_trains_like_torch(device):
     """A pre-norm block built from the custom modules follows the same SGD
     trajectory as the torch one with the same weights."""
 
@@ -327,14 +329,14 @@ def test_module_in_a_model_trains_like_torch():
     def forward(b, x):
         return x + b["mlp"](b["norm"](x))
 
-    torch_block = block(nn.RMSNorm, LlamaMLP).double()
-    custom_block = block(CustomRMSNorm, CustomSwiGLUMLP).double()
+    torch_block = block(nn.RMSNorm, LlamaMLP).double().to(device)
+    custom_block = block(CustomRMSNorm, CustomSwiGLUMLP).double().to(device)
     _randomize(torch_block)
     custom_block.load_state_dict({k: v for k, v in torch_block.state_dict().items()}, strict=True)
     opt_t = torch.optim.SGD(torch_block.parameters(), lr=0.1)
     opt_c = torch.optim.SGD(custom_block.parameters(), lr=0.1)
     for _ in range(3):
-        x = torch.randn(4, 5, 16, dtype=torch.float64)
+        x = torch.randn(4, 5, 16, dtype=torch.float64, device=device)
         for b, opt in ((torch_block, opt_t), (custom_block, opt_c)):
             opt.zero_grad()
             forward(b, x).pow(2).mean().backward()

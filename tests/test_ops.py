@@ -1,5 +1,6 @@
 """Correctness of the custom ops: opcheck, reference comparisons per dtype and
-CPU ISA, special values, gradcheck, determinism and add's broadcast backward."""
+CPU ISA (and on CUDA where there is a GPU: the `device` and `kernel_device`
+fixtures), special values, gradcheck, determinism and add's broadcast backward."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _tuple(x):
 
 
 def _random_like(t: torch.Tensor) -> torch.Tensor:
-    return torch.randn(t.shape, dtype=acc_dtype(t.dtype)).to(t.dtype)
+    return torch.randn(t.shape, dtype=acc_dtype(t.dtype), device=t.device).to(t.dtype)
 
 
 def run_forward_backward(op, args, kwargs, grad_outputs=None):
@@ -96,22 +97,22 @@ def test_isa_variants_agree(cpu_isa):
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
 @pytest.mark.parametrize("op,sample", sample_params(large=False))
-def test_opcheck(op, sample, requires_grad):
-    args, kwargs = build(sample, torch.float32, requires_grad)
+def test_opcheck(op, sample, requires_grad, device):
+    args, kwargs = build(sample, torch.float32, requires_grad, device)
     opcheck(getattr(custom, op).default, args, kwargs)
 
 
 @pytest.mark.parametrize("op,sample", sample_params(large=False))
-def test_opcheck_backward_op(op, sample):
-    args, kwargs = build(sample, torch.float32, requires_grad=False)
+def test_opcheck_backward_op(op, sample, device):
+    args, kwargs = build(sample, torch.float32, requires_grad=False, device=device)
     name, bw_args = backward_args(op, args, kwargs)
     opcheck(getattr(custom, name).default, bw_args)
 
 
 @pytest.mark.parametrize("weight", [False, True], ids=["no_weight", "weight"])
-def test_opcheck_fused_add_rms_norm_backward_without_residual_grad(weight):
+def test_opcheck_fused_add_rms_norm_backward_without_residual_grad(weight, device):
     """grad_residual_out is None when only the normalised output is used."""
-    m = Maker()
+    m = Maker(device=device)
     z = m(3, 769)
     w = m(769) if weight else None
     opcheck(custom.fused_add_rms_norm_backward.default, (m(3, 769), None, z, [769], w, None))
@@ -120,9 +121,9 @@ def test_opcheck_fused_add_rms_norm_backward_without_residual_grad(weight):
 @pytest.mark.parametrize("op,sample", [p for p in sample_params(large=False) if p.values[1].id in {
     "3x769_weight", "3x769_weight_bias", "same_shape_3x769", "3x769", "none-3x769", "tanh-3x769", "3x769_dim-1",
 }])
-def test_opcheck_float16_bfloat16(op, sample):
+def test_opcheck_float16_bfloat16(op, sample, device):
     for dtype in (torch.float16, torch.bfloat16):
-        args, kwargs = build(sample, dtype, requires_grad=True)
+        args, kwargs = build(sample, dtype, requires_grad=True, device=device)
         opcheck(getattr(custom, op).default, args, kwargs)
 
 
@@ -141,10 +142,10 @@ def _sample(op, sample_id):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_double_backward_raises(op):
+def test_double_backward_raises(op, device):
     """The backward ops have no derivative: differentiating a gradient taken
     with create_graph=True must fail loudly, naming the backward op."""
-    args, kwargs = build(_sample(op, FIRST_BACKWARD_SAMPLE[op]), torch.float64, requires_grad=True)
+    args, kwargs = build(_sample(op, FIRST_BACKWARD_SAMPLE[op]), torch.float64, requires_grad=True, device=device)
     outs = _tuple(FUNCTIONS[op](*args, **kwargs))
     leaves = [args[i] for i in float_tensor_indices(args)]
     loss = sum((o * o).sum() for o in outs)  # grad_output depends on the inputs too
@@ -162,8 +163,8 @@ def test_double_backward_raises(op):
 
 @dtype_params
 @pytest.mark.parametrize("op,sample", sample_params(large=True))
-def test_matches_reference(op, sample, dtype, cpu_isa):
-    args, kwargs = build(sample, dtype, requires_grad=True)
+def test_matches_reference(op, sample, dtype, kernel_device):
+    args, kwargs = build(sample, dtype, requires_grad=True, device=kernel_device)
     inputs_before = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
     outs, grad_outputs, grads = run_forward_backward(op, args, kwargs)
     ref_outs, ref_grads = reference(op, args, kwargs, grad_outputs)
@@ -197,12 +198,12 @@ EXPANDED_GRAD_SAMPLE = {
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_backward_with_expanded_and_transposed_grad_output(op):
+def test_backward_with_expanded_and_transposed_grad_output(op, device):
     """Gradients arriving as an expanded (stride-0) or transposed tensor, as
     from .sum() or a transposed consumer."""
-    args, kwargs = build(_sample(op, EXPANDED_GRAD_SAMPLE[op]), torch.float32, requires_grad=True)
+    args, kwargs = build(_sample(op, EXPANDED_GRAD_SAMPLE[op]), torch.float32, requires_grad=True, device=device)
     outs = _tuple(FUNCTIONS[op](*args, **kwargs))
-    expanded = [torch.ones(()).expand(o.shape) for o in outs]
+    expanded = [torch.ones((), device=device).expand(o.shape) for o in outs]
     transposed = [_random_like(o.mT).mT if o.dim() >= 2 else _random_like(o) for o in outs]
     for gos in (expanded, transposed):
         _, _, grads = run_forward_backward(op, args, kwargs, gos)
@@ -212,10 +213,10 @@ def test_backward_with_expanded_and_transposed_grad_output(op):
 
 
 @dtype_params
-def test_fused_add_rms_norm_residual_out_unused(dtype):
+def test_fused_add_rms_norm_residual_out_unused(dtype, device):
     """Only the normalised output feeds the loss: the residual_out gradient is
     undefined and must count as zero."""
-    m = Maker(dtype, requires_grad=True)
+    m = Maker(dtype, requires_grad=True, device=device)
     x, r, w = m(4, 129), m(4, 129), m(129, scale=0.2, offset=1.0)
     out, _ = ops.fused_add_rms_norm(x, r, [129], w)
     go = _random_like(out)
@@ -227,9 +228,9 @@ def test_fused_add_rms_norm_residual_out_unused(dtype):
     torch.testing.assert_close(gw, ref[3], **tol)
 
 
-def test_fused_add_rms_norm_same_tensor_twice():
+def test_fused_add_rms_norm_same_tensor_twice(device):
     """input and residual may be one tensor: its gradient is the sum of both."""
-    x = torch.randn(3, 9, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(3, 9, dtype=torch.float64, device=device, requires_grad=True)
     out, res = ops.fused_add_rms_norm(x, x, [9])
     go, gr = torch.randn_like(out), torch.randn_like(res)
     (g,) = torch.autograd.grad((out, res), x, (go, gr))
@@ -265,9 +266,9 @@ def test_inplace_change_of_saved_tensor_is_detected(case):
 
 
 @dtype_params
-def test_fused_add_rms_norm_equals_unfused_ops(dtype):
+def test_fused_add_rms_norm_equals_unfused_ops(dtype, device):
     """residual_out is exactly input + residual in the input dtype, as torch's add."""
-    m = Maker(dtype)
+    m = Maker(dtype, device=device)
     x, r, w = m(6, 300), m(6, 300), m(300)
     out, res = ops.fused_add_rms_norm(x, r, [300], w, 1e-6)
     assert torch.equal(res, x + r)
@@ -276,12 +277,12 @@ def test_fused_add_rms_norm_equals_unfused_ops(dtype):
 
 @dtype_params
 @pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm"])
-def test_rms_norm_default_eps_matches_torch(op, dtype):
+def test_rms_norm_default_eps_matches_torch(op, dtype, device):
     """eps=None is F.rms_norm's default: the epsilon of the computation type
     (float32's for float16/bfloat16). With inputs this small eps dominates
     mean(x^2), so any other epsilon (e.g. finfo(float16).eps = 9.8e-4) shows."""
-    x = (torch.randn(4, 64, dtype=torch.float64) * 1e-3).to(dtype)
-    w = torch.ones(64, dtype=dtype)
+    x = (torch.randn(4, 64, dtype=torch.float64) * 1e-3).to(device=device, dtype=dtype)
+    w = torch.ones(64, dtype=dtype, device=device)
     if op == "rms_norm":
         got = ops.rms_norm(x, [64], w)
     else:
@@ -291,23 +292,23 @@ def test_rms_norm_default_eps_matches_torch(op, dtype):
     torch.testing.assert_close(got, want, **tolerance(dtype))
     # torch's own F.rms_norm in that dtype agrees, and so does torch.nn.RMSNorm
     torch.testing.assert_close(got, F.rms_norm(x, [64], w), **tolerance(dtype))
-    torch.testing.assert_close(got, torch.nn.RMSNorm(64, dtype=dtype)(x), **tolerance(dtype))
+    torch.testing.assert_close(got, torch.nn.RMSNorm(64, dtype=dtype, device=device)(x), **tolerance(dtype))
 
 
-def test_layer_norm_default_eps_matches_functional():
-    x = torch.randn(4, 64) * 1e-3
+def test_layer_norm_default_eps_matches_functional(device):
+    x = torch.randn(4, 64, device=device) * 1e-3
     torch.testing.assert_close(ops.layer_norm(x, [64]), F.layer_norm(x, [64]))
     torch.testing.assert_close(ops.layer_norm(x, (64,), eps=1e-2), F.layer_norm(x, [64], eps=1e-2))
 
 
 @pytest.mark.parametrize("offset", [1e3, 1e4])
-def test_layer_norm_large_mean_is_stable(offset, cpu_isa):
+def test_layer_norm_large_mean_is_stable(offset, kernel_device):
     """Rows with a large mean and unit spread: a one-pass E[x^2] - E[x]^2 would
     lose every significant bit in float32; the result must stay within float32
     noise of the float64 truth (relative error ~ eps * offset)."""
-    x = (torch.randn(8, 513, dtype=torch.float64) + offset).float()
-    w = torch.randn(513) * 0.2 + 1
-    b = torch.randn(513)
+    x = (torch.randn(8, 513, dtype=torch.float64) + offset).float().to(kernel_device)
+    w = (torch.randn(513) * 0.2 + 1).to(kernel_device)
+    b = torch.randn(513).to(kernel_device)
     truth = F.layer_norm(x.double(), [513], w.double(), b.double())
     got = ops.layer_norm(x, [513], w, b)
     err = (got.double() - truth).abs().max().item()
@@ -316,19 +317,19 @@ def test_layer_norm_large_mean_is_stable(offset, cpu_isa):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=["f32", "f64", "bf16"])
 @pytest.mark.parametrize("dim", [-1, 0])
-def test_softmax_large_inputs_do_not_overflow(dtype, dim, cpu_isa):
+def test_softmax_large_inputs_do_not_overflow(dtype, dim, kernel_device):
     """softmax(x + c) == softmax(x): the kernel subtracts the max before exp."""
     x = torch.randn(6, 300, dtype=torch.float64) * 3
-    shifted = (x + 1e4).to(dtype)
+    shifted = (x + 1e4).to(device=kernel_device, dtype=dtype)
     got = ops.softmax(shifted, dim)
     assert torch.isfinite(got).all()
     want = torch.softmax(shifted.to(acc_dtype(dtype)), dim).to(dtype)
     torch.testing.assert_close(got, want, **tolerance(dtype, "softmax"))
 
 
-def test_functional_argument_forms():
-    x = torch.randn(3, 8)
-    w = torch.randn(8)
+def test_functional_argument_forms(device):
+    x = torch.randn(3, 8, device=device)
+    w = torch.randn(8, device=device)
     want = F.rms_norm(x, [8], w, torch.finfo(torch.float32).eps)
     for shape in (8, (8,), [8], torch.Size([8])):
         torch.testing.assert_close(ops.rms_norm(x, shape, w), want)
@@ -353,7 +354,7 @@ NAN, INF = math.nan, math.inf
 
 
 def _half_weight(x):
-    return torch.full(x.shape[-1:], 0.5, dtype=x.dtype)
+    return torch.full(x.shape[-1:], 0.5, dtype=x.dtype, device=x.device)
 
 
 ROW_OPS = {
@@ -377,11 +378,11 @@ ROW_OPS = {
 @pytest.mark.parametrize("bad", [NAN, INF, -INF], ids=["nan", "inf", "-inf"])
 @dtype_params
 @pytest.mark.parametrize("case", list(ROW_OPS))
-def test_nonfinite_stays_in_its_row(case, dtype, bad, cols, cpu_isa):
+def test_nonfinite_stays_in_its_row(case, dtype, bad, cols, kernel_device):
     """A NaN/Inf at x[1, c] taints only row 1 (column c for softmax over dim 0),
     and the values equal what torch computes, NaN where torch has NaN."""
     call, ref, taint = ROW_OPS[case]
-    x = torch.randn(4, cols, dtype=acc_dtype(dtype)).to(dtype)
+    x = torch.randn(4, cols, dtype=acc_dtype(dtype)).to(device=kernel_device, dtype=dtype)
     c = cols // 2
     x[1, c] = bad
     got = call(x)
@@ -398,10 +399,10 @@ def test_nonfinite_stays_in_its_row(case, dtype, bad, cols, cpu_isa):
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "softmax"])
-def test_nan_row_gradient_stays_in_its_row(op, cpu_isa):
+def test_nan_row_gradient_stays_in_its_row(op, kernel_device):
     """A NaN in row 2 makes row 2 of the input gradient NaN and leaves the
     other rows exactly as without it."""
-    x = torch.randn(4, 37)
+    x = torch.randn(4, 37, device=kernel_device)
     x[2, 5] = NAN
     extra = (-1,) if op == "softmax" else ([37],)
     x.requires_grad_(True)
@@ -419,7 +420,7 @@ SPECIAL = [-INF, INF, NAN, 0.0, -0.0, 1.0, -1.0, 30.0, -30.0, 100.0, -100.0, 1e-
 
 @dtype_params
 @pytest.mark.parametrize("case", ["gelu-none", "gelu-tanh", "swiglu", "geglu-none", "geglu-tanh"])
-def test_activation_special_values(case, dtype, cpu_isa):
+def test_activation_special_values(case, dtype, kernel_device):
     """±inf, NaN, ±0 and large values, in the vectorised body and in the tail,
     give what torch computes in float64 (the exact function) cast to dtype.
 
@@ -436,24 +437,25 @@ def test_activation_special_values(case, dtype, cpu_isa):
     up[n - 3] = INF  # times gelu(30)
     name, *rest = case.split("-")
     approx = rest[0] if rest else None
-    g, u = gate.to(dtype), up.to(dtype)
+    g, u = gate.to(dtype), up.to(dtype)  # the reference: torch on the CPU in float64
+    dg, du = g.to(kernel_device), u.to(kernel_device)
     if name == "gelu":
-        got = ops.gelu(g, approx)
+        got = ops.gelu(dg, approx)
         want = F.gelu(g.double(), approximate=approx)
     elif name == "swiglu":
-        got = ops.swiglu(g, u)
+        got = ops.swiglu(dg, du)
         want = F.silu(g.double()) * u.double()
     else:
-        got = ops.geglu(g, u, approx)
+        got = ops.geglu(dg, du, approx)
         want = F.gelu(g.double(), approximate=approx) * u.double()
-    torch.testing.assert_close(got, want.to(dtype), equal_nan=True, **tolerance(dtype, name))
+    torch.testing.assert_close(got.cpu(), want.to(dtype), equal_nan=True, **tolerance(dtype, name))
 
 
 @dtype_params
-def test_softmax_masked_rows(dtype, cpu_isa):
+def test_softmax_masked_rows(dtype, kernel_device):
     """-inf entries (attention masks) get probability 0; a fully masked row is
     NaN as in torch; +inf gives NaN as in torch."""
-    x = torch.randn(5, 70, dtype=torch.float64).to(dtype)
+    x = torch.randn(5, 70, dtype=torch.float64).to(device=kernel_device, dtype=dtype)
     x[0, ::3] = -INF
     x[1, :] = -INF
     x[2, 7] = INF
@@ -469,8 +471,8 @@ def test_softmax_masked_rows(dtype, cpu_isa):
 
 
 @dtype_params
-def test_rms_norm_inf_in_row_matches_torch(dtype):
-    x = torch.randn(3, 40, dtype=torch.float64).to(dtype)
+def test_rms_norm_inf_in_row_matches_torch(dtype, device):
+    x = torch.randn(3, 40, dtype=torch.float64).to(device=device, dtype=dtype)
     x[0, 3] = INF
     got = ops.rms_norm(x, [40])
     want = F.rms_norm(x.to(acc_dtype(dtype)), [40], None, default_rms_norm_eps(dtype)).to(dtype)
@@ -513,8 +515,8 @@ GRADCHECK_CASES = {
 
 
 @pytest.mark.parametrize("case", list(GRADCHECK_CASES))
-def test_gradcheck(case):
-    op, args, kwargs = GRADCHECK_CASES[case](Maker(torch.float64, requires_grad=True))
+def test_gradcheck(case, device):
+    op, args, kwargs = GRADCHECK_CASES[case](Maker(torch.float64, requires_grad=True, device=device))
     idx = float_tensor_indices(args)
     assert all(args[i].requires_grad for i in idx)
 
@@ -566,10 +568,10 @@ def test_backward_is_deterministic(case, dtype, num_threads):
 
 @pytest.mark.parametrize("rows", [31, 32, 33, 300])
 @pytest.mark.parametrize("case", ["rms_norm", "fused_add_rms_norm", "layer_norm"])
-def test_param_grads_over_many_row_blocks(case, rows, cpu_isa):
+def test_param_grads_over_many_row_blocks(case, rows, kernel_device):
     """Weight/bias gradients summed over one, one-and-a-bit and ten 32-row
     blocks equal the float64 sum (to float32 summation accuracy)."""
-    args, kwargs = ROW_REDUCTIONS[case](Maker(torch.float32, requires_grad=True))
+    args, kwargs = ROW_REDUCTIONS[case](Maker(torch.float32, requires_grad=True, device=kernel_device))
     # the same call on `rows` rows
     args = tuple(a[:rows].detach().requires_grad_() if isinstance(a, torch.Tensor) and a.dim() == 2 else a
                  for a in args)
@@ -607,9 +609,9 @@ BROADCASTS = {
 @pytest.mark.parametrize("alpha", [1.0, 2.5, -1.0, 0.0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=["f32", "f64", "bf16"])
 @pytest.mark.parametrize("case", list(BROADCASTS))
-def test_add_backward_reduces_broadcast_dims(case, dtype, alpha, cpu_isa):
+def test_add_backward_reduces_broadcast_dims(case, dtype, alpha, kernel_device):
     a_shape, b_shape = BROADCASTS[case]
-    m = Maker(dtype, requires_grad=True)
+    m = Maker(dtype, requires_grad=True, device=kernel_device)
     a, b = m(*a_shape), m(*b_shape)
     out = ops.add(a, b, alpha=alpha)
     shape = torch.broadcast_shapes(a_shape, b_shape)
@@ -631,12 +633,12 @@ def test_add_backward_reduces_broadcast_dims(case, dtype, alpha, cpu_isa):
     torch.testing.assert_close(out, reference("add", (a, b, alpha))[0][0], **tolerance(dtype, "add"))
 
 
-def test_add_backward_many_alternating_broadcast_dims():
+def test_add_backward_many_alternating_broadcast_dims(device):
     """17 dims alternating between kept and broadcast: the forward handles any
     number of dims, and so must the backward (torch allows up to 64)."""
     a_shape = (2,) * 17
     b_shape = tuple(2 if i % 2 == 0 else 1 for i in range(17))
-    m = Maker(torch.float64, requires_grad=True)
+    m = Maker(torch.float64, requires_grad=True, device=device)
     a, b = m(*a_shape), m(*b_shape)
     out = ops.add(a, b, alpha=2.0)
     torch.testing.assert_close(out, a + 2 * b)
@@ -734,10 +736,10 @@ PARTIAL_GRAD_SAMPLES = {
 
 
 @pytest.mark.parametrize("op,which", [(op, k) for op, (_, n) in PARTIAL_GRAD_SAMPLES.items() for k in range(n)])
-def test_only_some_inputs_require_grad(op, which):
+def test_only_some_inputs_require_grad(op, which, device):
     """Autograd records the op when any one tensor requires grad (e.g. only the
     weight of a norm whose input is a constant), and that tensor's gradient is right."""
-    args, kwargs = build(_sample(op, PARTIAL_GRAD_SAMPLES[op][0]), torch.float32)
+    args, kwargs = build(_sample(op, PARTIAL_GRAD_SAMPLES[op][0]), torch.float32, device=device)
     idx = float_tensor_indices(args)
     assert len(idx) == PARTIAL_GRAD_SAMPLES[op][1]
     args = list(args)
