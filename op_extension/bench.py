@@ -545,6 +545,36 @@ def configure_host_allocator(mode):
     return "reuse (glibc mallopt: M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB)"
 
 
+def load_liger(device):
+    """The optional Liger-Kernel baseline: ({op: callable on the op's benchmark
+    inputs}, None) for the ops Liger has, or ({}, why there is none). Liger's
+    kernels are Triton, for CUDA only."""
+    if device.type != "cuda":
+        return {}, f"Liger-Kernel runs on CUDA only, not {device.type}"
+    try:
+        from liger_kernel.ops.geglu import LigerGELUMulFunction
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+    except Exception as e:  # not installed, or broken against this torch/triton
+        return {}, f"import liger_kernel failed ({_err(e)})"
+    # in_place=False: in place, Liger's backward overwrites the output gradient,
+    # which the timed step reuses rep after rep.
+    impls = {
+        "rms_norm": lambda x, w: LigerRMSNormFunction.apply(x, w, RMS_EPS, 0.0, "llama", False),
+        "layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, LN_EPS),
+        "swiglu": lambda g, u: LigerSiLUMulFunction.apply(g, u),
+        "geglu": lambda g, u: LigerGELUMulFunction.apply(g, u),  # tanh GELU, as GELU_APPROX
+    }
+    try:  # newer releases only
+        from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+        impls["fused_add_rms_norm"] = lambda x, r, w: LigerFusedAddRMSNormFunction.apply(
+            x, r, w, RMS_EPS, 0.0, "llama", False)
+    except ImportError:
+        pass
+    return impls, None
+
+
 def copy_bandwidth(nbytes, dtype, device, timer):
     """GB/s of ``out.copy_(x)`` over nbytes (counted as read + write)."""
     elem = torch.empty((), dtype=dtype).element_size()
@@ -671,6 +701,7 @@ class RunConfig:
     timer: object             # CpuTimer or CudaTimer: the op timings
     host_timer: object        # CpuTimer: dispatch overhead
     other_load: OtherLoad
+    liger: dict | None = None  # op -> Liger-Kernel callable (load_liger), CUDA only
 
 
 def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy_gbps,
@@ -695,6 +726,8 @@ def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy_gbps,
     impls = dict(setup.impls)
     if cfg.compile and cfg.compile_filter(dtype, tokens):
         impls["compiled"] = compiled_composite(name, setup.impls["composite"])
+    if cfg.liger and name in cfg.liger:
+        impls["liger"] = cfg.liger[name]
 
     if direction == "fwd":
         # Sanity check: a fast wrong answer is not a result.
@@ -743,7 +776,7 @@ def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy_gbps,
     if ours:
         row["gbps"] = ours["gbps"]
         row["pct_copy_bw"] = 100.0 * ours["gbps"] / copy_gbps if copy_gbps else None
-        for b in BASELINES:
+        for b in BASELINES + ("liger",):
             if b in row["impls"]:
                 row[f"speedup_vs_{b}"] = row["impls"][b]["median_us"] / ours["median_us"]
     progress.advance(label)
@@ -862,6 +895,9 @@ def _fmt(v, spec, suffix=""):
 def print_table(rows, file=sys.stdout):
     header = ("op", "dir", "dtype", "tokens", "ours us", "GB/s", "%copy",
               "x native", "x compos.", "x compiled", "note")
+    with_liger = any("speedup_vs_liger" in r for r in rows)
+    if with_liger:
+        header = header[:-1] + ("x liger", "note")
     table = []
     for r in rows:
         ours = r["impls"].get("ours", {})
@@ -875,9 +911,8 @@ def print_table(rows, file=sys.stdout):
             _fmt(r.get("speedup_vs_native"), ".2f", "x"),
             _fmt(r.get("speedup_vs_composite"), ".2f", "x"),
             _fmt(r.get("speedup_vs_compiled"), ".2f", "x"),
-            note[:80],
-        ))
-    _print_aligned(header, table, file, right=range(3, 10))
+        ) + ((_fmt(r.get("speedup_vs_liger"), ".2f", "x"),) if with_liger else ()) + (note[:80],))
+    _print_aligned(header, table, file, right=range(3, len(header) - 1))
 
 
 def print_dispatch(rows, file=sys.stdout):
@@ -1092,6 +1127,9 @@ def main(argv=None):
                     directions=["fwd"] if args.no_backward else list(DIRECTIONS),
                     compile=not args.no_compile, compile_filter=compile_filter,
                     timer=timer, host_timer=host_timer, other_load=OtherLoad())
+    cfg.liger, no_liger = load_liger(device)
+    if no_liger:
+        print(f"liger baseline: skipped: {no_liger}", file=sys.stderr)
 
     busy_before = cfg.other_load.sample()
     if busy_before is not None and busy_before > OtherLoad.WARN_FRACTION:
@@ -1144,6 +1182,7 @@ def main(argv=None):
             "rounds": args.rounds,
             "rms_eps": RMS_EPS, "ln_eps": LN_EPS, "gelu_approximate": GELU_APPROX,
             "timer": type(timer).__name__, "elapsed_s": elapsed,
+            "liger": sorted(cfg.liger) if cfg.liger else f"skipped: {no_liger}",
         },
         "byte_formulas": {
             "legend": "N = elements of one activation tensor, H = elements of one "
