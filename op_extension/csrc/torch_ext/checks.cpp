@@ -50,6 +50,17 @@ void check_affine(const char* op, const std::optional<Tensor>& param, const char
                     param->sizes(), " but normalized_shape is ", normalized_shape);
 }
 
+void check_add_backward_size(const char* op, const Tensor& grad_output, IntArrayRef input_size) {
+  const int64_t offset = grad_output.dim() - static_cast<int64_t>(input_size.size());
+  TORCH_CHECK_VALUE(offset >= 0, op, ": input_size ", input_size,
+                    " has more dims than grad_output of shape ", grad_output.sizes());
+  for (const auto i : c10::irange(input_size.size())) {
+    const int64_t g = grad_output.size(i + offset);
+    TORCH_CHECK_VALUE(input_size[i] == g || input_size[i] == 1, op, ": input_size ", input_size,
+                      " does not broadcast to grad_output of shape ", grad_output.sizes());
+  }
+}
+
 int64_t wrap_dim(const char* op, int64_t dim, int64_t ndim) {
   const int64_t n = std::max<int64_t>(ndim, 1);  // a 0-dim tensor has one valid dim
   TORCH_CHECK_INDEX(dim >= -n && dim < n, op, ": dim ", dim, " is out of range for a tensor with ",

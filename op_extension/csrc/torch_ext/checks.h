@@ -50,6 +50,10 @@ RowShape check_normalized_shape(const char* op, const Tensor& input, IntArrayRef
 void check_affine(const char* op, const std::optional<Tensor>& param, const char* name,
                   const Tensor& input, IntArrayRef normalized_shape);
 
+// add_backward: `input_size` must broadcast to grad_output's shape (the sizes
+// the gradient is summed back to).
+void check_add_backward_size(const char* op, const Tensor& grad_output, IntArrayRef input_size);
+
 // Wraps a possibly negative dim; IndexError when out of range.
 int64_t wrap_dim(const char* op, int64_t dim, int64_t ndim);
 

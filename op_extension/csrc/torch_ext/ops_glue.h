@@ -111,15 +111,9 @@ Tensor add_backward(const Tensor& grad_output, IntArrayRef input_size, double al
   constexpr const char* op = "custom::add_backward";
   const Kernels kernels(grad_output);
   check_dtype(op, grad_output, "grad_output", gen::kAddBackwardDtypes);
+  check_add_backward_size(op, grad_output, input_size);
   const int64_t nd = grad_output.dim();
   const int64_t offset = nd - static_cast<int64_t>(input_size.size());
-  TORCH_CHECK_VALUE(offset >= 0, op, ": input_size ", input_size,
-                    " has more dims than grad_output of shape ", grad_output.sizes());
-  for (const auto i : c10::irange(input_size.size())) {
-    const int64_t g = grad_output.size(i + offset);
-    TORCH_CHECK_VALUE(input_size[i] == g || input_size[i] == 1, op, ": input_size ", input_size,
-                      " does not broadcast to grad_output of shape ", grad_output.sizes());
-  }
   const Tensor grad = grad_output.contiguous();
 
   // Group neighbouring dims that are all kept or all summed over.
