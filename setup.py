@@ -5,12 +5,19 @@ Sources are found by folder, so adding an op adds files, never a line here:
   op_extension/csrc/kernel/cpu/*.cpp    CPU kernels; each file that registers kernels
                                         is compiled once per instruction set
   op_extension/csrc/kernel/cuda/*.cu    CUDA kernels (when CUDA is built)
+  op_extension/csrc/torch_ext/npu/*.cpp torch_npu glue (when NPU is built); the Ascend C
+                                        kernels and their host code are then built with
+                                        CANN by cmake/ascend/CMakeLists.txt and linked
 and op_extension._ascend_sim (always): the Ascend C kernels (csrc/kernel/ascendc), their
 tiling (csrc/host/tiling) and aclnn entry points (csrc/host/aclnn) on the CPU simulator
 (csrc/ascendc_sim), see ascend_sim_extension().
 
 Build switches (environment variables), all read in build_config():
   OP_EXT_WITH_CUDA=auto|0|1   auto: build CUDA when torch has CUDA and nvcc is found
+  OP_EXT_WITH_NPU=auto|0|1    auto: build for Ascend NPUs when torch_npu is installed and
+                              ASCEND_HOME_PATH (CANN) is set; see cmake/ascend/npu_build.py
+  OP_EXT_ASCEND_SOC=<SoC>     the SoC the Ascend kernels target, e.g. Ascend910B4
+                              (default: the name of NPU 0)
   OP_EXT_CPU_ISAS=default,avx2,avx512   CPU kernel variants to build (x86-64)
   OP_EXT_DEBUG=1              -O0 -g instead of -O3
 
@@ -56,9 +63,20 @@ ISA_PREAMBLES = {
 }
 
 
+def load_npu_build_module():
+    spec = importlib.util.spec_from_file_location("_op_ext_npu_build", ROOT / "cmake" / "ascend" / "npu_build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+npu_build = load_npu_build_module()
+
+
 @dataclass(frozen=True)
 class BuildConfig:
     with_cuda: bool
+    with_npu: bool
     cpu_isas: tuple[str, ...]
     debug: bool
 
@@ -75,6 +93,12 @@ def build_config() -> BuildConfig:
         )
     has_cu_sources = any((CSRC / "kernel" / "cuda").glob("*.cu"))
     with_cuda = has_cu_sources and (want_cuda == "1" or (want_cuda == "auto" and cuda_possible))
+    has_npu_sources = any((CSRC / "torch_ext" / "npu").glob("*.cpp"))
+    with_npu = has_npu_sources and npu_build.npu_build_wanted(
+        os.environ, npu_build.torch_npu_installed(), lambda: importlib.import_module("torch_npu")
+    )
+    if with_cuda and with_npu:
+        raise SystemExit("op_extension builds for CUDA or for NPU, not both: set OP_EXT_WITH_CUDA=0 or OP_EXT_WITH_NPU=0")
 
     is_x86 = platform.machine().lower() in ("x86_64", "amd64")
     default_isas = "default,avx2,avx512" if is_x86 else "default"
@@ -82,7 +106,7 @@ def build_config() -> BuildConfig:
     unknown = [s for s in isas if s not in ISA_PREAMBLES]
     if unknown or "default" not in isas:
         raise SystemExit(f"OP_EXT_CPU_ISAS must list 'default' and only {list(ISA_PREAMBLES)}")
-    return BuildConfig(with_cuda=with_cuda, cpu_isas=isas, debug=os.environ.get("OP_EXT_DEBUG") == "1")
+    return BuildConfig(with_cuda=with_cuda, with_npu=with_npu, cpu_isas=isas, debug=os.environ.get("OP_EXT_DEBUG") == "1")
 
 
 def load_protos_module():
@@ -151,6 +175,8 @@ def extensions(config: BuildConfig):
     # -fopenmp: at::parallel_for is inline and runs on one thread without it.
     cxx_flags = opt + ["-fopenmp", "-fdiagnostics-color=always", "-Wall", "-Wno-unknown-pragmas"]
     include_dirs = [str(ROOT / GENERATED)]
+    if config.with_npu:
+        return [npu_extension(sources, include_dirs, cxx_flags)]
     if config.with_cuda:
         sources += sorted(p.as_posix() for p in (CSRC / "kernel" / "cuda").glob("*.cu"))
         sources += sorted(p.as_posix() for p in (CSRC / "torch_ext" / "cuda").glob("*.cpp"))
@@ -177,6 +203,25 @@ def extensions(config: BuildConfig):
     ]
 
 
+def npu_extension(sources: list[str], include_dirs: list[str], cxx_flags: list[str]):
+    # Importable only where torch_npu and CANN are: build_config() checked.
+    from torch_npu.utils.cpp_extension import PYTORCH_NPU_INSTALL_PATH, NpuExtension
+
+    ascend_home = os.environ["ASCEND_HOME_PATH"]
+    return NpuExtension(
+        "op_extension._C",
+        sources + sorted(p.as_posix() for p in (CSRC / "torch_ext" / "npu").glob("*.cpp")),
+        include_dirs=include_dirs + [str(ROOT / CSRC / "host" / "aclnn"), os.path.join(ascend_home, "include")],
+        define_macros=[("OP_EXT_WITH_NPU", "1")],
+        extra_compile_args={"cxx": cxx_flags},
+        # The Ascend libraries' folder is added by BuildExt once CMake has built them.
+        library_dirs=[os.path.join(ascend_home, "lib64")],
+        libraries=list(npu_build.LINK_LIBRARIES),
+        # libop_ext_ascend*.so are copied next to _C; libtorch_npu.so stays in torch_npu.
+        extra_link_args=["-fopenmp", "-Wl,-rpath,$ORIGIN", f"-Wl,-rpath,{os.path.join(PYTORCH_NPU_INSTALL_PATH, 'lib')}"],
+    )
+
+
 def ascend_sim_extension(config: BuildConfig):
     """op_extension._ascend_sim: the Ascend aclnn entry points, tilings and Ascend C
     kernels compiled with g++ against the CPU simulator of the Ascend C API
@@ -196,6 +241,26 @@ def ascend_sim_extension(config: BuildConfig):
     )
 
 
+class BuildExt(BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)):
+    """build_ext that, for an NPU build, first builds the Ascend libraries with CANN."""
+
+    def run(self):
+        if config.with_npu:
+            soc = npu_build.soc_version(os.environ, lambda: importlib.import_module("torch_npu").npu.get_device_name(0))
+            jobs = int(os.environ.get("MAX_JOBS", os.cpu_count() or 1))
+            lib_dir = npu_build.build_ascend_libraries(
+                os.environ["ASCEND_HOME_PATH"], soc, Path(self.build_temp).resolve() / "ascend", jobs, config.debug
+            )
+            package_dir = Path(self.get_ext_fullpath("op_extension._C")).parent
+            package_dir.mkdir(parents=True, exist_ok=True)
+            for name in npu_build.BUILT_LIBRARIES:
+                shutil.copy2(lib_dir / name, package_dir / name)
+            for ext in self.extensions:
+                if ext.name == "op_extension._C":
+                    ext.library_dirs.append(str(lib_dir))
+        super().run()
+
+
 config = build_config()
 if shutil.which("ninja") is None:
     print("op_extension: ninja not found; the build will be slow (pip install ninja)")
@@ -203,5 +268,5 @@ if shutil.which("ninja") is None:
 setup(
     packages=find_packages(include=["op_extension", "op_extension.*"]),
     ext_modules=extensions(config) + [ascend_sim_extension(config)],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)},
+    cmdclass={"build_ext": BuildExt},
 )

@@ -1,0 +1,430 @@
+// The custom ops on Ascend NPUs (torch_npu's `npu` device, dispatch key
+// PrivateUse1): the same input checks as on CPU, then the Ascend custom
+// kernels through their aclnn entry points (csrc/host/aclnn/aclnn_*_custom.h).
+//
+// What the Ascend kernels do not cover is done here, explicitly:
+// - they read dense row-major ND memory: every input goes through dense()
+//   (private NPU formats cast to ND, strided views copied);
+// - AddCustom adds two tensors of one shape: broadcasting is materialised with
+//   expand().contiguous() first;
+// - they compute float16, bfloat16 and float32 only: float64 is a TypeError;
+// - five backward ops have no Ascend kernel (fused_add_rms_norm, layer_norm,
+//   softmax, swiglu, geglu): they run on the CPU, with a warning once per op
+//   (see cpu_fallback below).
+// Empty tensors never reach a kernel.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/irange.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <unordered_set>
+#include <vector>
+
+#include "../checks.h"
+#include "../ops_glue.h"
+#include "aclnn_add_custom.h"
+#include "aclnn_add_grad_custom.h"
+#include "aclnn_call.h"
+#include "aclnn_fused_add_rms_norm_custom.h"
+#include "aclnn_geglu_custom.h"
+#include "aclnn_gelu_custom.h"
+#include "aclnn_gelu_grad_custom.h"
+#include "aclnn_layer_norm_custom.h"
+#include "aclnn_rms_norm_custom.h"
+#include "aclnn_rms_norm_grad_custom.h"
+#include "aclnn_softmax_custom.h"
+#include "aclnn_swiglu_custom.h"
+#include "op_ext_schemas.h"
+#include "torch_npu/csrc/core/npu/NPUFormat.h"
+
+namespace op_ext::npu {
+namespace {
+
+namespace gen = op_ext::generated;
+using at::IntArrayRef;
+using at::Tensor;
+using OptTensor = std::optional<Tensor>;
+
+// ---- what every op does before its kernel ---------------------------------------
+
+// The Ascend kernels compute in float32 internally and take 16- and 32-bit floats.
+constexpr std::array<c10::ScalarType, 3> kNpuDtypes = {at::kHalf, at::kFloat, at::kBFloat16};
+
+// After the CPU dtype check (same message for dtypes no device supports), the
+// ones the Ascend kernels lack.
+void check_npu_dtype(const char* op, const Tensor& t, const char* name) {
+  const bool supported =
+      std::find(kNpuDtypes.begin(), kNpuDtypes.end(), t.scalar_type()) != kNpuDtypes.end();
+  TORCH_CHECK_TYPE(supported, op, ": ", name, " has dtype ", t.scalar_type(),
+                   ", which is not supported on npu; supported dtypes on npu: Half, Float, BFloat16");
+}
+
+// Formats whose storage is the logical shape in row-major order; torch_npu
+// gives plain tensors one of these, depending on their number of dims.
+bool is_row_major_format(int64_t format) {
+  return format == ACL_FORMAT_ND || format == ACL_FORMAT_NCHW || format == ACL_FORMAT_NCL ||
+         format == ACL_FORMAT_NCDHW;
+}
+
+// The layout the Ascend kernels read: a dense, row-major ND tensor.
+Tensor dense(const Tensor& t) {
+  const Tensor row_major = is_row_major_format(at_npu::native::get_npu_format(t))
+                               ? t
+                               : at_npu::native::npu_format_cast(t, ACL_FORMAT_ND);
+  return row_major.contiguous();
+}
+
+OptTensor dense(const OptTensor& t) {
+  if (!t.has_value() || !t->defined()) return std::nullopt;
+  return dense(*t);
+}
+
+// ---- add ------------------------------------------------------------------------
+
+Tensor add_npu(const Tensor& input, const Tensor& other, double alpha) {
+  constexpr const char* op = "custom::add";
+  check_dtype(op, input, "input", gen::kAddDtypes);
+  check_same(op, input, "input", other, "other");
+  const auto shape = glue::broadcast_shape(op, input.sizes(), other.sizes());
+  check_npu_dtype(op, input, "input");
+  const c10::DeviceGuard guard(input.device());
+  Tensor out = at::empty(shape, input.options());
+  if (out.numel() == 0) return out;
+  // AddCustom takes operands of the output's shape: broadcast dims are
+  // materialised (one extra read and write of the broadcast operand).
+  const Tensor a = dense(input.sizes() == IntArrayRef(shape) ? input : input.expand(shape));
+  const Tensor b = dense(other.sizes() == IntArrayRef(shape) ? other : other.expand(shape));
+  run_aclnn(
+      op, "aclnnAddCustom", input.device(),
+      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return aclnnAddCustomGetWorkspaceSize(args.tensor(a), args.tensor(b), alpha,
+                                              args.tensor(out), workspace_size, executor);
+      },
+      aclnnAddCustom);
+  return out;
+}
+
+Tensor add_backward_npu(const Tensor& grad_output, IntArrayRef input_size, double alpha) {
+  constexpr const char* op = "custom::add_backward";
+  check_dtype(op, grad_output, "grad_output", gen::kAddBackwardDtypes);
+  check_add_backward_size(op, grad_output, input_size);
+  check_npu_dtype(op, grad_output, "grad_output");
+  const c10::DeviceGuard guard(grad_output.device());
+  // A sum over no elements is zero.
+  if (grad_output.numel() == 0) return at::zeros(input_size, grad_output.options());
+  const Tensor grad = dense(grad_output);
+  Tensor out = at::empty(input_size, grad_output.options());
+  run_aclnn(
+      op, "aclnnAddGradCustom", grad.device(),
+      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return aclnnAddGradCustomGetWorkspaceSize(args.tensor(grad), args.int_array(input_size),
+                                                  alpha, args.tensor(out), workspace_size,
+                                                  executor);
+      },
+      aclnnAddGradCustom);
+  return out;
+}
+
+// ---- activations ----------------------------------------------------------------
+
+Tensor gelu_npu(const Tensor& input, c10::string_view approximate) {
+  constexpr const char* op = "custom::gelu";
+  check_dtype(op, input, "input", gen::kGeluDtypes);
+  parse_gelu_approximate(op, approximate);
+  check_npu_dtype(op, input, "input");
+  const c10::DeviceGuard guard(input.device());
+  const Tensor x = dense(input);
+  Tensor out = at::empty(x.sizes(), x.options());
+  if (out.numel() == 0) return out;
+  run_aclnn(
+      op, "aclnnGeluCustom", x.device(),
+      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return aclnnGeluCustomGetWorkspaceSize(args.tensor(x), args.string(approximate),
+                                               args.tensor(out), workspace_size, executor);
+      },
+      aclnnGeluCustom);
+  return out;
+}
+
+Tensor gelu_backward_npu(const Tensor& grad_output, const Tensor& input,
+                         c10::string_view approximate) {
+  constexpr const char* op = "custom::gelu_backward";
+  check_dtype(op, input, "input", gen::kGeluBackwardDtypes);
+  check_same(op, input, "input", grad_output, "grad_output");
+  check_same_shape(op, input, "input", grad_output, "grad_output");
+  parse_gelu_approximate(op, approximate);
+  check_npu_dtype(op, input, "input");
+  const c10::DeviceGuard guard(input.device());
+  const Tensor x = dense(input);
+  const Tensor dy = dense(grad_output);
+  Tensor dx = at::empty(x.sizes(), x.options());
+  if (dx.numel() == 0) return dx;
+  run_aclnn(
+      op, "aclnnGeluGradCustom", x.device(),
+      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return aclnnGeluGradCustomGetWorkspaceSize(args.tensor(dy), args.tensor(x),
+                                                   args.string(approximate), args.tensor(dx),
+                                                   workspace_size, executor);
+      },
+      aclnnGeluGradCustom);
+  return dx;
+}
+
+Tensor swiglu_npu(const Tensor& gate, const Tensor& up) {
+  constexpr const char* op = "custom::swiglu";
+  glue::check_glu(op, gate, up, gen::kSwigluDtypes);
+  check_npu_dtype(op, gate, "gate");
+  const c10::DeviceGuard guard(gate.device());
+  const Tensor g = dense(gate);
+  const Tensor u = dense(up);
+  Tensor out = at::empty(g.sizes(), g.options());
+  if (out.numel() == 0) return out;
+  run_aclnn(
+      op, "aclnnSwiGluCustom", g.device(),
+      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return aclnnSwiGluCustomGetWorkspaceSize(args.tensor(g), args.tensor(u), args.tensor(out),
+                                                 workspace_size, executor);
+      },
+      aclnnSwiGluCustom);
+  return out;
+}
+
+Tensor geglu_npu(const Tensor& gate, const Tensor& up, c10::string_view approximate) {
+  constexpr const char* op = "custom::geglu";
+  glue::check_glu(op, gate, up, gen::kGegluDtypes);
+  parse_gelu_approximate(op, approximate);
+  check_npu_dtype(op, gate, "gate");
+  const c10::DeviceGuard guard(gate.device());
+  const Tensor g = dense(gate);
+  const Tensor u = dense(up);
+  Tensor out = at::empty(g.sizes(), g.options());
+  if (out.numel() == 0) return out;
+  run_aclnn(
+      op, "aclnnGeGluCustom", g.device(),
+      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return aclnnGeGluCustomGetWorkspaceSize(args.tensor(g), args.tensor(u),
+                                                args.string(approximate), args.tensor(out),
+                                                workspace_size, executor);
+      },
+      aclnnGeGluCustom);
+  return out;
+}
+
+// ---- norms ----------------------------------------------------------------------
+
+Tensor rms_norm_npu(const Tensor& input, IntArrayRef normalized_shape, const OptTensor& weight,
+                    std::optional<double> eps) {
+  constexpr const char* op = "custom::rms_norm";
+  check_dtype(op, input, "input", gen::kRmsNormDtypes);
+  check_normalized_shape(op, input, normalized_shape);
+  check_affine(op, weight, "weight", input, normalized_shape);
+  check_npu_dtype(op, input, "input");
+  const c10::DeviceGuard guard(input.device());
+  const Tensor x = dense(input);
+  const OptTensor w = dense(weight);
+  Tensor out = at::empty(x.sizes(), x.options());
+  if (out.numel() == 0) return out;
+  run_aclnn(
+      op, "aclnnRmsNormCustom", x.device(),
+      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return aclnnRmsNormCustomGetWorkspaceSize(
+            args.tensor(x), args.tensor(w), args.int_array(normalized_shape),
+            rms_norm_eps(input, eps), args.tensor(out), workspace_size, executor);
+      },
+      aclnnRmsNormCustom);
+  return out;
+}
+
+std::tuple<Tensor, Tensor> rms_norm_backward_npu(const Tensor& grad_output, const Tensor& input,
+                                                 IntArrayRef normalized_shape,
+                                                 const OptTensor& weight,
+                                                 std::optional<double> eps) {
+  constexpr const char* op = "custom::rms_norm_backward";
+  check_dtype(op, input, "input", gen::kRmsNormBackwardDtypes);
+  check_same(op, input, "input", grad_output, "grad_output");
+  check_same_shape(op, input, "input", grad_output, "grad_output");
+  check_normalized_shape(op, input, normalized_shape);
+  check_affine(op, weight, "weight", input, normalized_shape);
+  check_npu_dtype(op, input, "input");
+  const c10::DeviceGuard guard(input.device());
+  const Tensor x = dense(input);
+  const Tensor dy = dense(grad_output);
+  const OptTensor w = dense(weight);
+  Tensor dx = at::empty(x.sizes(), x.options());
+  // As on CPU: an empty placeholder when the op ran without a weight.
+  Tensor dw = glue::param_grad(weight, x);
+  if (x.numel() == 0) return {dx, dw.zero_()};  // no rows: the weight gradient is a sum of nothing
+  const OptTensor dw_out = w.has_value() ? OptTensor(dw) : std::nullopt;
+  run_aclnn(
+      op, "aclnnRmsNormGradCustom", x.device(),
+      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return aclnnRmsNormGradCustomGetWorkspaceSize(
+            args.tensor(dy), args.tensor(x), args.tensor(w), args.int_array(normalized_shape),
+            rms_norm_eps(input, eps), args.tensor(dx), args.tensor(dw_out), workspace_size,
+            executor);
+      },
+      aclnnRmsNormGradCustom);
+  return {dx, dw};
+}
+
+std::tuple<Tensor, Tensor> fused_add_rms_norm_npu(const Tensor& input, const Tensor& residual,
+                                                  IntArrayRef normalized_shape,
+                                                  const OptTensor& weight,
+                                                  std::optional<double> eps) {
+  constexpr const char* op = "custom::fused_add_rms_norm";
+  check_dtype(op, input, "input", gen::kFusedAddRmsNormDtypes);
+  check_same(op, input, "input", residual, "residual");
+  check_same_shape(op, input, "input", residual, "residual");
+  check_normalized_shape(op, input, normalized_shape);
+  check_affine(op, weight, "weight", input, normalized_shape);
+  check_npu_dtype(op, input, "input");
+  const c10::DeviceGuard guard(input.device());
+  const Tensor x = dense(input);
+  const Tensor r = dense(residual);
+  const OptTensor w = dense(weight);
+  Tensor out = at::empty(x.sizes(), x.options());
+  Tensor residual_out = at::empty(x.sizes(), x.options());
+  if (out.numel() == 0) return {out, residual_out};
+  run_aclnn(
+      op, "aclnnFusedAddRmsNormCustom", x.device(),
+      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return aclnnFusedAddRmsNormCustomGetWorkspaceSize(
+            args.tensor(x), args.tensor(r), args.tensor(w), args.int_array(normalized_shape),
+            rms_norm_eps(input, eps), args.tensor(out), args.tensor(residual_out), workspace_size,
+            executor);
+      },
+      aclnnFusedAddRmsNormCustom);
+  return {out, residual_out};
+}
+
+Tensor layer_norm_npu(const Tensor& input, IntArrayRef normalized_shape, const OptTensor& weight,
+                      const OptTensor& bias, double eps) {
+  constexpr const char* op = "custom::layer_norm";
+  check_dtype(op, input, "input", gen::kLayerNormDtypes);
+  check_normalized_shape(op, input, normalized_shape);
+  check_affine(op, weight, "weight", input, normalized_shape);
+  check_affine(op, bias, "bias", input, normalized_shape);
+  check_npu_dtype(op, input, "input");
+  const c10::DeviceGuard guard(input.device());
+  const Tensor x = dense(input);
+  const OptTensor w = dense(weight);
+  const OptTensor b = dense(bias);
+  Tensor out = at::empty(x.sizes(), x.options());
+  if (out.numel() == 0) return out;
+  run_aclnn(
+      op, "aclnnLayerNormCustom", x.device(),
+      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return aclnnLayerNormCustomGetWorkspaceSize(args.tensor(x), args.tensor(w), args.tensor(b),
+                                                    args.int_array(normalized_shape), eps,
+                                                    args.tensor(out), workspace_size, executor);
+      },
+      aclnnLayerNormCustom);
+  return out;
+}
+
+// ---- softmax --------------------------------------------------------------------
+
+Tensor softmax_npu(const Tensor& input, int64_t dim) {
+  constexpr const char* op = "custom::softmax";
+  check_dtype(op, input, "input", gen::kSoftmaxDtypes);
+  const int64_t wrapped = wrap_dim(op, dim, input.dim());
+  check_npu_dtype(op, input, "input");
+  const c10::DeviceGuard guard(input.device());
+  // A 0-dim tensor is softmaxed as the one-element vector it holds.
+  const Tensor x = dense(input.dim() == 0 ? input.reshape({1}) : input);
+  Tensor out = at::empty(x.sizes(), x.options());
+  if (out.numel() == 0) return out.view(input.sizes());
+  run_aclnn(
+      op, "aclnnSoftmaxCustom", x.device(),
+      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return aclnnSoftmaxCustomGetWorkspaceSize(args.tensor(x), wrapped, args.tensor(out),
+                                                  workspace_size, executor);
+      },
+      aclnnSoftmaxCustom);
+  return out.view(input.sizes());
+}
+
+// ---- backward ops without an Ascend kernel: CPU fallback -------------------------
+
+// Runs the op's CPU kernel on CPU copies of its npu tensors and copies the
+// results back to the npu device, warning once per op. This keeps training on
+// npu correct for every op (these backward ops cost a device round trip each);
+// the alternative, an error, would make `.backward()` unusable for five ops.
+//
+// A call that mixes devices is invalid: then the CPU kernel is called on the
+// tensors as they are, only for its checks, which reject mixed devices (with
+// the CPU's message) before reading any data.
+void warn_once(const std::string& op, const c10::Device& device) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> warned;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!warned.insert(op).second) return;
+  }
+  TORCH_WARN(op, " has no Ascend kernel: it runs on the CPU (inputs copied from ", device,
+             ", results copied back). This warning is shown once per op.");
+}
+
+void cpu_fallback(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+  const auto& schema = handle.schema();
+  const size_t num_args = schema.arguments().size();
+  const size_t first_arg = stack->size() - num_args;
+  const auto cpu_kernel = c10::DispatchKeySet(c10::DispatchKey::CPU);
+
+  std::optional<c10::Device> device;
+  bool one_device = true;
+  for (const auto i : c10::irange(first_arg, stack->size())) {
+    const c10::IValue& arg = (*stack)[i];
+    if (!arg.isTensor() || !arg.toTensor().defined()) continue;
+    const c10::Device d = arg.toTensor().device();
+    if (!device.has_value()) device = d;
+    one_device = one_device && d == *device;
+  }
+  if (!one_device || !device.has_value() || device->is_cpu()) {
+    handle.redispatchBoxed(cpu_kernel, stack);
+    TORCH_INTERNAL_ASSERT(false, schema.name(),
+                          ": the CPU kernel accepted tensors on different devices");
+  }
+
+  warn_once(schema.name(), *device);
+  for (const auto i : c10::irange(first_arg, stack->size())) {
+    c10::IValue& arg = (*stack)[i];
+    if (arg.isTensor() && arg.toTensor().defined()) arg = arg.toTensor().cpu();
+  }
+  handle.redispatchBoxed(cpu_kernel, stack);
+  const size_t num_returns = schema.returns().size();
+  const c10::DeviceGuard guard(*device);
+  for (const auto i : c10::irange(stack->size() - num_returns, stack->size())) {
+    c10::IValue& result = (*stack)[i];
+    if (result.isTensor()) result = result.toTensor().to(*device);
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(custom, PrivateUse1, m) {
+  m.impl("add", &add_npu);
+  m.impl("add_backward", &add_backward_npu);
+  m.impl("gelu", &gelu_npu);
+  m.impl("gelu_backward", &gelu_backward_npu);
+  m.impl("swiglu", &swiglu_npu);
+  m.impl("geglu", &geglu_npu);
+  m.impl("rms_norm", &rms_norm_npu);
+  m.impl("rms_norm_backward", &rms_norm_backward_npu);
+  m.impl("fused_add_rms_norm", &fused_add_rms_norm_npu);
+  m.impl("layer_norm", &layer_norm_npu);
+  m.impl("softmax", &softmax_npu);
+  for (const char* name : {"swiglu_backward", "geglu_backward", "fused_add_rms_norm_backward",
+                           "layer_norm_backward", "softmax_backward"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  }
+}
+
+}  // namespace op_ext::npu

@@ -1,0 +1,266 @@
+"""The Ascend NPU path, as far as a machine without torch_npu or CANN can check it:
+
+- the npu glue compiles against the torch_npu wheel's headers
+  (scripts/check_npu_glue.sh), and that check fails on broken glue, fails
+  loudly without a wheel, and skips only when told to;
+- every op has a PrivateUse1 (npu) registration, and our autograd kernels
+  cover AutogradPrivateUse1 and reach the backward ops through the dispatcher
+  (so on npu tensors they run the npu backward kernels);
+- setup.py's decision to build for NPU (cmake/ascend/npu_build.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from op_extension._fake import PROTOS
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECK_SCRIPT = ROOT / "scripts" / "check_npu_glue.sh"
+NPU_OPS = ROOT / "op_extension" / "csrc" / "torch_ext" / "npu" / "npu_ops.cpp"
+spec = importlib.util.spec_from_file_location("_npu_build", ROOT / "cmake" / "ascend" / "npu_build.py")
+npu_build = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(npu_build)
+
+OP_NAMES = sorted(PROTOS)  # every op and backward op
+FORWARD_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu")
+
+
+# ---- the compile check ------------------------------------------------------------
+
+def _torch_version() -> str:
+    return torch.__version__.split("+")[0]
+
+
+def _cache_dir() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "op_extension"
+    return Path(os.environ.get("OP_EXT_CACHE_DIR", default))
+
+
+def _headers_cached() -> bool:
+    marker = _cache_dir() / "torch_npu" / f"for-torch-{_torch_version()}"
+    return marker.is_file() and (marker.parent / marker.read_text().strip() / "include").is_dir()
+
+
+def _offline_env(**extra: str) -> dict[str, str]:
+    """pip with no index and no config: any download fails at once."""
+    env = dict(os.environ, PY=sys.executable, PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull)
+    env.pop("OP_EXT_SKIP_NPU_GLUE_CHECK", None)
+    env.update(extra)
+    return env
+
+
+def _run_check(env: dict[str, str], *sources: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(CHECK_SCRIPT), *sources], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+needs_cached_headers = pytest.mark.skipif(
+    not _headers_cached(),
+    reason="torch_npu headers not cached yet: `bash scripts/check_npu_glue.sh` downloads them (CI runs it first)",
+)
+
+
+@needs_cached_headers
+def test_npu_glue_compiles_from_cache_without_network():
+    result = _run_check(_offline_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "(cached)" in result.stdout
+    for source in sorted((ROOT / "op_extension" / "csrc" / "torch_ext" / "npu").glob("*.cpp")):
+        assert f"{source.relative_to(ROOT).as_posix()} compiles" in result.stdout
+
+
+@needs_cached_headers
+def test_compile_check_rejects_glue_that_breaks_the_aclnn_contract(tmp_path):
+    # One argument short of aclnnGeluCustomGetWorkspaceSize: the check must see it.
+    broken = tmp_path / "broken_glue.cpp"
+    broken.write_text(
+        f'#include "{(NPU_OPS.parent / "aclnn_call.h").as_posix()}"\n'
+        '#include "aclnn_gelu_custom.h"\n'
+        "aclnnStatus call(const aclTensor* x, const aclTensor* out, uint64_t* size, aclOpExecutor** ex) {\n"
+        "  return aclnnGeluCustomGetWorkspaceSize(x, out, size, ex);\n"
+        "}\n"
+    )
+    result = _run_check(_offline_env(), str(broken))
+    assert result.returncode != 0
+    assert "aclnnGeluCustomGetWorkspaceSize" in result.stderr
+    assert f"FAILED: {broken} does not compile" in result.stderr
+
+
+def test_compile_check_fails_loudly_without_a_wheel(tmp_path):
+    result = _run_check(_offline_env(OP_EXT_CACHE_DIR=str(tmp_path / "empty_cache")))
+    assert result.returncode != 0
+    assert "FAILED: no torch_npu wheel" in result.stderr
+    assert "OP_EXT_SKIP_NPU_GLUE_CHECK=1" in result.stderr
+    assert "compiles" not in result.stdout
+
+
+def test_compile_check_skips_only_when_told(tmp_path):
+    result = _run_check(
+        _offline_env(OP_EXT_CACHE_DIR=str(tmp_path / "empty_cache"), OP_EXT_SKIP_NPU_GLUE_CHECK="1")
+    )
+    assert result.returncode == 0
+    assert "SKIPPED" in result.stdout
+
+
+# ---- registrations ----------------------------------------------------------------
+
+def _privateuse1_registrations() -> set[str]:
+    """Op names npu_ops.cpp registers in its TORCH_LIBRARY_IMPL(custom, PrivateUse1) block,
+    by m.impl("name", ...) or through the list of CPU-fallback ops."""
+    source = NPU_OPS.read_text()
+    block = source[source.index("TORCH_LIBRARY_IMPL(custom, PrivateUse1, m)"):]
+    return set(re.findall(r'"([a-z_]+)"', block))
+
+
+def test_every_op_and_backward_op_is_registered_for_npu():
+    assert _privateuse1_registrations() == set(OP_NAMES)
+
+
+def _dispatch_line(op: str, key: str) -> str:
+    table = torch._C._dispatch_dump_table(f"custom::{op}")
+    lines = [line for line in table.splitlines() if line.startswith(f"{key}:")]
+    assert lines, f"custom::{op} has no kernel for {key}:\n{table}"
+    return lines[0]
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_autograd_kernel_covers_npu(op):
+    # The Autograd alias key fills AutogradPrivateUse1 with the same kernel as AutogradCPU.
+    npu = _dispatch_line(op, "AutogradPrivateUse1")
+    assert "torch_ext/autograd.cpp" in npu
+    assert npu.split(":", 1)[1] == _dispatch_line(op, "AutogradCPU").split(":", 1)[1]
+
+
+class _CustomOpCalls(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "custom":
+            self.names.append(func._schema.name.removeprefix("custom::"))
+        return func(*args, **(kwargs or {}))
+
+
+def _forward_call(op: str, make):
+    x = make(4, 8)
+    if op == "add":
+        return torch.ops.custom.add(x, make(8), 2.0)  # broadcast: the gradient of `other` is a reduction
+    if op == "gelu":
+        return torch.ops.custom.gelu(x, "tanh")
+    if op == "rms_norm":
+        return torch.ops.custom.rms_norm(x, [8], make(8), 1e-6)
+    if op == "fused_add_rms_norm":
+        return torch.ops.custom.fused_add_rms_norm(x, make(4, 8), [8], make(8), 1e-6)[0]
+    if op == "layer_norm":
+        return torch.ops.custom.layer_norm(x, [8], make(8), make(8), 1e-5)
+    if op == "softmax":
+        return torch.ops.custom.softmax(x, -1)
+    if op == "swiglu":
+        return torch.ops.custom.swiglu(x, make(4, 8))
+    return torch.ops.custom.geglu(x, make(4, 8), "none")
+
+
+@pytest.mark.parametrize("op", FORWARD_OPS)
+def test_backward_goes_through_the_dispatcher(op):
+    """Autograd calls custom::<op>_backward as a dispatcher op, so the device of
+    the saved tensors picks its kernel: on npu tensors, the npu registration."""
+
+    def make(*shape):
+        return torch.randn(*shape, dtype=torch.float32, requires_grad=True)
+
+    out = _forward_call(op, make)
+    with _CustomOpCalls() as calls:
+        out.backward(torch.randn_like(out))
+    assert f"{op}_backward" in calls.names
+
+
+# ---- setup.py's NPU decision -------------------------------------------------------
+
+def _never_imported():
+    raise AssertionError("torch_npu must not be imported when a prerequisite is missing")
+
+
+def _import_fails():
+    raise ImportError("libascendcl.so: cannot open shared object file")
+
+
+@pytest.mark.parametrize(
+    "setting, installed, home, importer, expected",
+    [
+        ("0", True, "dir", lambda: None, False),
+        ("auto", True, "dir", lambda: None, True),
+        ("auto", False, "dir", _never_imported, False),
+        ("auto", True, None, _never_imported, False),
+        ("auto", True, "missing", _never_imported, False),
+        ("auto", True, "dir", _import_fails, False),
+        ("1", True, "dir", lambda: None, True),
+        ("1", False, "dir", _never_imported, "torch_npu is not installed"),
+        ("1", True, None, _never_imported, "ASCEND_HOME_PATH is not set"),
+        ("1", True, "missing", _never_imported, "is not a directory"),
+        ("1", True, "dir", _import_fails, "`import torch_npu` failed: libascendcl.so"),
+        ("yes", True, "dir", lambda: None, "OP_EXT_WITH_NPU must be auto, 0 or 1"),
+    ],
+)
+def test_npu_build_decision(tmp_path, setting, installed, home, importer, expected):
+    env = {"OP_EXT_WITH_NPU": setting}
+    if home == "dir":
+        env["ASCEND_HOME_PATH"] = str(tmp_path)
+    elif home == "missing":
+        env["ASCEND_HOME_PATH"] = str(tmp_path / "no_such_cann")
+    if isinstance(expected, bool):
+        assert npu_build.npu_build_wanted(env, installed, importer) is expected
+    else:
+        with pytest.raises(SystemExit, match=re.escape(expected)):
+            npu_build.npu_build_wanted(env, installed, importer)
+
+
+def test_npu_build_defaults_to_auto(tmp_path):
+    assert npu_build.npu_build_wanted({"ASCEND_HOME_PATH": str(tmp_path)}, True, lambda: None) is True
+    assert npu_build.npu_build_wanted({}, True, _never_imported) is False
+
+
+def test_soc_version_comes_from_env_then_device():
+    assert npu_build.soc_version({"OP_EXT_ASCEND_SOC": "Ascend910B4"}, _never_imported) == "Ascend910B4"
+    assert npu_build.soc_version({}, lambda: "Ascend910B1\n") == "Ascend910B1"
+    with pytest.raises(SystemExit, match="set OP_EXT_ASCEND_SOC"):
+        npu_build.soc_version({}, lambda: (_ for _ in ()).throw(RuntimeError("no NPU device")))
+
+
+def test_cmake_builds_and_installs_the_libraries_setup_py_copies(tmp_path):
+    commands = npu_build.cmake_commands("/opt/cann", "Ascend910B4", tmp_path, 2, debug=False)
+    configure, build, install = commands
+    assert configure[:3] == ["cmake", "-S", str(npu_build.CMAKE_SOURCE_DIR)]
+    assert "-DSOC_VERSION=Ascend910B4" in configure and "-DASCEND_CANN_PACKAGE_PATH=/opt/cann" in configure
+    assert build[:3] == ["cmake", "--build", str(tmp_path)]
+    assert install[-1] == str(tmp_path / "out")
+    # The CMake targets installed are the libraries setup.py copies next to _C.
+    cmake = (npu_build.CMAKE_SOURCE_DIR / "CMakeLists.txt").read_text()
+    installed = re.search(r"install\(TARGETS ([\w ]+) LIBRARY DESTINATION lib\)", cmake).group(1).split()
+    assert sorted(f"lib{t}.so" for t in installed) == sorted(npu_build.BUILT_LIBRARIES)
+    assert "op_ext_ascend" in npu_build.LINK_LIBRARIES
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [("1", "OP_EXT_WITH_NPU=1 but torch_npu is not installed"), ("maybe", "OP_EXT_WITH_NPU must be auto, 0 or 1")],
+)
+def test_setup_py_refuses_an_impossible_npu_build(setting, message):
+    # This machine has no torch_npu: setup.py must stop before building anything.
+    env = dict(os.environ, OP_EXT_WITH_NPU=setting)
+    result = subprocess.run(
+        [sys.executable, "setup.py", "--name"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode != 0
+    assert message in result.stderr
