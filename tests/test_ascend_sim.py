@@ -108,6 +108,170 @@ def test_add_empty(soc):
 
 
 # ---------------------------------------------------------------------------
+# gelu, forward and backward
+# ---------------------------------------------------------------------------
+
+# (id, shape, simulator options); every case runs with both approximations.
+GELU_CASES = [
+    ("single_tile_3x769", (3, 769), {}),
+    ("many_tiles_small_ub", (5, 1000), {"_ub_size": 4096}),
+    ("unaligned_tail_3_cores", (1025,), {"_ub_size": 4096, "_core_num": 3}),
+    ("more_cores_than_work_17", (17,), {}),
+    ("hidden_4096", (2, 4096), {}),
+]
+
+
+@pytest.mark.parametrize("dtype,soc", params())
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("case", GELU_CASES, ids=[c[0] for c in GELU_CASES])
+def test_gelu_matches_reference(case, approximate, dtype, soc):
+    _, shape, options = case
+    x = rand(*shape, dtype=dtype, scale=3).requires_grad_()
+    dy = rand(*shape, dtype=dtype)
+    out = ascend_sim.run("gelu", x.detach(), approximate, soc=soc, **options)
+    grad = ascend_sim.run_backward("gelu", dy, x.detach(), approximate, soc=soc, **options)
+    (expected,), grads = reference("gelu", (x, approximate), grad_outputs=(dy,))
+    torch.testing.assert_close(out, expected, **ascend_tolerance(dtype, "gelu"))
+    torch.testing.assert_close(grad, grads[0], **ascend_tolerance(dtype, "gelu", "backward"))
+
+
+def test_gelu_extreme_inputs():
+    # Large |x|: exp under/overflows inside the formulas; the results stay finite and exact.
+    x = torch.tensor([-100.0, -30.0, -10.0, -1e-30, 0.0, 1e-30, 10.0, 30.0, 100.0] + [0.5] * 7)
+    for approximate in ("none", "tanh"):
+        out = ascend_sim.run("gelu", x, approximate)
+        torch.testing.assert_close(out, torch.nn.functional.gelu(x, approximate=approximate), atol=1e-6, rtol=1e-6)
+        grad = ascend_sim.run_backward("gelu", torch.ones_like(x), x, approximate)
+        assert torch.isfinite(grad).all(), grad
+
+
+# ---------------------------------------------------------------------------
+# rms_norm, forward and backward
+# ---------------------------------------------------------------------------
+
+
+def weight_like(n, dtype):
+    return (1 + 0.2 * torch.randn(n)).to(dtype)
+
+
+# (id, input shape, normalized shape, weight, eps, options, socs). 310P has no
+# DataCopyPad, so its rows must be whole 32-byte blocks: its cases use such rows.
+RMS_CASES = [
+    ("3x769_weight", (3, 769), [769], True, 1e-6, {}, ("Ascend910B",)),
+    ("3x769_no_weight", (3, 769), [769], False, None, {}, ("Ascend910B",)),
+    ("hidden_4096_few_rows", (4, 4096), [4096], True, 1e-6, {}, SOCS),
+    ("rows_of_768", (3, 768), [768], True, 1e-5, {}, SOCS),
+    ("many_rows_per_tile_70x33", (70, 33), [33], True, 1e-6, {}, ("Ascend910B",)),
+    ("many_rows_70x64_3_cores", (70, 64), [64], True, 1e-6, {"_core_num": 3}, SOCS),
+    ("row_split_small_ub", (3, 1000), [1000], True, 1e-6, {"_ub_size": 8192}, ("Ascend910B",)),
+    ("row_split_aligned", (3, 1024), [1024], True, 1e-6, {"_ub_size": 8192}, SOCS),
+    ("row_split_real_ub_9001", (2, 9001), [9001], True, 1e-6, {}, ("Ascend910B",)),
+    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, 1e-5, {}, ("Ascend910B",)),
+    ("one_row", (1, 64), [64], False, 1e-6, {}, SOCS),
+]
+
+
+def rms_params():
+    return [
+        pytest.param(case, dt, soc, id=f"{case[0]}-{DTYPE_IDS[dt]}-{soc}")
+        for case in RMS_CASES
+        for dt in KERNEL_DTYPES
+        for soc in case[6]
+        if supported(dt, soc)
+    ]
+
+
+@pytest.mark.parametrize("case,dtype,soc", rms_params())
+def test_rms_norm_matches_reference(case, dtype, soc):
+    _, shape, normalized, has_weight, eps, options, _ = case
+    x = rand(*shape, dtype=dtype).requires_grad_()
+    w = weight_like(normalized, dtype).requires_grad_() if has_weight else None
+    dy = rand(*shape, dtype=dtype)
+    out = ascend_sim.run("rms_norm", x.detach(), normalized, None if w is None else w.detach(), eps, soc=soc,
+                         **options)
+    dx, dw = ascend_sim.run_backward("rms_norm", dy, x.detach(), normalized, None if w is None else w.detach(), eps,
+                                     soc=soc, **options)
+    (expected,), grads = reference("rms_norm", (x, normalized, w, eps), grad_outputs=(dy,))
+    torch.testing.assert_close(out, expected, **ascend_tolerance(dtype, "rms_norm"))
+    torch.testing.assert_close(dx, grads[0], **ascend_tolerance(dtype, "rms_norm", "backward"))
+    if has_weight:
+        torch.testing.assert_close(dw, grads[2], **ascend_tolerance(dtype, "row_sum", "backward"))
+    else:
+        assert dw.shape == (0,)
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_rms_norm_backward_no_rows_gives_zero_weight_grad(soc):
+    x = torch.empty(0, 64)
+    dx, dw = ascend_sim.run_backward("rms_norm", torch.empty(0, 64), x, [64], torch.ones(64), 1e-6, soc=soc)
+    assert dx.shape == (0, 64)
+    assert torch.equal(dw, torch.zeros(64))
+
+
+def test_rms_norm_weight_grad_independent_of_core_count():
+    # gradWeight is summed per column in row order: the same bits on 1 core or 48.
+    x, dy, w = rand(50, 96), rand(50, 96), weight_like([96], torch.float32)
+    _, dw1 = ascend_sim.run_backward("rms_norm", dy, x, [96], w, 1e-6, _core_num=1)
+    _, dw48 = ascend_sim.run_backward("rms_norm", dy, x, [96], w, 1e-6)
+    assert torch.equal(dw1, dw48)
+
+
+def test_rms_norm_310p_rejects_unaligned_rows():
+    x = torch.randn(3, 769)
+    with pytest.raises(RuntimeError, match=r"RmsNormCustom: on Ascend310P the row length \(the normalized size\) must be "
+                                           r"a multiple of 32 bytes \(8 float32 elements\), got 769"):
+        ascend_sim.run("rms_norm", x, [769], None, 1e-6, soc="Ascend310P")
+
+
+# ---------------------------------------------------------------------------
+# add backward: sums to the operand's shape
+# ---------------------------------------------------------------------------
+
+# (id, gradOutput shape, input_size, alpha, options, socs)
+ADD_GRAD_CASES = [
+    ("same_shape", (3, 769), (3, 769), 1.0, {}, SOCS),
+    ("row_vector_bias", (3, 769), (769,), 2.0, {}, SOCS),
+    ("bias_many_chunks_small_ub", (6, 1000), (1000,), -0.5, {"_ub_size": 2048}, SOCS),
+    ("column_vector", (5, 7), (5, 1), -0.75, {}, ("Ascend910B",)),
+    ("column_vector_long_rows", (40, 9), (40, 1), 1.0, {}, SOCS),
+    ("row_of_column_times_row", (5, 7), (1, 7), 1.0, {}, ("Ascend910B",)),
+    ("middle_channel", (2, 3, 5), (1, 3, 1), 1.5, {}, ("Ascend910B",)),
+    ("alternating_dims", (2, 5, 4, 6, 3), (5, 1, 6, 1), 1.0, {}, SOCS),
+    ("to_scalar", (4, 5), (), 0.5, {}, ("Ascend910B",)),
+    ("empty_summed_dim", (0, 7), (1, 7), 2.0, {}, ("Ascend910B",)),
+    ("runs_in_chunks_small_ub", (19, 1001), (19, 1), 1.0, {"_ub_size": 2048}, SOCS),
+    ("more_cores_than_work", (17,), (17,), 3.0, {}, SOCS),
+]
+
+
+def add_grad_params():
+    return [
+        pytest.param(case, dt, soc, id=f"{case[0]}-{DTYPE_IDS[dt]}-{soc}")
+        for case in ADD_GRAD_CASES
+        for dt in KERNEL_DTYPES
+        for soc in case[5]
+        if supported(dt, soc)
+    ]
+
+
+@pytest.mark.parametrize("case,dtype,soc", add_grad_params())
+def test_add_backward_matches_reference(case, dtype, soc):
+    _, grad_shape, input_size, alpha, options, _ = case
+    g = rand(*grad_shape, dtype=dtype)
+    out = ascend_sim.run_backward("add", g, list(input_size), alpha, soc=soc, **options)
+    expected = (alpha * g.double()).sum_to_size(input_size) if input_size else (alpha * g.double()).sum()
+    assert out.shape == torch.Size(input_size)
+    torch.testing.assert_close(out, expected.to(dtype), **ascend_tolerance(dtype, "add", "backward"))
+
+
+def test_add_backward_310p_rejects_outputs_below_one_block():
+    g = torch.randn(5, 7)
+    with pytest.raises(RuntimeError, match=r"AddGradCustom: on Ascend310P the innermost kept dims of the output must "
+                                           r"span at least 32 bytes \(8 float32 elements\), got 7"):
+        ascend_sim.run_backward("add", g, [1, 7], 1.0, soc="Ascend310P")
+
+
+# ---------------------------------------------------------------------------
 # Bad input: rejected by the aclnn entry point, naming the op
 # ---------------------------------------------------------------------------
 
@@ -137,6 +301,37 @@ def test_310p_rejects_tensor_below_one_block():
         ascend_sim.run("add", x, x, soc="Ascend310P")
     # The same tensor on 910B moves with DataCopyPad.
     torch.testing.assert_close(ascend_sim.run("add", x, x, soc="Ascend910B"), 2 * x)
+
+
+BAD_INPUT = [
+    ("gelu_approximate", lambda: ascend_sim.run("gelu", torch.ones(8), "fast"),
+     r"GeluCustom: approximate must be 'none' or 'tanh', got 'fast'"),
+    ("gelu_backward_shapes", lambda: ascend_sim.run_backward("gelu", torch.ones(3, 4), torch.ones(3, 5)),
+     r"GeluGradCustom: gradOutput has shape \[3, 4\] but input has \[3, 5\]"),
+    ("rms_norm_normalized_shape", lambda: ascend_sim.run("rms_norm", torch.ones(3, 769), [768]),
+     r"RmsNormCustom: normalizedShape \[768\] does not match the trailing dims of input \[3, 769\]"),
+    ("rms_norm_weight_shape", lambda: ascend_sim.run("rms_norm", torch.ones(3, 769), [769], torch.ones(768)),
+     r"RmsNormCustom: weightOptional has shape \[768\] but normalizedShape is \[769\]"),
+    ("rms_norm_weight_dtype", lambda: ascend_sim.run("rms_norm", torch.ones(3, 8), [8], torch.ones(8).half()),
+     r"RmsNormCustom: weightOptional has dtype float16 but input has float32"),
+    ("rms_norm_backward_float64", lambda: ascend_sim.run_backward(
+        "rms_norm", torch.ones(3, 8, dtype=torch.float64), torch.ones(3, 8, dtype=torch.float64), [8]),
+     r"RmsNormGradCustom: input has dtype float64; supported: float16, float32, bfloat16"),
+    ("add_backward_input_size", lambda: ascend_sim.run_backward("add", torch.ones(3, 5), [4], 1.0),
+     r"AddGradCustom: inputSize \[4\] does not broadcast to gradOutput \[3, 5\]"),
+]
+
+
+@pytest.mark.parametrize("name,call,message", BAD_INPUT, ids=[b[0] for b in BAD_INPUT])
+def test_bad_input_is_rejected_naming_the_op(name, call, message):
+    with pytest.raises(RuntimeError, match=message):
+        call()
+
+
+def test_non_contiguous_inputs_are_made_contiguous_by_the_binding():
+    x = rand(33, 9).t()  # [9, 33], transposed
+    (expected,), _ = reference("gelu", (x, "tanh"))
+    torch.testing.assert_close(ascend_sim.run("gelu", x, "tanh"), expected)
 
 
 def test_unknown_soc():

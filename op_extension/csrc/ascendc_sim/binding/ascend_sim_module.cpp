@@ -22,7 +22,12 @@
 #include "acl/acl.h"
 #include "aclnn/acl_meta.h"
 #include "aclnn_add_custom.h"
+#include "aclnn_add_grad_custom.h"
+#include "aclnn_gelu_custom.h"
+#include "aclnn_gelu_grad_custom.h"
 #include "aclnn_op_ext_error.h"
+#include "aclnn_rms_norm_custom.h"
+#include "aclnn_rms_norm_grad_custom.h"
 #include "ascendc_sim/core.h"
 #include "soc_spec.h"
 #include "tiling_util.h"
@@ -150,6 +155,71 @@ Tensor Add(const Tensor& input, const Tensor& other, double alpha) {
   return out;
 }
 
+Tensor AddBackward(const Tensor& gradOutput, const std::vector<int64_t>& inputSize, double alpha) {
+  const Tensor g = gradOutput.contiguous();
+  Tensor out = at::empty(inputSize, gradOutput.options());
+  AclTensor ag(g), aout(out);
+  AclIntArray size(inputSize);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnAddGradCustomGetWorkspaceSize(ag.get(), size.get(), alpha, aout.get(), ws, ex); },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnAddGradCustom(w, n, ex, nullptr); });
+  return out;
+}
+
+Tensor Gelu(const Tensor& input, const std::string& approximate) {
+  const Tensor x = input.contiguous();
+  Tensor out = at::empty(x.sizes(), x.options());
+  AclTensor ax(x), aout(out);
+  std::string approx = approximate;
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnGeluCustomGetWorkspaceSize(ax.get(), approx.data(), aout.get(), ws, ex); },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnGeluCustom(w, n, ex, nullptr); });
+  return out;
+}
+
+Tensor GeluBackward(const Tensor& gradOutput, const Tensor& input, const std::string& approximate) {
+  const Tensor g = gradOutput.contiguous();
+  const Tensor x = input.contiguous();
+  Tensor out = at::empty(x.sizes(), x.options());
+  AclTensor ag(g), ax(x), aout(out);
+  std::string approx = approximate;
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnGeluGradCustomGetWorkspaceSize(ag.get(), ax.get(), approx.data(), aout.get(), ws, ex); },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnGeluGradCustom(w, n, ex, nullptr); });
+  return out;
+}
+
+Tensor RmsNorm(const Tensor& input, const std::vector<int64_t>& normalizedShape, const std::optional<Tensor>& weight,
+               double eps) {
+  const Tensor x = input.contiguous();
+  std::optional<Tensor> w;
+  if (weight.has_value() && weight->defined()) w = weight->contiguous();
+  Tensor out = at::empty(x.sizes(), x.options());
+  AclTensor ax(x), aw(w), aout(out);
+  AclIntArray shape(normalizedShape);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnRmsNormCustomGetWorkspaceSize(ax.get(), aw.get(), shape.get(), eps, aout.get(), ws, ex); },
+            [&](void* wsp, uint64_t n, aclOpExecutor* ex) { return aclnnRmsNormCustom(wsp, n, ex, nullptr); });
+  return out;
+}
+
+std::tuple<Tensor, Tensor> RmsNormBackward(const Tensor& gradOutput, const Tensor& input,
+                                           const std::vector<int64_t>& normalizedShape,
+                                           const std::optional<Tensor>& weight, double eps) {
+  const Tensor g = gradOutput.contiguous();
+  const Tensor x = input.contiguous();
+  std::optional<Tensor> w;
+  if (weight.has_value() && weight->defined()) w = weight->contiguous();
+  Tensor dx = at::empty(x.sizes(), x.options());
+  Tensor dw = w.has_value() ? at::empty(w->sizes(), x.options()) : at::empty({0}, x.options());
+  std::optional<Tensor> dwArg;
+  if (w.has_value()) dwArg = dw;
+  AclTensor ag(g), ax(x), aw(w), adx(dx), adw(dwArg);
+  AclIntArray shape(normalizedShape);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
+              return aclnnRmsNormGradCustomGetWorkspaceSize(ag.get(), ax.get(), aw.get(), shape.get(), eps, adx.get(),
+                                                            adw.get(), ws, ex);
+            },
+            [&](void* wsp, uint64_t n, aclOpExecutor* ex) { return aclnnRmsNormGradCustom(wsp, n, ex, nullptr); });
+  return {dx, dw};
+}
+
 // Every TilingData the op's tiling function produces for these shapes, as dicts.
 pybind11::list Tiling(const std::string& op, const std::vector<std::vector<int64_t>>& shapes,
                       const std::string& dtype, const pybind11::dict& attrs) {
@@ -196,6 +266,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("configure", &Configure, pybind11::arg("soc"), pybind11::arg("ub_size") = pybind11::none(),
         pybind11::arg("core_num") = pybind11::none());
   m.def("add", &Add);
+  m.def("add_backward", &AddBackward);
+  m.def("gelu", &Gelu);
+  m.def("gelu_backward", &GeluBackward);
+  m.def("rms_norm", &RmsNorm);
+  m.def("rms_norm_backward", &RmsNormBackward);
   m.def("tiling", &Tiling);
   m.def("_run_misuse", &RunMisuse);
 }

@@ -208,6 +208,43 @@ uint32_t KernelDType(const char* op, const char* name, aclDataType dtype, const 
   }
 }
 
+uint32_t GeluApproximate(const char* op, const char* approximate) {
+  if (approximate == nullptr || std::strcmp(approximate, "none") == 0) return 0;
+  if (std::strcmp(approximate, "tanh") == 0) return 1;
+  Invalid(op, std::string("approximate must be 'none' or 'tanh', got '") + approximate + "'");
+}
+
+RowShape NormRows(const char* op, const TensorDesc& input, const std::vector<int64_t>& normalizedShape) {
+  if (normalizedShape.empty()) Invalid(op, "normalizedShape is empty (it names at least one trailing dim)");
+  if (normalizedShape.size() > input.shape.size()) {
+    Invalid(op, "normalizedShape " + ShapeString(normalizedShape) + " has more dims than input " +
+                    ShapeString(input.shape));
+  }
+  const size_t lead = input.shape.size() - normalizedShape.size();
+  RowShape rs;
+  rs.rows = 1;
+  rs.cols = 1;
+  for (size_t i = 0; i < normalizedShape.size(); ++i) {
+    if (normalizedShape[i] != input.shape[lead + i]) {
+      Invalid(op, "normalizedShape " + ShapeString(normalizedShape) + " does not match the trailing dims of input " +
+                      ShapeString(input.shape));
+    }
+    rs.cols *= uint64_t(normalizedShape[i]);
+  }
+  for (size_t i = 0; i < lead; ++i) rs.rows *= uint64_t(input.shape[i]);
+  return rs;
+}
+
+void CheckAffine(const char* op, const char* name, const TensorDesc& param, const TensorDesc& input,
+                 const std::vector<int64_t>& normalizedShape) {
+  if (param.shape != normalizedShape) {
+    Invalid(op, std::string(name) + " has shape " + ShapeString(param.shape) + " but normalizedShape is " +
+                    ShapeString(normalizedShape));
+  }
+  CheckSameDType(op, "input", input, name, param);
+  CheckContiguous(op, name, param);
+}
+
 void CheckContiguous(const char* op, const char* name, const TensorDesc& t) {
   if (!t.IsContiguous()) {
     Invalid(op, std::string(name) + " of shape " + ShapeString(t.shape) +

@@ -59,6 +59,21 @@ std::vector<int64_t> IntArrayValues(const char* op, const char* name, const aclI
 // anything else, or bfloat16 on a SoC without it, is an error naming the op.
 uint32_t KernelDType(const char* op, const char* name, aclDataType dtype, const ascend::SocSpec& soc);
 
+// 0 for "none" (or null: the prototype's default), 1 for "tanh"; else an error.
+uint32_t GeluApproximate(const char* op, const char* approximate);
+
+// [rows, cols] view of `input` for a norm over its trailing `normalizedShape`
+// dims (which must match them); rows = product of the leading dims.
+struct RowShape {
+  uint64_t rows = 0;
+  uint64_t cols = 0;
+};
+RowShape NormRows(const char* op, const TensorDesc& input, const std::vector<int64_t>& normalizedShape);
+
+// A norm's affine parameter: same shape as normalizedShape, same dtype as input, contiguous.
+void CheckAffine(const char* op, const char* name, const TensorDesc& param, const TensorDesc& input,
+                 const std::vector<int64_t>& normalizedShape);
+
 void CheckContiguous(const char* op, const char* name, const TensorDesc& t);
 void CheckSameShape(const char* op, const char* nameA, const TensorDesc& a, const char* nameB, const TensorDesc& b);
 void CheckSameDType(const char* op, const char* nameA, const TensorDesc& a, const char* nameB, const TensorDesc& b);

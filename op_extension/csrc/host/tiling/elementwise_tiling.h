@@ -42,6 +42,18 @@ struct ElementwisePlan {
 ElementwisePlan PlanElementwise(const char* op, uint64_t totalLength, uint32_t dtype, uint32_t ubBytesPerElement,
                                 uint32_t ubFixedBytes, const SocSpec& soc);
 
+// Copies a plan into the same-named fields of an elementwise TilingData.
+template <typename TilingData>
+void FillElementwiseFields(TilingData& t, const ElementwisePlan& plan, uint32_t dtype) {
+  t.set_totalLength(plan.totalLength);
+  t.set_blocksPerCore(plan.blocksPerCore);
+  t.set_bigCoreNum(plan.bigCoreNum);
+  t.set_usedCoreNum(plan.usedCoreNum);
+  t.set_tileLength(plan.tileLength);
+  t.set_tailMode(plan.tailMode);
+  t.set_dataType(dtype);
+}
+
 }  // namespace op_ext::ascend
 
 #endif  // OP_EXT_HOST_TILING_ELEMENTWISE_TILING_H_

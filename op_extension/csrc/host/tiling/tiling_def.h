@@ -11,6 +11,10 @@
 // which the host copies byte for byte into device memory and the kernel reads
 // back with GET_TILING_DATA (kernel/ascendc/kernel_tiling.h).
 //
+// REGISTER_TILING_DATA_CLASS names the translation unit's TilingData for
+// GET_TILING_DATA, so a TU includes exactly one <op>_tiling.h (CANN, too,
+// compiles one op per kernel).
+//
 // On the host the struct also gets CANN's accessors (set_<field>, get_<field>,
 // GetDataSize, SaveToBuffer) and a list of its fields, used by the simulator's
 // tiling inspection in tests.

@@ -65,6 +65,12 @@ inline uint64_t CoreFirstUnit(const CoreSplit& s, uint64_t c) {
   return c * s.unitsPerCore + std::min<uint64_t>(c, s.bigCoreNum);
 }
 
+inline uint64_t Numel(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= uint64_t(d);
+  return n;
+}
+
 // ---- inspection registry (tests) -------------------------------------------
 
 // What a test asks a tiling function: tensor shapes, element type and the

@@ -69,6 +69,36 @@ __aicore__ inline void CopyUbToGm(const AscendC::GlobalTensor<T>& dst, const Asc
 #endif
 }
 
+// GM -> UB of `rows` consecutive rows of `cols` elements; in the UB each row
+// starts on a 32-byte block (row stride: cols rounded up to a block).
+template <typename T>
+__aicore__ inline void CopyRowsGmToUb(const AscendC::LocalTensor<T>& dst, const AscendC::GlobalTensor<T>& src,
+                                      uint32_t rows, uint32_t cols) {
+  if ((cols * sizeof(T)) % kBlockBytes == 0) {
+    AscendC::DataCopy(dst, src, rows * cols);
+    return;
+  }
+#if OP_EXT_HAS_DATA_COPY_PAD
+  AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows), static_cast<uint32_t>(cols * sizeof(T)), 0, 0, 0};
+  AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, T(0)};
+  AscendC::DataCopyPad(dst, src, params, pad);
+#endif
+}
+
+// UB -> GM of `rows` rows laid out as CopyRowsGmToUb leaves them.
+template <typename T>
+__aicore__ inline void CopyRowsUbToGm(const AscendC::GlobalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
+                                      uint32_t rows, uint32_t cols) {
+  if ((cols * sizeof(T)) % kBlockBytes == 0) {
+    AscendC::DataCopy(dst, src, rows * cols);
+    return;
+  }
+#if OP_EXT_HAS_DATA_COPY_PAD
+  AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows), static_cast<uint32_t>(cols * sizeof(T)), 0, 0, 0};
+  AscendC::DataCopyPad(dst, src, params);
+#endif
+}
+
 // The tiles of one core under an elementwise split (elementwise_tiling.h):
 //   ElementwiseTiles<T> tiles; tiles.Init(...);
 //   uint64_t offset; uint32_t count;

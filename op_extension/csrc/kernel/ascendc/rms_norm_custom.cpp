@@ -1,0 +1,264 @@
+// RmsNormCustom: y = x * rsqrt(mean(x^2) + eps) * w per row of [rows, cols].
+//
+// Everything is computed in float (16-bit inputs are cast up; the result is
+// rounded once). The sum of squares is a float ReduceSum per row (or per chunk,
+// chunk sums added in order). Two ways through a core's rows (row_tiling.h):
+//   whole rows: rowsPerTile rows per tile, one copy in and one copy out each;
+//   split rows: a row at a time in chunks, read twice (sum of squares, then output).
+// Tiling: host/tiling/rms_norm_custom_tiling.h (the UB plan there mirrors Init*).
+#include "kernel_common.h"
+#include "kernel_operator.h"
+#include "kernel_tiling.h"
+#include "rms_norm_custom_tiling.h"
+
+namespace {
+
+using namespace AscendC;
+using op_ext_kernel::kBufferNum;
+
+template <typename T>
+class KernelRmsNorm {
+ public:
+  __aicore__ inline KernelRmsNorm() {}
+
+  __aicore__ inline void Init(GM_ADDR x, GM_ADDR w, GM_ADDR y, const optiling::RmsNormCustomTilingData& tiling,
+                              TPipe* pipe) {
+    t_ = tiling;
+    const uint64_t core = GetBlockIdx();
+    firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
+    rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
+    const uint64_t total = t_.rows * t_.cols;
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), total);
+    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
+    if (t_.hasWeight) wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), t_.cols);
+    if (t_.splitRow) {
+      InitChunks(pipe);
+    } else {
+      InitRows(pipe);
+    }
+  }
+
+  __aicore__ inline void Process() {
+    if (t_.splitRow) {
+      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(firstRow_ + r);
+      return;
+    }
+    if (t_.hasWeight) LoadWeight();
+    for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile) {
+      const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
+      CopyInRows(firstRow_ + r, k);
+      ComputeRows(k);
+      CopyOutRows(firstRow_ + r, k);
+    }
+  }
+
+ private:
+  static constexpr bool kIsFloat = IsSameType<T, float>::value;
+
+  // ---- whole rows -----------------------------------------------------------
+
+  __aicore__ inline void InitRows(TPipe* pipe) {
+    const uint32_t tileBytes = t_.rowsPerTile * t_.rowStride * sizeof(T);
+    pipe->InitBuffer(inQueueX_, kBufferNum, tileBytes);
+    pipe->InitBuffer(outQueueY_, kBufferNum, tileBytes);
+    pipe->InitBuffer(weightF_, t_.rowStride * sizeof(float));
+    pipe->InitBuffer(square_, t_.rowStride * sizeof(float));
+    if constexpr (!kIsFloat) pipe->InitBuffer(inputF_, t_.rowStride * sizeof(float));
+    pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
+    pipe->InitBuffer(stat_, op_ext_kernel::kBlockBytes);
+  }
+
+  // The weight row, once per core, through the input queue into a float row.
+  __aicore__ inline void LoadWeight() {
+    LocalTensor<T> raw = inQueueX_.template AllocTensor<T>();
+    op_ext_kernel::CopyGmToUb(raw, wGm_, t_.cols);
+    inQueueX_.EnQue(raw);
+    raw = inQueueX_.template DeQue<T>();
+    LocalTensor<float> wf = weightF_.template Get<float>();
+    if constexpr (kIsFloat) {
+      DataCopy(wf, raw, t_.rowStride);
+    } else {
+      Cast(wf, raw, RoundMode::CAST_NONE, t_.cols);
+    }
+    inQueueX_.FreeTensor(raw);
+  }
+
+  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
+    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    op_ext_kernel::CopyRowsGmToUb(x, xGm_[row * t_.cols], k, t_.cols);
+    inQueueX_.EnQue(x);
+  }
+
+  __aicore__ inline void ComputeRows(uint32_t k) {
+    LocalTensor<T> x = inQueueX_.template DeQue<T>();
+    LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+    LocalTensor<float> sq = square_.template Get<float>();
+    LocalTensor<float> wf = weightF_.template Get<float>();
+    const int32_t n = static_cast<int32_t>(t_.cols);
+    for (uint32_t j = 0; j < k; ++j) {
+      const uint32_t at = j * t_.rowStride;
+      LocalTensor<float> xf = InputAsFloat(x[at], t_.cols);
+      const float rstd = RowRstd(SumOfSquares(xf, sq, n));
+      if constexpr (kIsFloat) {
+        LocalTensor<float> yrow = y[at].template ReinterpretCast<float>();
+        Muls(yrow, xf, rstd, n);
+        if (t_.hasWeight) Mul(yrow, yrow, wf, n);
+      } else {
+        Muls(sq, xf, rstd, n);
+        if (t_.hasWeight) Mul(sq, sq, wf, n);
+        Cast(y[at], sq, RoundMode::CAST_RINT, t_.cols);
+      }
+    }
+    outQueueY_.EnQue(y);
+    inQueueX_.FreeTensor(x);
+  }
+
+  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
+    LocalTensor<T> y = outQueueY_.template DeQue<T>();
+    op_ext_kernel::CopyRowsUbToGm(yGm_[row * t_.cols], y, k, t_.cols);
+    outQueueY_.FreeTensor(y);
+  }
+
+  // ---- split rows -------------------------------------------------------------
+
+  __aicore__ inline void InitChunks(TPipe* pipe) {
+    const uint32_t chunkBytes = t_.chunkLength * sizeof(T);
+    pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(outQueueY_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(square_, t_.chunkLength * sizeof(float));
+    if constexpr (!kIsFloat) {
+      pipe->InitBuffer(inputF_, t_.chunkLength * sizeof(float));
+      pipe->InitBuffer(weightF_, t_.chunkLength * sizeof(float));
+    }
+    pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
+    pipe->InitBuffer(stat_, op_ext_kernel::kBlockBytes);
+    pipe->InitBuffer(acc_, op_ext_kernel::kBlockBytes);
+  }
+
+  __aicore__ inline void ProcessSplitRow(uint64_t row) {
+    const uint64_t base = row * t_.cols;
+    LocalTensor<float> sq = square_.template Get<float>();
+    LocalTensor<float> acc = acc_.template Get<float>();
+    Duplicate(acc, 0.0f, 8);
+    // Pass 1: sum of squares, chunk sums added in order.
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+      op_ext_kernel::CopyGmToUb(x, xGm_[base + c], len);
+      inQueueX_.EnQue(x);
+      x = inQueueX_.template DeQue<T>();
+      LocalTensor<float> part = SumOfSquares(InputAsFloat(x, len), sq, static_cast<int32_t>(len));
+      Add(acc, acc, part, 1);
+      inQueueX_.FreeTensor(x);
+    }
+    const float rstd = RowRstd(acc);
+    // Pass 2: output, chunk by chunk.
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const int32_t n = static_cast<int32_t>(len);
+      LocalTensor<T> w;
+      if (t_.hasWeight) {
+        w = inQueueX_.template AllocTensor<T>();
+        op_ext_kernel::CopyGmToUb(w, wGm_[c], len);
+        inQueueX_.EnQue(w);
+      }
+      LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+      op_ext_kernel::CopyGmToUb(x, xGm_[base + c], len);
+      inQueueX_.EnQue(x);
+      if (t_.hasWeight) w = inQueueX_.template DeQue<T>();
+      x = inQueueX_.template DeQue<T>();
+      LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+      LocalTensor<float> xf = InputAsFloat(x, len);
+      if constexpr (kIsFloat) {
+        Muls(y, xf, rstd, n);
+        if (t_.hasWeight) Mul(y, y, w, n);
+      } else {
+        Muls(sq, xf, rstd, n);
+        if (t_.hasWeight) {
+          LocalTensor<float> wf = weightF_.template Get<float>();
+          Cast(wf, w, RoundMode::CAST_NONE, len);
+          Mul(sq, sq, wf, n);
+        }
+        Cast(y, sq, RoundMode::CAST_RINT, len);
+      }
+      outQueueY_.EnQue(y);
+      if (t_.hasWeight) inQueueX_.FreeTensor(w);
+      inQueueX_.FreeTensor(x);
+      y = outQueueY_.template DeQue<T>();
+      op_ext_kernel::CopyUbToGm(yGm_[base + c], y, len);
+      outQueueY_.FreeTensor(y);
+    }
+  }
+
+  // ---- shared -------------------------------------------------------------------
+
+  // `count` elements of a row (or chunk) in float: the tensor itself for float,
+  // else cast into inputF_.
+  __aicore__ inline LocalTensor<float> InputAsFloat(const LocalTensor<T>& x, uint32_t count) {
+    if constexpr (kIsFloat) {
+      return x.template ReinterpretCast<float>();
+    } else {
+      LocalTensor<float> xf = inputF_.template Get<float>();
+      Cast(xf, x, RoundMode::CAST_NONE, count);
+      return xf;
+    }
+  }
+
+  // stat[0] = sum of xf[i]^2 over n elements (sq is scratch).
+  __aicore__ inline LocalTensor<float> SumOfSquares(const LocalTensor<float>& xf, const LocalTensor<float>& sq,
+                                                    int32_t n) {
+    LocalTensor<float> stat = stat_.template Get<float>();
+    LocalTensor<float> work = work_.template Get<float>();
+    Mul(sq, xf, xf, n);
+    ReduceSum(stat, sq, work, n);
+    return stat;
+  }
+
+  // rsqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
+  __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq) {
+    Muls(sumSq, sumSq, t_.invCols, 1);
+    Adds(sumSq, sumSq, t_.eps, 1);
+    Rsqrt(sumSq, sumSq, 1);
+    return op_ext_kernel::ReadScalarAfterVector(sumSq);
+  }
+
+  optiling::RmsNormCustomTilingData t_;
+  uint64_t firstRow_ = 0;
+  uint64_t rowCount_ = 0;
+  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
+  TQue<TPosition::VECOUT, kBufferNum> outQueueY_;
+  TBuf<TPosition::VECCALC> weightF_;
+  TBuf<TPosition::VECCALC> square_;
+  TBuf<TPosition::VECCALC> inputF_;
+  TBuf<TPosition::VECCALC> work_;
+  TBuf<TPosition::VECCALC> stat_;
+  TBuf<TPosition::VECCALC> acc_;
+  GlobalTensor<T> xGm_;
+  GlobalTensor<T> wGm_;
+  GlobalTensor<T> yGm_;
+};
+
+template <typename T>
+__aicore__ inline void RunRmsNorm(GM_ADDR x, GM_ADDR w, GM_ADDR y, const optiling::RmsNormCustomTilingData& tiling) {
+  TPipe pipe;
+  KernelRmsNorm<T> op;
+  op.Init(x, w, y, tiling, &pipe);
+  op.Process();
+}
+
+}  // namespace
+
+extern "C" __global__ __aicore__ void rms_norm_custom(GM_ADDR x, GM_ADDR weight, GM_ADDR y, GM_ADDR workspace,
+                                                      GM_ADDR tiling) {
+  (void)workspace;
+  GET_TILING_DATA(tilingData, tiling);
+  if (tilingData.dataType == op_ext_kernel::kDTypeFloat) {
+    RunRmsNorm<float>(x, weight, y, tilingData);
+  } else if (tilingData.dataType == op_ext_kernel::kDTypeHalf) {
+    RunRmsNorm<half>(x, weight, y, tilingData);
+#if OP_EXT_HAS_BF16
+  } else if (tilingData.dataType == op_ext_kernel::kDTypeBf16) {
+    RunRmsNorm<bfloat16_t>(x, weight, y, tilingData);
+#endif
+  }
+}

@@ -1,0 +1,421 @@
+// RmsNormGradCustom: gradInput over rows (pass 0) and gradWeight over columns
+// (pass 1), both in float. Passes, split and workspace layout:
+// host/tiling/rms_norm_grad_custom_tiling.h (its UB plans mirror the Init* here).
+#include "kernel_common.h"
+#include "kernel_operator.h"
+#include "kernel_tiling.h"
+#include "rms_norm_grad_custom_tiling.h"
+
+namespace {
+
+using namespace AscendC;
+using op_ext_kernel::kBufferNum;
+
+template <typename T>
+class KernelRmsNormGrad {
+ public:
+  __aicore__ inline KernelRmsNormGrad() {}
+
+  __aicore__ inline void Init(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR dx, GM_ADDR dw, GM_ADDR workspace,
+                              const optiling::RmsNormGradCustomTilingData& tiling, TPipe* pipe) {
+    t_ = tiling;
+    const uint64_t total = t_.rows * t_.cols;
+    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), total);
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), total);
+    if (t_.hasWeight) {
+      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), t_.cols);
+      dwGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dw), t_.cols);
+      const uint64_t rstdFloats = uint64_t(t_.usedCoreNum) * t_.rstdTilesPerCore * t_.rstdPitch;
+      if (rstdFloats > 0) rstdGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(workspace), rstdFloats);
+    }
+    if (t_.pass == 0) {
+      dxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx), total);
+      const uint64_t core = GetBlockIdx();
+      coreIdx_ = core;
+      firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
+      rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
+      if (t_.splitRow) {
+        InitChunks(pipe);
+      } else {
+        InitRows(pipe);
+      }
+    } else {
+      InitColumns(pipe);
+    }
+  }
+
+  __aicore__ inline void Process() {
+    if (t_.pass == 1) {
+      ProcessColumns();
+    } else if (t_.splitRow) {
+      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(r);
+    } else {
+      if (t_.hasWeight) LoadWeight();
+      uint32_t tile = 0;
+      for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile, ++tile) {
+        const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
+        CopyInRows(firstRow_ + r, k);
+        ComputeRows(k);
+        CopyOutRows(firstRow_ + r, k, tile);
+      }
+    }
+  }
+
+ private:
+  static constexpr bool kIsFloat = IsSameType<T, float>::value;
+
+  // ---- pass 0, whole rows ---------------------------------------------------------
+
+  __aicore__ inline void InitRows(TPipe* pipe) {
+    const uint32_t tileBytes = t_.rowsPerTile * t_.rowStride * sizeof(T);
+    pipe->InitBuffer(inQueueX_, kBufferNum, tileBytes);
+    pipe->InitBuffer(inQueueDy_, kBufferNum, tileBytes);
+    pipe->InitBuffer(outQueue_, kBufferNum, tileBytes);
+    pipe->InitBuffer(weightF_, t_.rowStride * sizeof(float));
+    pipe->InitBuffer(tmp_, t_.rowStride * sizeof(float));
+    if constexpr (!kIsFloat) {
+      pipe->InitBuffer(inputF_, t_.rowStride * sizeof(float));
+      pipe->InitBuffer(gradF_, t_.rowStride * sizeof(float));
+    }
+    pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
+    pipe->InitBuffer(stat_, 2 * op_ext_kernel::kBlockBytes);
+    pipe->InitBuffer(rstd_, RstdPitch(t_.rowsPerTile) * sizeof(float));
+  }
+
+  __aicore__ inline uint32_t RstdPitch(uint32_t rows) const { return (rows + 7) / 8 * 8; }
+
+  __aicore__ inline void LoadWeight() {
+    LocalTensor<T> raw = inQueueX_.template AllocTensor<T>();
+    op_ext_kernel::CopyGmToUb(raw, wGm_, t_.cols);
+    inQueueX_.EnQue(raw);
+    raw = inQueueX_.template DeQue<T>();
+    LocalTensor<float> wf = weightF_.template Get<float>();
+    if constexpr (kIsFloat) {
+      DataCopy(wf, raw, t_.rowStride);
+    } else {
+      Cast(wf, raw, RoundMode::CAST_NONE, t_.cols);
+    }
+    inQueueX_.FreeTensor(raw);
+  }
+
+  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
+    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
+    op_ext_kernel::CopyRowsGmToUb(x, xGm_[row * t_.cols], k, t_.cols);
+    op_ext_kernel::CopyRowsGmToUb(dy, dyGm_[row * t_.cols], k, t_.cols);
+    inQueueX_.EnQue(x);
+    inQueueDy_.EnQue(dy);
+  }
+
+  __aicore__ inline void ComputeRows(uint32_t k) {
+    LocalTensor<T> x = inQueueX_.template DeQue<T>();
+    LocalTensor<T> dy = inQueueDy_.template DeQue<T>();
+    LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
+    LocalTensor<float> rstdTile = rstd_.template Get<float>();
+    const int32_t n = static_cast<int32_t>(t_.cols);
+    for (uint32_t j = 0; j < k; ++j) {
+      const uint32_t at = j * t_.rowStride;
+      LocalTensor<float> xf = AsFloat(x[at], inputF_, t_.cols);
+      LocalTensor<float> g = AsFloat(dy[at], gradF_, t_.cols);
+      if (t_.hasWeight) Mul(g, g, weightF_.template Get<float>(), n);
+      LocalTensor<float> stat = stat_.template Get<float>();
+      RowSums(xf, g, n, stat);
+      float rstd;
+      float coeff;
+      RstdAndCoeff(stat, rstd, coeff);
+      WriteGradInput(dx[at], xf, g, rstd, coeff, n);
+      if (t_.hasWeight) rstdTile.SetValue(j, rstd);
+    }
+    outQueue_.EnQue(dx);
+    inQueueX_.FreeTensor(x);
+    inQueueDy_.FreeTensor(dy);
+  }
+
+  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k, uint32_t tile) {
+    LocalTensor<T> dx = outQueue_.template DeQue<T>();
+    op_ext_kernel::CopyRowsUbToGm(dxGm_[row * t_.cols], dx, k, t_.cols);
+    outQueue_.FreeTensor(dx);
+    if (t_.hasWeight) StoreRstd(tile);
+  }
+
+  // The tile's rstd values (scalar writes into rstd_) to their workspace slot.
+  __aicore__ inline void StoreRstd(uint32_t slot) {
+    event_t eventSMte3 = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_MTE3));
+    SetFlag<HardEvent::S_MTE3>(eventSMte3);
+    WaitFlag<HardEvent::S_MTE3>(eventSMte3);
+    const uint64_t at = (coreIdx_ * t_.rstdTilesPerCore + slot) * t_.rstdPitch;
+    DataCopy(rstdGm_[at], rstd_.template Get<float>(), t_.rstdPitch);
+    event_t eventMte3S = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE3_S));
+    SetFlag<HardEvent::MTE3_S>(eventMte3S);
+    WaitFlag<HardEvent::MTE3_S>(eventMte3S);
+  }
+
+  // ---- pass 0, rows in chunks -------------------------------------------------------
+
+  __aicore__ inline void InitChunks(TPipe* pipe) {
+    const uint32_t chunkBytes = t_.chunkLength * sizeof(T);
+    pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(inQueueDy_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(outQueue_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(tmp_, t_.chunkLength * sizeof(float));
+    if constexpr (!kIsFloat) {
+      pipe->InitBuffer(inputF_, t_.chunkLength * sizeof(float));
+      pipe->InitBuffer(gradF_, t_.chunkLength * sizeof(float));
+      pipe->InitBuffer(weightF_, t_.chunkLength * sizeof(float));
+    }
+    pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
+    pipe->InitBuffer(stat_, 2 * op_ext_kernel::kBlockBytes);
+    pipe->InitBuffer(acc_, 2 * op_ext_kernel::kBlockBytes);
+    pipe->InitBuffer(rstd_, op_ext_kernel::kBlockBytes);
+  }
+
+  // Loads chunk [c, c + len) of row `row`: x and g = dy * w, both in float.
+  // The caller frees x and dy (and w, if any) afterwards with ReleaseChunk.
+  __aicore__ inline void LoadChunk(uint64_t row, uint32_t c, uint32_t len, LocalTensor<T>& w, LocalTensor<T>& x,
+                                   LocalTensor<T>& dy, LocalTensor<float>& xf, LocalTensor<float>& g) {
+    const uint64_t base = row * t_.cols + c;
+    if (t_.hasWeight) {
+      w = inQueueX_.template AllocTensor<T>();
+      op_ext_kernel::CopyGmToUb(w, wGm_[c], len);
+      inQueueX_.EnQue(w);
+    }
+    x = inQueueX_.template AllocTensor<T>();
+    dy = inQueueDy_.template AllocTensor<T>();
+    op_ext_kernel::CopyGmToUb(x, xGm_[base], len);
+    op_ext_kernel::CopyGmToUb(dy, dyGm_[base], len);
+    inQueueX_.EnQue(x);
+    inQueueDy_.EnQue(dy);
+    if (t_.hasWeight) w = inQueueX_.template DeQue<T>();
+    x = inQueueX_.template DeQue<T>();
+    dy = inQueueDy_.template DeQue<T>();
+    xf = AsFloat(x, inputF_, len);
+    g = AsFloat(dy, gradF_, len);
+    if (t_.hasWeight) Mul(g, g, AsFloat(w, weightF_, len), static_cast<int32_t>(len));
+  }
+
+  __aicore__ inline void ReleaseChunk(LocalTensor<T>& w, LocalTensor<T>& x, LocalTensor<T>& dy) {
+    if (t_.hasWeight) inQueueX_.FreeTensor(w);
+    inQueueX_.FreeTensor(x);
+    inQueueDy_.FreeTensor(dy);
+  }
+
+  __aicore__ inline void ProcessSplitRow(uint64_t local) {
+    const uint64_t row = firstRow_ + local;
+    LocalTensor<float> stat = stat_.template Get<float>();
+    LocalTensor<float> acc = acc_.template Get<float>();
+    Duplicate(acc, 0.0f, 16);
+    // Pass 1: sums of x^2 and of g * x, chunk sums added in order.
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      LocalTensor<T> w, x, dy;
+      LocalTensor<float> xf, g;
+      LoadChunk(row, c, len, w, x, dy, xf, g);
+      RowSums(xf, g, static_cast<int32_t>(len), stat);
+      Add(acc, acc, stat, 1);
+      Add(acc[8], acc[8], stat[8], 1);
+      ReleaseChunk(w, x, dy);
+    }
+    float rstd;
+    float coeff;
+    RstdAndCoeff(acc, rstd, coeff);
+    // Pass 2: gradInput chunk by chunk.
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      LocalTensor<T> w, x, dy;
+      LocalTensor<float> xf, g;
+      LoadChunk(row, c, len, w, x, dy, xf, g);
+      LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
+      WriteGradInput(dx, xf, g, rstd, coeff, static_cast<int32_t>(len));
+      outQueue_.EnQue(dx);
+      ReleaseChunk(w, x, dy);
+      dx = outQueue_.template DeQue<T>();
+      op_ext_kernel::CopyUbToGm(dxGm_[row * t_.cols + c], dx, len);
+      outQueue_.FreeTensor(dx);
+    }
+    if (t_.hasWeight) {
+      rstd_.template Get<float>().SetValue(0, rstd);
+      StoreRstd(static_cast<uint32_t>(local));
+    }
+  }
+
+  // ---- pass 0, shared ------------------------------------------------------------------
+
+  // stat[0] = sum x^2, stat[8] = sum g * x over n elements (tmp_ is scratch).
+  __aicore__ inline void RowSums(const LocalTensor<float>& xf, const LocalTensor<float>& g, int32_t n,
+                                 const LocalTensor<float>& stat) {
+    LocalTensor<float> tmp = tmp_.template Get<float>();
+    LocalTensor<float> work = work_.template Get<float>();
+    Mul(tmp, xf, xf, n);
+    ReduceSum(stat, tmp, work, n);
+    Mul(tmp, g, xf, n);
+    LocalTensor<float> dot = stat[8];
+    ReduceSum(dot, tmp, work, n);
+  }
+
+  // From sums[0] = sum x^2 and sums[8] = sum g x: rstd = rsqrt(mean x^2 + eps) and
+  // coeff = rstd^3 * mean(g x), computed by the vector unit, read as scalars.
+  __aicore__ inline void RstdAndCoeff(const LocalTensor<float>& sums, float& rstd, float& coeff) {
+    LocalTensor<float> dot = sums[8];
+    Muls(sums, sums, t_.invCols, 1);
+    Adds(sums, sums, t_.eps, 1);
+    Rsqrt(sums, sums, 1);
+    Mul(dot, dot, sums, 1);
+    Mul(dot, dot, sums, 1);
+    Mul(dot, dot, sums, 1);
+    Muls(dot, dot, t_.invCols, 1);
+    rstd = op_ext_kernel::ReadScalarAfterVector(sums);
+    coeff = sums.GetValue(8);
+  }
+
+  // dx = rstd * g - coeff * x, into `dx` (n elements); g is overwritten.
+  __aicore__ inline void WriteGradInput(const LocalTensor<T>& dx, const LocalTensor<float>& xf,
+                                        const LocalTensor<float>& g, float rstd, float coeff, int32_t n) {
+    LocalTensor<float> tmp = tmp_.template Get<float>();
+    Muls(tmp, xf, -coeff, n);
+    Muls(g, g, rstd, n);
+    if constexpr (kIsFloat) {
+      Add(dx, g, tmp, n);
+    } else {
+      Add(tmp, g, tmp, n);
+      Cast(dx, tmp, RoundMode::CAST_RINT, static_cast<uint32_t>(n));
+    }
+  }
+
+  // `count` elements of `t` in float: `t` itself for float, else cast into `buf`.
+  __aicore__ inline LocalTensor<float> AsFloat(const LocalTensor<T>& t, TBuf<TPosition::VECCALC>& buf,
+                                               uint32_t count) {
+    if constexpr (kIsFloat) {
+      return t.template ReinterpretCast<float>();
+    } else {
+      LocalTensor<float> f = buf.template Get<float>();
+      Cast(f, t, RoundMode::CAST_NONE, count);
+      return f;
+    }
+  }
+
+  // ---- pass 1: gradWeight over columns ------------------------------------------------
+
+  __aicore__ inline void InitColumns(TPipe* pipe) {
+    const uint32_t chunkBytes = t_.dwChunkCols * sizeof(T);
+    pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(inQueueDy_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(outQueue_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(acc_, t_.dwChunkCols * sizeof(float));
+    pipe->InitBuffer(tmp_, t_.dwChunkCols * sizeof(float));
+    if constexpr (!kIsFloat) {
+      pipe->InitBuffer(inputF_, t_.dwChunkCols * sizeof(float));
+      pipe->InitBuffer(gradF_, t_.dwChunkCols * sizeof(float));
+    }
+  }
+
+  // Workspace index of row r's rstd (layout in the tiling header).
+  __aicore__ inline uint64_t RstdIndex(uint64_t r) const {
+    const uint64_t per = t_.rowsPerCore;
+    const uint64_t big = t_.bigCoreNum;
+    uint64_t core;
+    uint64_t local;
+    if (r < big * (per + 1)) {
+      core = r / (per + 1);
+      local = r % (per + 1);
+    } else {
+      core = big + (r - big * (per + 1)) / per;
+      local = (r - big * (per + 1)) % per;
+    }
+    return (core * t_.rstdTilesPerCore + local / t_.rstdRowsPerSlot) * t_.rstdPitch + local % t_.rstdRowsPerSlot;
+  }
+
+  __aicore__ inline void ProcessColumns() {
+    const uint64_t core = GetBlockIdx();
+    const uint64_t blockElems = op_ext_kernel::BlockElems<T>();
+    const uint64_t firstBlock = core * t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? core : t_.dwBigCoreNum);
+    const uint64_t blocks = t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? 1 : 0);
+    const uint64_t begin = firstBlock * blockElems;
+    uint64_t end = begin + blocks * blockElems;
+    if (end > t_.cols) end = t_.cols;
+    for (uint64_t c = begin; c < end; c += t_.dwChunkCols) {
+      const uint32_t width = static_cast<uint32_t>(end - c < t_.dwChunkCols ? end - c : t_.dwChunkCols);
+      SumColumnChunk(c, width);
+    }
+  }
+
+  __aicore__ inline void SumColumnChunk(uint64_t col, uint32_t width) {
+    const int32_t n = static_cast<int32_t>(width);
+    LocalTensor<float> acc = acc_.template Get<float>();
+    LocalTensor<float> tmp = tmp_.template Get<float>();
+    Duplicate(acc, 0.0f, n);
+    for (uint64_t r = 0; r < t_.rows; ++r) {
+      LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+      LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
+      op_ext_kernel::CopyGmToUb(x, xGm_[r * t_.cols + col], width);
+      op_ext_kernel::CopyGmToUb(dy, dyGm_[r * t_.cols + col], width);
+      inQueueX_.EnQue(x);
+      inQueueDy_.EnQue(dy);
+      x = inQueueX_.template DeQue<T>();
+      dy = inQueueDy_.template DeQue<T>();
+      const float rstd = rstdGm_.GetValue(RstdIndex(r));
+      Mul(tmp, AsFloat(dy, gradF_, width), AsFloat(x, inputF_, width), n);
+      Muls(tmp, tmp, rstd, n);
+      Add(acc, acc, tmp, n);
+      inQueueX_.FreeTensor(x);
+      inQueueDy_.FreeTensor(dy);
+    }
+    LocalTensor<T> dw = outQueue_.template AllocTensor<T>();
+    if constexpr (kIsFloat) {
+      DataCopy(dw, acc, (width + 7) / 8 * 8);
+    } else {
+      Cast(dw, acc, RoundMode::CAST_RINT, width);
+    }
+    outQueue_.EnQue(dw);
+    dw = outQueue_.template DeQue<T>();
+    op_ext_kernel::CopyUbToGm(dwGm_[col], dw, width);
+    outQueue_.FreeTensor(dw);
+  }
+
+  optiling::RmsNormGradCustomTilingData t_;
+  uint64_t coreIdx_ = 0;
+  uint64_t firstRow_ = 0;
+  uint64_t rowCount_ = 0;
+  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
+  TQue<TPosition::VECIN, kBufferNum> inQueueDy_;
+  TQue<TPosition::VECOUT, kBufferNum> outQueue_;
+  TBuf<TPosition::VECCALC> weightF_;
+  TBuf<TPosition::VECCALC> tmp_;
+  TBuf<TPosition::VECCALC> inputF_;
+  TBuf<TPosition::VECCALC> gradF_;
+  TBuf<TPosition::VECCALC> work_;
+  TBuf<TPosition::VECCALC> stat_;
+  TBuf<TPosition::VECCALC> acc_;
+  TBuf<TPosition::VECCALC> rstd_;
+  GlobalTensor<T> dyGm_;
+  GlobalTensor<T> xGm_;
+  GlobalTensor<T> wGm_;
+  GlobalTensor<T> dxGm_;
+  GlobalTensor<T> dwGm_;
+  GlobalTensor<float> rstdGm_;
+};
+
+template <typename T>
+__aicore__ inline void RunRmsNormGrad(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR dx, GM_ADDR dw, GM_ADDR workspace,
+                                      const optiling::RmsNormGradCustomTilingData& tiling) {
+  TPipe pipe;
+  KernelRmsNormGrad<T> op;
+  op.Init(dy, x, w, dx, dw, workspace, tiling, &pipe);
+  op.Process();
+}
+
+}  // namespace
+
+extern "C" __global__ __aicore__ void rms_norm_grad_custom(GM_ADDR gradOutput, GM_ADDR x, GM_ADDR weight,
+                                                           GM_ADDR gradInput, GM_ADDR gradWeight, GM_ADDR workspace,
+                                                           GM_ADDR tiling) {
+  GET_TILING_DATA(tilingData, tiling);
+  if (tilingData.dataType == op_ext_kernel::kDTypeFloat) {
+    RunRmsNormGrad<float>(gradOutput, x, weight, gradInput, gradWeight, workspace, tilingData);
+  } else if (tilingData.dataType == op_ext_kernel::kDTypeHalf) {
+    RunRmsNormGrad<half>(gradOutput, x, weight, gradInput, gradWeight, workspace, tilingData);
+#if OP_EXT_HAS_BF16
+  } else if (tilingData.dataType == op_ext_kernel::kDTypeBf16) {
+    RunRmsNormGrad<bfloat16_t>(gradOutput, x, weight, gradInput, gradWeight, workspace, tilingData);
+#endif
+  }
+}
