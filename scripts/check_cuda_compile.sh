@@ -47,8 +47,12 @@ if [ ${#kernels[@]} -eq 0 ]; then
 fi
 for cu in "${kernels[@]}"; do
   echo "   nvcc sm_80 + sm_90: $cu"
+  # The half/bfloat16 macros are those torch's CUDAExtension passes: no implicit
+  # conversions or operators, so the kernels must use the explicit intrinsics.
   "$NVCC" -std=c++17 -O3 \
     -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+    -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__ \
+    -D__CUDA_NO_BFLOAT16_CONVERSIONS__ -D__CUDA_NO_HALF2_OPERATORS__ --expt-relaxed-constexpr \
     -Werror all-warnings -Xcompiler -Wall,-Werror \
     -c "$cu" -o "$tmp/$(basename "$cu").o"
 done

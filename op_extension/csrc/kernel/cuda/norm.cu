@@ -440,11 +440,13 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
               a, partial_w, partial_b, groups, cached);
     }
   }
-  if (partial_w != nullptr) {
+  // Decided by the outputs, not the partial pointers: with no rows the
+  // workspace is empty (maybe null) and the sums over nothing are zeros.
+  if (a.grad_weight != nullptr) {
     launch_sum_partials<T>(partial_w, static_cast<T*>(a.grad_weight), 1, groups.groups, a.cols,
                            Acc(1), stream);
   }
-  if (partial_b != nullptr) {
+  if (a.grad_bias != nullptr) {
     launch_sum_partials<T>(partial_b, static_cast<T*>(a.grad_bias), 1, groups.groups, a.cols,
                            Acc(1), stream);
   }
