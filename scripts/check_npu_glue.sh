@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Checks that the torch_npu glue compiles, on a machine without torch_npu or CANN:
-# g++ -fsyntax-only on op_extension/csrc/torch_ext/npu/*.cpp (or the files given
-# as arguments) against the installed torch's headers and the headers inside the
-# torch_npu wheel made for that torch version.
+# each of op_extension/csrc/torch_ext/npu/*.cpp (or the files given as arguments)
+# is compiled (g++ -c -O0; -fsyntax-only would miss the next point) against the
+# installed torch's headers and the headers inside the torch_npu wheel made for
+# that torch version; then every torch_npu symbol the object needs (c10_npu::,
+# at_npu::, torch_npu::) must be exported by the wheel's libtorch_npu.so, or the
+# real build would fail to link (torch_npu hides much of what its headers show).
 #
 # The wheel is fetched with `pip download --no-deps` (never installed: torch_npu
-# in an environment without CANN breaks `import torch`), and only its
-# torch_npu/include/ folder is kept, in a cache that survives between runs:
-#   $OP_EXT_CACHE_DIR/torch_npu/<version>/include   (default ~/.cache/op_extension)
+# in an environment without CANN breaks `import torch`). Only its headers and the
+# list of libtorch_npu.so's exported symbols are kept, in a cache that survives
+# between runs (default ~/.cache/op_extension):
+#   $OP_EXT_CACHE_DIR/torch_npu/<version>/include/
+#   $OP_EXT_CACHE_DIR/torch_npu/<version>/libtorch_npu.exports
 # The wheel lacks one CANN header the glue needs, aclnn/acl_meta.h; a
 # declaration-only stand-in in scripts/npu_glue_check/include/ replaces it here
 # and nowhere else (docs: "torch_npu registration").
@@ -75,10 +80,15 @@ import zipfile
 wheel, dest = sys.argv[1:]
 with zipfile.ZipFile(wheel) as z:
     members = [m for m in z.namelist() if m.startswith("torch_npu/include/")]
-    if not members:
-        sys.exit(f"npu glue check: {wheel} has no torch_npu/include/")
+    members.append("torch_npu/lib/libtorch_npu.so")
+    if len(members) == 1 or members[-1] not in z.namelist():
+        sys.exit(f"npu glue check: {wheel} lacks torch_npu/include/ or torch_npu/lib/libtorch_npu.so")
     z.extractall(dest, members)
 EOF
+  # The library itself (~100 MB) is not kept: its exported (mangled) names are enough.
+  nm -D --defined-only "$tmp/unpacked/torch_npu/lib/libtorch_npu.so" | awk '{print $NF}' | sort -u \
+    >"$tmp/unpacked/torch_npu/libtorch_npu.exports"
+  rm -r "$tmp/unpacked/torch_npu/lib"
   mkdir -p "$CACHE_DIR/torch_npu"
   rm -rf "$CACHE_DIR/torch_npu/$version"
   mv "$tmp/unpacked/torch_npu" "$CACHE_DIR/torch_npu/$version"
@@ -86,13 +96,18 @@ EOF
   mv "$marker.tmp" "$marker"
 }
 
-if [ -f "$marker" ] && [ -d "$CACHE_DIR/torch_npu/$(cat "$marker")/include" ]; then
+cached() {
+  [ -f "$marker" ] && [ -d "$CACHE_DIR/torch_npu/$(cat "$marker")/include" ] &&
+    [ -s "$CACHE_DIR/torch_npu/$(cat "$marker")/libtorch_npu.exports" ]
+}
+if cached; then
   echo "npu glue check: torch_npu $(cat "$marker") headers from $CACHE_DIR (cached)"
 else
   fetch_headers
   echo "npu glue check: torch_npu $(cat "$marker") headers unpacked to $CACHE_DIR"
 fi
 npu_include="$CACHE_DIR/torch_npu/$(cat "$marker")/include"
+npu_exports="$CACHE_DIR/torch_npu/$(cat "$marker")/libtorch_npu.exports"
 
 # The generated schema header, as setup.py writes it (op_extension/_protos.py
 # imports only the standard library).
@@ -127,7 +142,7 @@ EOF
 # headers (-isystem) so that their warnings are theirs. The stand-ins come last:
 # a header the wheel does ship always wins.
 flags=(
-  -fsyntax-only -Wall -Werror -Wno-unknown-pragmas
+  -c -O0 -Wall -Werror -Wno-unknown-pragmas
   "${torch_flags[@]}"
   -isystem "$npu_include"
   -isystem "$npu_include/third_party/hccl/inc"
@@ -137,14 +152,31 @@ flags=(
   -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=_C -DOP_EXT_WITH_NPU=1
 )
 
+# The torch_npu symbols an object file needs that libtorch_npu.so does not export.
+unexported_torch_npu_symbols() {
+  nm -u "$1" | awk '{print $NF}' | sort -u >"$tmp/undefined"
+  paste "$tmp/undefined" <(c++filt <"$tmp/undefined") |
+    grep -E $'\t((vtable|typeinfo|typeinfo name|VTT|guard variable) for )?(c10_npu|at_npu|torch_npu)::' |
+    cut -f1 | sort >"$tmp/needed" || true
+  comm -23 "$tmp/needed" "$npu_exports" | c++filt
+}
+
 status=0
 for src in "${sources[@]}"; do
   start=$(date +%s)
-  if "$CXX" "${flags[@]}" "$src"; then
-    echo "npu glue check: $src compiles ($(($(date +%s) - start)) s)"
-  else
+  object="$tmp/$(basename "$src").o"
+  if ! "$CXX" "${flags[@]}" "$src" -o "$object"; then
     echo "npu glue check: FAILED: $src does not compile against torch_npu $(cat "$marker")" >&2
     status=1
+    continue
   fi
+  missing=$(unexported_torch_npu_symbols "$object")
+  if [ -n "$missing" ]; then
+    echo "npu glue check: FAILED: $src needs torch_npu symbols that libtorch_npu.so does not export:" >&2
+    echo "$missing" | sed 's/^/  /' >&2
+    status=1
+    continue
+  fi
+  echo "npu glue check: $src compiles, and links against torch_npu's exports ($(($(date +%s) - start)) s)"
 done
 exit "$status"

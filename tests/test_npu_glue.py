@@ -1,8 +1,9 @@
 """The Ascend NPU path, as far as a machine without torch_npu or CANN can check it:
 
-- the npu glue compiles against the torch_npu wheel's headers
-  (scripts/check_npu_glue.sh), and that check fails on broken glue, fails
-  loudly without a wheel, and skips only when told to;
+- the npu glue compiles against the torch_npu wheel's headers and needs only
+  symbols libtorch_npu.so exports (scripts/check_npu_glue.sh), and that check
+  fails on glue that breaks either, fails loudly without a wheel, and skips
+  only when told to;
 - every op has a PrivateUse1 (npu) registration, and our autograd kernels
   cover AutogradPrivateUse1 and reach the backward ops through the dispatcher
   (so on npu tensors they run the npu backward kernels);
@@ -95,6 +96,21 @@ def test_compile_check_rejects_glue_that_breaks_the_aclnn_contract(tmp_path):
     assert result.returncode != 0
     assert "aclnnGeluCustomGetWorkspaceSize" in result.stderr
     assert f"FAILED: {broken} does not compile" in result.stderr
+
+
+@needs_cached_headers
+def test_compile_check_rejects_torch_npu_internals_that_would_not_link(tmp_path):
+    # FormatHelper is declared in torch_npu's headers but not exported by libtorch_npu.so.
+    hidden = tmp_path / "hidden_symbol.cpp"
+    hidden.write_text(
+        "#include <ATen/ATen.h>\n"
+        '#include "torch_npu/csrc/framework/FormatHelper.h"\n'
+        "bool plain(const at::Tensor& t) { return at_npu::native::FormatHelper::IsBaseFormatType(t); }\n"
+    )
+    result = _run_check(_offline_env(), str(hidden))
+    assert result.returncode != 0
+    assert "libtorch_npu.so does not export" in result.stderr
+    assert "at_npu::native::FormatHelper::IsBaseFormatType(at::Tensor const&)" in result.stderr
 
 
 def test_compile_check_fails_loudly_without_a_wheel(tmp_path):
