@@ -31,8 +31,9 @@ __all__ = ["SOCS", "run", "run_backward", "tiling"]
 
 SOCS = ("Ascend910B", "Ascend310P")
 
-# Ops whose Ascend kernels exist (forward and backward).
+# Ops whose Ascend kernels exist: forward and backward, and forward only.
 _OPS = ("add", "gelu", "rms_norm")
+_FORWARD_OPS = _OPS + ("swiglu", "geglu")
 
 
 def _bind(op_name: str, args: tuple, kwargs: dict) -> dict:
@@ -79,10 +80,10 @@ def _configure(soc: str, options: dict) -> None:
 
 
 def run(op: str, *args, soc: str = "Ascend910B", **kwargs):
-    """Forward op `op` ("add", "gelu", "rms_norm") on the simulated `soc`."""
+    """Forward op `op` (one of _FORWARD_OPS) on the simulated `soc`."""
     _configure(soc, kwargs)
-    if op not in _OPS:
-        raise ValueError(f"ascend_sim: no Ascend kernel for op {op!r} (available: {', '.join(_OPS)})")
+    if op not in _FORWARD_OPS:
+        raise ValueError(f"ascend_sim: no Ascend kernel for op {op!r} (available: {', '.join(_FORWARD_OPS)})")
     if op == "add" and len(args) >= 2 and not isinstance(args[1], torch.Tensor):
         # As ops.add: a number `other` becomes a 0-dim tensor of input's dtype.
         args = (args[0], torch.full((), args[1], dtype=args[0].dtype)) + tuple(args[2:])
@@ -91,6 +92,10 @@ def run(op: str, *args, soc: str = "Ascend910B", **kwargs):
         return _ascend_sim.add(a["input"], a["other"], float(a["alpha"]))
     if op == "gelu":
         return _ascend_sim.gelu(a["input"], a["approximate"])
+    if op == "swiglu":
+        return _ascend_sim.swiglu(a["gate"], a["up"])
+    if op == "geglu":
+        return _ascend_sim.geglu(a["gate"], a["up"], a["approximate"])
     x = a["input"]
     return _ascend_sim.rms_norm(x, _shape_list(op, a["normalized_shape"]), a["weight"], _rms_norm_eps(a["eps"], x))
 
@@ -99,7 +104,7 @@ def run_backward(op: str, *args, soc: str = "Ascend910B", **kwargs):
     """Backward op of `op` (custom::<op>_backward's arguments) on the simulated `soc`."""
     _configure(soc, kwargs)
     if op not in _OPS:
-        raise ValueError(f"ascend_sim: no Ascend kernel for op {op!r} (available: {', '.join(_OPS)})")
+        raise ValueError(f"ascend_sim: no Ascend backward kernel for op {op!r} (available: {', '.join(_OPS)})")
     a = _bind(f"{op}_backward", args, kwargs)
     if op == "add":
         return _ascend_sim.add_backward(a["grad_output"], _shape_list(op, a["input_size"]), float(a["alpha"]))

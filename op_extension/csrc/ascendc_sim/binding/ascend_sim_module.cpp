@@ -25,9 +25,11 @@
 #include "aclnn_add_grad_custom.h"
 #include "aclnn_gelu_custom.h"
 #include "aclnn_gelu_grad_custom.h"
+#include "aclnn_geglu_custom.h"
 #include "aclnn_op_ext_error.h"
 #include "aclnn_rms_norm_custom.h"
 #include "aclnn_rms_norm_grad_custom.h"
+#include "aclnn_swiglu_custom.h"
 #include "ascendc_sim/core.h"
 #include "soc_spec.h"
 #include "tiling_util.h"
@@ -220,6 +222,27 @@ std::tuple<Tensor, Tensor> RmsNormBackward(const Tensor& gradOutput, const Tenso
   return {dx, dw};
 }
 
+Tensor SwiGlu(const Tensor& gate, const Tensor& up) {
+  const Tensor g = gate.contiguous();
+  const Tensor u = up.contiguous();
+  Tensor out = at::empty(g.sizes(), g.options());
+  AclTensor ag(g), au(u), aout(out);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnSwiGluCustomGetWorkspaceSize(ag.get(), au.get(), aout.get(), ws, ex); },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnSwiGluCustom(w, n, ex, nullptr); });
+  return out;
+}
+
+Tensor GeGlu(const Tensor& gate, const Tensor& up, const std::string& approximate) {
+  const Tensor g = gate.contiguous();
+  const Tensor u = up.contiguous();
+  Tensor out = at::empty(g.sizes(), g.options());
+  AclTensor ag(g), au(u), aout(out);
+  std::string approx = approximate;
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnGeGluCustomGetWorkspaceSize(ag.get(), au.get(), approx.data(), aout.get(), ws, ex); },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnGeGluCustom(w, n, ex, nullptr); });
+  return out;
+}
+
 // Every TilingData the op's tiling function produces for these shapes, as dicts.
 pybind11::list Tiling(const std::string& op, const std::vector<std::vector<int64_t>>& shapes,
                       const std::string& dtype, const pybind11::dict& attrs) {
@@ -271,6 +294,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gelu_backward", &GeluBackward);
   m.def("rms_norm", &RmsNorm);
   m.def("rms_norm_backward", &RmsNormBackward);
+  m.def("swiglu", &SwiGlu);
+  m.def("geglu", &GeGlu);
   m.def("tiling", &Tiling);
   m.def("_run_misuse", &RunMisuse);
 }

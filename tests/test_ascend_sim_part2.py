@@ -1,0 +1,115 @@
+"""The Ascend NPU path of fused_add_rms_norm, layer_norm, softmax, swiglu and
+geglu (forward kernels) on the CPU simulator, against tests/reference.py.
+
+Same approach as test_ascend_sim.py (whose helpers this file reuses): shapes
+chosen per path -- one tile, many tiles (a shrunk UB via `_ub_size`), tails that
+are not 32-byte aligned, more cores than work, rows that do not fit in the UB --
+in each dtype on both SoCs (bfloat16 on Ascend910B only; Ascend310P has no
+DataCopyPad, so its row lengths are whole 32-byte blocks).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from op_extension import ascend_sim
+from reference import DTYPE_IDS, reference
+from test_ascend_sim import KERNEL_DTYPES, SOCS, ascend_tolerance, params, rand, supported, weight_like
+
+ONLY_910B = ("Ascend910B",)
+
+
+def case_params(cases, socs_at: int):
+    """(case, dtype, soc) for every dtype and every SoC listed at case[socs_at]."""
+    return [
+        pytest.param(case, dt, soc, id=f"{case[0]}-{DTYPE_IDS[dt]}-{soc}")
+        for case in cases
+        for dt in KERNEL_DTYPES
+        for soc in case[socs_at]
+        if supported(dt, soc)
+    ]
+
+
+# ---------------------------------------------------------------------------
+# swiglu, geglu: elementwise over same-shape gate/up
+# ---------------------------------------------------------------------------
+
+# (id, shape, simulator options)
+GLU_CASES = [
+    ("single_tile_3x769", (3, 769), {}),
+    ("many_tiles_small_ub", (5, 1000), {"_ub_size": 4096}),
+    ("unaligned_tail_3_cores", (1025,), {"_ub_size": 4096, "_core_num": 3}),
+    ("more_cores_than_work_17", (17,), {}),
+    ("hidden_4096", (2, 4096), {}),
+]
+
+
+@pytest.mark.parametrize("dtype,soc", params())
+@pytest.mark.parametrize("case", GLU_CASES, ids=[c[0] for c in GLU_CASES])
+def test_swiglu_matches_reference(case, dtype, soc):
+    _, shape, options = case
+    gate, up = rand(*shape, dtype=dtype, scale=3), rand(*shape, dtype=dtype)
+    out = ascend_sim.run("swiglu", gate, up, soc=soc, **options)
+    (expected,), _ = reference("swiglu", (gate, up))
+    assert out.shape == expected.shape and out.dtype == dtype
+    torch.testing.assert_close(out, expected, **ascend_tolerance(dtype, "swiglu"))
+
+
+@pytest.mark.parametrize("dtype,soc", params())
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("case", GLU_CASES, ids=[c[0] for c in GLU_CASES])
+def test_geglu_matches_reference(case, approximate, dtype, soc):
+    _, shape, options = case
+    gate, up = rand(*shape, dtype=dtype, scale=3), rand(*shape, dtype=dtype)
+    out = ascend_sim.run("geglu", gate, up, approximate, soc=soc, **options)
+    (expected,), _ = reference("geglu", (gate, up, approximate))
+    assert out.shape == expected.shape and out.dtype == dtype
+    torch.testing.assert_close(out, expected, **ascend_tolerance(dtype, "geglu"))
+
+
+def test_glu_extreme_gates():
+    # exp(-g) overflows for very negative g: silu -> -0, not NaN; gelu's formulas stay finite.
+    gate = torch.tensor([-200.0, -90.0, -30.0, -1e-30, 0.0, 1e-30, 30.0, 90.0] + [0.5] * 8)
+    up = torch.full_like(gate, 2.0)
+    torch.testing.assert_close(ascend_sim.run("swiglu", gate, up), torch.nn.functional.silu(gate) * up)
+    for approximate in ("none", "tanh"):
+        expected = torch.nn.functional.gelu(gate, approximate=approximate) * up
+        torch.testing.assert_close(ascend_sim.run("geglu", gate, up, approximate), expected, atol=1e-6, rtol=1e-6)
+
+
+def test_glu_empty():
+    assert ascend_sim.run("swiglu", torch.empty(0, 8), torch.empty(0, 8)).shape == (0, 8)
+
+
+def test_glu_non_contiguous_made_contiguous_by_the_binding():
+    gate, up = rand(33, 9).t(), rand(9, 66)[:, ::2]
+    torch.testing.assert_close(ascend_sim.run("swiglu", gate, up), torch.nn.functional.silu(gate) * up)
+
+
+# ---------------------------------------------------------------------------
+# Bad input: rejected by the aclnn entry point, naming the op
+# ---------------------------------------------------------------------------
+
+BAD_INPUT = [
+    ("swiglu_shapes", lambda: ascend_sim.run("swiglu", torch.ones(3, 4), torch.ones(3, 5)),
+     r"SwiGluCustom: up has shape \[3, 5\] but gate has \[3, 4\]"),
+    ("swiglu_dtypes", lambda: ascend_sim.run("swiglu", torch.ones(3, 4), torch.ones(3, 4).half()),
+     r"SwiGluCustom: up has dtype float16 but gate has float32"),
+    ("swiglu_float64", lambda: ascend_sim.run("swiglu", torch.ones(8, dtype=torch.float64),
+                                              torch.ones(8, dtype=torch.float64)),
+     r"SwiGluCustom: gate has dtype float64; supported: float16, float32, bfloat16"),
+    ("geglu_approximate", lambda: ascend_sim.run("geglu", torch.ones(8), torch.ones(8), "fast"),
+     r"GeGluCustom: approximate must be 'none' or 'tanh', got 'fast'"),
+    ("geglu_bf16_310p", lambda: ascend_sim.run("geglu", torch.ones(16).bfloat16(), torch.ones(16).bfloat16(),
+                                               soc="Ascend310P"),
+     r"GeGluCustom: gate is bfloat16, which Ascend310P does not support"),
+    ("geglu_310p_below_one_block", lambda: ascend_sim.run("geglu", torch.ones(5), torch.ones(5), soc="Ascend310P"),
+     r"GeGluCustom: on Ascend310P a tensor of 5 float32 elements is smaller than one 32-byte block"),
+]
+
+
+@pytest.mark.parametrize("name,call,message", BAD_INPUT, ids=[b[0] for b in BAD_INPUT])
+def test_bad_input_is_rejected_naming_the_op(name, call, message):
+    with pytest.raises(RuntimeError, match=message):
+        call()
