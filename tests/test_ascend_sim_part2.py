@@ -88,10 +88,62 @@ def test_glu_non_contiguous_made_contiguous_by_the_binding():
 
 
 # ---------------------------------------------------------------------------
+# fused_add_rms_norm
+# ---------------------------------------------------------------------------
+
+# (id, input shape, normalized shape, weight, eps, options, socs). 310P has no
+# DataCopyPad, so its rows must be whole 32-byte blocks: its cases use such rows.
+NORM_CASES = [
+    ("3x769_weight", (3, 769), [769], True, 1e-6, {}, ONLY_910B),
+    ("3x769_no_weight", (3, 769), [769], False, None, {}, ONLY_910B),
+    ("hidden_4096_few_rows", (4, 4096), [4096], True, 1e-6, {}, SOCS),
+    ("many_rows_per_tile_70x33", (70, 33), [33], True, 1e-6, {}, ONLY_910B),
+    ("many_rows_70x64_3_cores", (70, 64), [64], True, 1e-6, {"_core_num": 3}, SOCS),
+    ("many_tiles_small_ub", (40, 128), [128], True, 1e-5, {"_ub_size": 8192, "_core_num": 2}, SOCS),
+    ("row_split_small_ub", (3, 1000), [1000], True, 1e-6, {"_ub_size": 8192}, ONLY_910B),
+    ("row_split_aligned_no_weight", (3, 1024), [1024], False, 1e-6, {"_ub_size": 8192}, SOCS),
+    ("row_split_real_ub_9001", (2, 9001), [9001], True, 1e-6, {}, ONLY_910B),
+    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, 1e-5, {}, ONLY_910B),
+    ("one_row", (1, 64), [64], False, 1e-6, {}, SOCS),
+]
+
+
+@pytest.mark.parametrize("case,dtype,soc", case_params(NORM_CASES, 6))
+def test_fused_add_rms_norm_matches_reference(case, dtype, soc):
+    _, shape, normalized, has_weight, eps, options, _ = case
+    x, r = rand(*shape, dtype=dtype), rand(*shape, dtype=dtype)
+    w = weight_like(normalized, dtype) if has_weight else None
+    out, residual_out = ascend_sim.run("fused_add_rms_norm", x, r, normalized, w, eps, soc=soc, **options)
+    expected, expected_residual = reference("fused_add_rms_norm", (x, r, normalized, w, eps))[0]
+    # residual_out is one float addition rounded once: exactly the reference's.
+    assert torch.equal(residual_out, expected_residual)
+    torch.testing.assert_close(out, expected, **ascend_tolerance(dtype, "fused_add_rms_norm"))
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_fused_add_rms_norm_is_rms_norm_of_the_stored_sum(soc):
+    # The norm reads residual_out as stored (rounded to float16), not the float sum.
+    x, r = rand(6, 256, dtype=torch.float16, scale=4), rand(6, 256, dtype=torch.float16, scale=4)
+    w = weight_like([256], torch.float16)
+    out, residual_out = ascend_sim.run("fused_add_rms_norm", x, r, [256], w, 1e-6, soc=soc, _ub_size=4096)
+    assert torch.equal(out, ascend_sim.run("rms_norm", residual_out, [256], w, 1e-6, soc=soc))
+
+
+# ---------------------------------------------------------------------------
 # Bad input: rejected by the aclnn entry point, naming the op
 # ---------------------------------------------------------------------------
 
 BAD_INPUT = [
+    ("fused_residual_shape", lambda: ascend_sim.run("fused_add_rms_norm", torch.ones(3, 8), torch.ones(3, 9), [8]),
+     r"FusedAddRmsNormCustom: residual has shape \[3, 9\] but input has \[3, 8\]"),
+    ("fused_normalized_shape", lambda: ascend_sim.run("fused_add_rms_norm", torch.ones(3, 8), torch.ones(3, 8), [7]),
+     r"FusedAddRmsNormCustom: normalizedShape \[7\] does not match the trailing dims of input \[3, 8\]"),
+    ("fused_weight_dtype", lambda: ascend_sim.run("fused_add_rms_norm", torch.ones(3, 8), torch.ones(3, 8), [8],
+                                                  torch.ones(8).half()),
+     r"FusedAddRmsNormCustom: weightOptional has dtype float16 but input has float32"),
+    ("fused_310p_unaligned_rows", lambda: ascend_sim.run("fused_add_rms_norm", torch.ones(3, 769), torch.ones(3, 769),
+                                                         [769], soc="Ascend310P"),
+     r"FusedAddRmsNormCustom: on Ascend310P the row length \(the normalized size\) must be a multiple of 32 bytes"),
     ("swiglu_shapes", lambda: ascend_sim.run("swiglu", torch.ones(3, 4), torch.ones(3, 5)),
      r"SwiGluCustom: up has shape \[3, 5\] but gate has \[3, 4\]"),
     ("swiglu_dtypes", lambda: ascend_sim.run("swiglu", torch.ones(3, 4), torch.ones(3, 4).half()),

@@ -23,6 +23,7 @@
 #include "aclnn/acl_meta.h"
 #include "aclnn_add_custom.h"
 #include "aclnn_add_grad_custom.h"
+#include "aclnn_fused_add_rms_norm_custom.h"
 #include "aclnn_gelu_custom.h"
 #include "aclnn_gelu_grad_custom.h"
 #include "aclnn_geglu_custom.h"
@@ -243,6 +244,25 @@ Tensor GeGlu(const Tensor& gate, const Tensor& up, const std::string& approximat
   return out;
 }
 
+std::tuple<Tensor, Tensor> FusedAddRmsNorm(const Tensor& input, const Tensor& residual,
+                                           const std::vector<int64_t>& normalizedShape,
+                                           const std::optional<Tensor>& weight, double eps) {
+  const Tensor x = input.contiguous();
+  const Tensor r = residual.contiguous();
+  std::optional<Tensor> w;
+  if (weight.has_value() && weight->defined()) w = weight->contiguous();
+  Tensor out = at::empty(x.sizes(), x.options());
+  Tensor residualOut = at::empty(x.sizes(), x.options());
+  AclTensor ax(x), ar(r), aw(w), aout(out), az(residualOut);
+  AclIntArray shape(normalizedShape);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
+              return aclnnFusedAddRmsNormCustomGetWorkspaceSize(ax.get(), ar.get(), aw.get(), shape.get(), eps,
+                                                                aout.get(), az.get(), ws, ex);
+            },
+            [&](void* wsp, uint64_t n, aclOpExecutor* ex) { return aclnnFusedAddRmsNormCustom(wsp, n, ex, nullptr); });
+  return {out, residualOut};
+}
+
 // Every TilingData the op's tiling function produces for these shapes, as dicts.
 pybind11::list Tiling(const std::string& op, const std::vector<std::vector<int64_t>>& shapes,
                       const std::string& dtype, const pybind11::dict& attrs) {
@@ -296,6 +316,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm_backward", &RmsNormBackward);
   m.def("swiglu", &SwiGlu);
   m.def("geglu", &GeGlu);
+  m.def("fused_add_rms_norm", &FusedAddRmsNorm);
   m.def("tiling", &Tiling);
   m.def("_run_misuse", &RunMisuse);
 }

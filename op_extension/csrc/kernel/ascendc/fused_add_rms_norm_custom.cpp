@@ -1,0 +1,306 @@
+// FusedAddRmsNormCustom: z = x + r (written out as residualOut, in T), then
+// y = z * rsqrt(mean(z^2) + eps) * w per row of [rows, cols].
+//
+// The norm reads z as stored: for 16-bit types z is added in float, rounded to
+// T (residualOut) and cast back, so output is exactly rms_norm(residualOut).
+// Statistics and output are computed in float. Two ways through a core's rows
+// (row_tiling.h):
+//   whole rows: rowsPerTile rows per tile, x and r in, z and y out;
+//   split rows: a row at a time in chunks, read twice: pass 1 adds, writes z and
+//     sums squares; pass 2 re-reads x and r and recomputes z (the same bits)
+//     rather than reading back residualOut, which would need an MTE3 -> MTE2
+//     ordering of this core's own GM writes.
+// Tiling: host/tiling/fused_add_rms_norm_custom_tiling.h (the UB plan there mirrors Init*).
+#include "fused_add_rms_norm_custom_tiling.h"
+#include "kernel_common.h"
+#include "kernel_operator.h"
+#include "kernel_tiling.h"
+
+namespace {
+
+using namespace AscendC;
+using op_ext_kernel::kBufferNum;
+
+template <typename T>
+class KernelFusedAddRmsNorm {
+ public:
+  __aicore__ inline KernelFusedAddRmsNorm() {}
+
+  __aicore__ inline void Init(GM_ADDR x, GM_ADDR r, GM_ADDR w, GM_ADDR y, GM_ADDR z,
+                              const optiling::FusedAddRmsNormCustomTilingData& tiling, TPipe* pipe) {
+    t_ = tiling;
+    const uint64_t core = GetBlockIdx();
+    firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
+    rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
+    const uint64_t total = t_.rows * t_.cols;
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), total);
+    rGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(r), total);
+    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
+    zGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(z), total);
+    if (t_.hasWeight) wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), t_.cols);
+    const uint32_t tileElems = t_.splitRow ? t_.chunkLength : t_.rowsPerTile * t_.rowStride;
+    const uint32_t rowElems = t_.splitRow ? t_.chunkLength : t_.rowStride;
+    pipe->InitBuffer(inQueueX_, kBufferNum, tileElems * sizeof(T));
+    pipe->InitBuffer(inQueueR_, kBufferNum, tileElems * sizeof(T));
+    pipe->InitBuffer(outQueueY_, kBufferNum, tileElems * sizeof(T));
+    pipe->InitBuffer(outQueueZ_, kBufferNum, tileElems * sizeof(T));
+    pipe->InitBuffer(square_, rowElems * sizeof(float));
+    if (!t_.splitRow || !kIsFloat) pipe->InitBuffer(weightF_, rowElems * sizeof(float));
+    if constexpr (!kIsFloat) pipe->InitBuffer(sumF_, rowElems * sizeof(float));
+    pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
+    pipe->InitBuffer(stat_, op_ext_kernel::kBlockBytes);
+  }
+
+  __aicore__ inline void Process() {
+    if (t_.splitRow) {
+      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(firstRow_ + r);
+      return;
+    }
+    if (t_.hasWeight) LoadWeight();
+    for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile) {
+      const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
+      CopyInRows(firstRow_ + r, k);
+      ComputeRows(k);
+      CopyOutRows(firstRow_ + r, k);
+    }
+  }
+
+ private:
+  static constexpr bool kIsFloat = IsSameType<T, float>::value;
+
+  // ---- whole rows -----------------------------------------------------------
+
+  // The weight row, once per core, through the input queue into a float row.
+  __aicore__ inline void LoadWeight() {
+    LocalTensor<T> raw = inQueueX_.template AllocTensor<T>();
+    op_ext_kernel::CopyGmToUb(raw, wGm_, t_.cols);
+    inQueueX_.EnQue(raw);
+    raw = inQueueX_.template DeQue<T>();
+    LocalTensor<float> wf = weightF_.template Get<float>();
+    if constexpr (kIsFloat) {
+      DataCopy(wf, raw, t_.rowStride);
+    } else {
+      Cast(wf, raw, RoundMode::CAST_NONE, t_.cols);
+    }
+    inQueueX_.FreeTensor(raw);
+  }
+
+  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
+    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    LocalTensor<T> r = inQueueR_.template AllocTensor<T>();
+    op_ext_kernel::CopyRowsGmToUb(x, xGm_[row * t_.cols], k, t_.cols);
+    op_ext_kernel::CopyRowsGmToUb(r, rGm_[row * t_.cols], k, t_.cols);
+    inQueueX_.EnQue(x);
+    inQueueR_.EnQue(r);
+  }
+
+  __aicore__ inline void ComputeRows(uint32_t k) {
+    LocalTensor<T> x = inQueueX_.template DeQue<T>();
+    LocalTensor<T> r = inQueueR_.template DeQue<T>();
+    LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+    LocalTensor<T> z = outQueueZ_.template AllocTensor<T>();
+    LocalTensor<float> sq = square_.template Get<float>();
+    LocalTensor<float> wf = weightF_.template Get<float>();
+    const int32_t n = static_cast<int32_t>(t_.cols);
+    for (uint32_t j = 0; j < k; ++j) {
+      const uint32_t at = j * t_.rowStride;
+      LocalTensor<float> zf = AddResidual(z[at], x[at], r[at], sq, t_.cols);
+      const float rstd = RowRstd(SumOfSquares(zf, sq, n));
+      Normalize(y[at], zf, wf, rstd, sq, t_.hasWeight != 0, t_.cols);
+    }
+    outQueueY_.EnQue(y);
+    outQueueZ_.EnQue(z);
+    inQueueX_.FreeTensor(x);
+    inQueueR_.FreeTensor(r);
+  }
+
+  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
+    LocalTensor<T> y = outQueueY_.template DeQue<T>();
+    LocalTensor<T> z = outQueueZ_.template DeQue<T>();
+    op_ext_kernel::CopyRowsUbToGm(yGm_[row * t_.cols], y, k, t_.cols);
+    op_ext_kernel::CopyRowsUbToGm(zGm_[row * t_.cols], z, k, t_.cols);
+    outQueueY_.FreeTensor(y);
+    outQueueZ_.FreeTensor(z);
+  }
+
+  // ---- split rows -------------------------------------------------------------
+
+  __aicore__ inline void ProcessSplitRow(uint64_t row) {
+    const uint64_t base = row * t_.cols;
+    LocalTensor<float> sq = square_.template Get<float>();
+    float sumSq = 0.0f;
+    // Pass 1: z = x + r, written out; sum of squares, chunk sums added in order.
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      CopyInChunk(base + c, len);
+      LocalTensor<T> x = inQueueX_.template DeQue<T>();
+      LocalTensor<T> r = inQueueR_.template DeQue<T>();
+      LocalTensor<T> z = outQueueZ_.template AllocTensor<T>();
+      LocalTensor<float> zf = AddResidual(z, x, r, sq, len);
+      LocalTensor<float> part = SumOfSquares(zf, sq, static_cast<int32_t>(len));
+      // Chunk sums are added on the scalar unit in chunk order (one float per chunk).
+      sumSq += op_ext_kernel::ReadScalarAfterVector(part);
+      outQueueZ_.EnQue(z);
+      inQueueX_.FreeTensor(x);
+      inQueueR_.FreeTensor(r);
+      z = outQueueZ_.template DeQue<T>();
+      op_ext_kernel::CopyUbToGm(zGm_[base + c], z, len);
+      outQueueZ_.FreeTensor(z);
+    }
+    const float rstd = ScalarRstd(sumSq);
+    // Pass 2: output, chunk by chunk, from x + r recomputed.
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      LocalTensor<T> w;
+      if (t_.hasWeight) {
+        w = inQueueX_.template AllocTensor<T>();
+        op_ext_kernel::CopyGmToUb(w, wGm_[c], len);
+        inQueueX_.EnQue(w);
+      }
+      CopyInChunk(base + c, len);
+      if (t_.hasWeight) w = inQueueX_.template DeQue<T>();
+      LocalTensor<T> x = inQueueX_.template DeQue<T>();
+      LocalTensor<T> r = inQueueR_.template DeQue<T>();
+      LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+      // y holds z (in T) until Normalize overwrites it.
+      LocalTensor<float> zf = AddResidual(y, x, r, sq, len);
+      LocalTensor<float> wf;
+      if (t_.hasWeight) {
+        if constexpr (kIsFloat) {
+          wf = w.template ReinterpretCast<float>();
+        } else {
+          wf = weightF_.template Get<float>();
+          Cast(wf, w, RoundMode::CAST_NONE, len);
+        }
+      }
+      Normalize(y, zf, wf, rstd, sq, t_.hasWeight != 0, len);
+      outQueueY_.EnQue(y);
+      if (t_.hasWeight) inQueueX_.FreeTensor(w);
+      inQueueX_.FreeTensor(x);
+      inQueueR_.FreeTensor(r);
+      y = outQueueY_.template DeQue<T>();
+      op_ext_kernel::CopyUbToGm(yGm_[base + c], y, len);
+      outQueueY_.FreeTensor(y);
+    }
+  }
+
+  __aicore__ inline void CopyInChunk(uint64_t offset, uint32_t len) {
+    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    LocalTensor<T> r = inQueueR_.template AllocTensor<T>();
+    op_ext_kernel::CopyGmToUb(x, xGm_[offset], len);
+    op_ext_kernel::CopyGmToUb(r, rGm_[offset], len);
+    inQueueX_.EnQue(x);
+    inQueueR_.EnQue(r);
+  }
+
+  // ---- shared -------------------------------------------------------------------
+
+  // z = x + r stored in T; returns z in float as stored (float: z itself;
+  // 16-bit: sumF_, cast back from the rounded z). sq is scratch.
+  __aicore__ inline LocalTensor<float> AddResidual(const LocalTensor<T>& z, const LocalTensor<T>& x,
+                                                   const LocalTensor<T>& r, const LocalTensor<float>& sq,
+                                                   uint32_t count) {
+    const int32_t n = static_cast<int32_t>(count);
+    if constexpr (kIsFloat) {
+      Add(z, x, r, n);
+      return z.template ReinterpretCast<float>();
+    } else {
+      LocalTensor<float> zf = sumF_.template Get<float>();
+      Cast(zf, x, RoundMode::CAST_NONE, count);
+      Cast(sq, r, RoundMode::CAST_NONE, count);
+      Add(zf, zf, sq, n);
+      Cast(z, zf, RoundMode::CAST_RINT, count);
+      Cast(zf, z, RoundMode::CAST_NONE, count);
+      return zf;
+    }
+  }
+
+  // y = zf * rstd (* wf), rounded to T. zf may alias y (float); sq is scratch.
+  __aicore__ inline void Normalize(const LocalTensor<T>& y, const LocalTensor<float>& zf,
+                                   const LocalTensor<float>& wf, float rstd, const LocalTensor<float>& sq,
+                                   bool hasWeight, uint32_t count) {
+    const int32_t n = static_cast<int32_t>(count);
+    if constexpr (kIsFloat) {
+      LocalTensor<float> yf = y.template ReinterpretCast<float>();
+      Muls(yf, zf, rstd, n);
+      if (hasWeight) Mul(yf, yf, wf, n);
+    } else {
+      Muls(sq, zf, rstd, n);
+      if (hasWeight) Mul(sq, sq, wf, n);
+      Cast(y, sq, RoundMode::CAST_RINT, count);
+    }
+  }
+
+  // stat[0] = sum of xf[i]^2 over n elements (sq is scratch).
+  __aicore__ inline LocalTensor<float> SumOfSquares(const LocalTensor<float>& xf, const LocalTensor<float>& sq,
+                                                    int32_t n) {
+    LocalTensor<float> stat = stat_.template Get<float>();
+    LocalTensor<float> work = work_.template Get<float>();
+    Mul(sq, xf, xf, n);
+    ReduceSum(stat, sq, work, n);
+    return stat;
+  }
+
+  // rsqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
+  __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq) {
+    Muls(sumSq, sumSq, t_.invCols, 1);
+    Adds(sumSq, sumSq, t_.eps, 1);
+    Rsqrt(sumSq, sumSq, 1);
+    return op_ext_kernel::ReadScalarAfterVector(sumSq);
+  }
+
+  // The same from a scalar sum: written to stat (S -> V ordered), then RowRstd.
+  __aicore__ inline float ScalarRstd(float sumSq) {
+    LocalTensor<float> stat = stat_.template Get<float>();
+    stat.SetValue(0, sumSq);
+    event_t eventSV = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
+    SetFlag<HardEvent::S_V>(eventSV);
+    WaitFlag<HardEvent::S_V>(eventSV);
+    return RowRstd(stat);
+  }
+
+  optiling::FusedAddRmsNormCustomTilingData t_;
+  uint64_t firstRow_ = 0;
+  uint64_t rowCount_ = 0;
+  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
+  TQue<TPosition::VECIN, kBufferNum> inQueueR_;
+  TQue<TPosition::VECOUT, kBufferNum> outQueueY_;
+  TQue<TPosition::VECOUT, kBufferNum> outQueueZ_;
+  TBuf<TPosition::VECCALC> weightF_;
+  TBuf<TPosition::VECCALC> square_;
+  TBuf<TPosition::VECCALC> sumF_;
+  TBuf<TPosition::VECCALC> work_;
+  TBuf<TPosition::VECCALC> stat_;
+  GlobalTensor<T> xGm_;
+  GlobalTensor<T> rGm_;
+  GlobalTensor<T> wGm_;
+  GlobalTensor<T> yGm_;
+  GlobalTensor<T> zGm_;
+};
+
+template <typename T>
+__aicore__ inline void RunFusedAddRmsNorm(GM_ADDR x, GM_ADDR r, GM_ADDR w, GM_ADDR y, GM_ADDR z,
+                                          const optiling::FusedAddRmsNormCustomTilingData& tiling) {
+  TPipe pipe;
+  KernelFusedAddRmsNorm<T> op;
+  op.Init(x, r, w, y, z, tiling, &pipe);
+  op.Process();
+}
+
+}  // namespace
+
+extern "C" __global__ __aicore__ void fused_add_rms_norm_custom(GM_ADDR input, GM_ADDR residual, GM_ADDR weight,
+                                                                GM_ADDR output, GM_ADDR residualOut,
+                                                                GM_ADDR workspace, GM_ADDR tiling) {
+  (void)workspace;
+  GET_TILING_DATA(tilingData, tiling);
+  if (tilingData.dataType == op_ext_kernel::kDTypeFloat) {
+    RunFusedAddRmsNorm<float>(input, residual, weight, output, residualOut, tilingData);
+  } else if (tilingData.dataType == op_ext_kernel::kDTypeHalf) {
+    RunFusedAddRmsNorm<half>(input, residual, weight, output, residualOut, tilingData);
+#if OP_EXT_HAS_BF16
+  } else if (tilingData.dataType == op_ext_kernel::kDTypeBf16) {
+    RunFusedAddRmsNorm<bfloat16_t>(input, residual, weight, output, residualOut, tilingData);
+#endif
+  }
+}
