@@ -33,7 +33,7 @@ SOCS = ("Ascend910B", "Ascend310P")
 
 # Ops whose Ascend kernels exist: forward and backward, and forward only.
 _OPS = ("add", "gelu", "rms_norm")
-_FORWARD_OPS = _OPS + ("fused_add_rms_norm", "swiglu", "geglu")
+_FORWARD_OPS = _OPS + ("fused_add_rms_norm", "layer_norm", "swiglu", "geglu")
 
 
 def _bind(op_name: str, args: tuple, kwargs: dict) -> dict:
@@ -100,6 +100,9 @@ def run(op: str, *args, soc: str = "Ascend910B", **kwargs):
     if op == "fused_add_rms_norm":
         return _ascend_sim.fused_add_rms_norm(x, a["residual"], _shape_list(op, a["normalized_shape"]), a["weight"],
                                               _rms_norm_eps(a["eps"], x))
+    if op == "layer_norm":
+        return _ascend_sim.layer_norm(x, _shape_list(op, a["normalized_shape"]), a["weight"], a["bias"],
+                                      float(a["eps"]))
     return _ascend_sim.rms_norm(x, _shape_list(op, a["normalized_shape"]), a["weight"], _rms_norm_eps(a["eps"], x))
 
 

@@ -130,10 +130,57 @@ def test_fused_add_rms_norm_is_rms_norm_of_the_stored_sum(soc):
 
 
 # ---------------------------------------------------------------------------
+# layer_norm
+# ---------------------------------------------------------------------------
+
+# (id, input shape, normalized shape, weight, bias, eps, options, socs)
+LAYER_NORM_CASES = [
+    ("3x769_weight_bias", (3, 769), [769], True, True, 1e-5, {}, ONLY_910B),
+    ("3x769_plain", (3, 769), [769], False, False, 1e-5, {}, ONLY_910B),
+    ("hidden_4096_weight_only", (4, 4096), [4096], True, False, 1e-5, {}, SOCS),
+    ("bias_only_768", (3, 768), [768], False, True, 1e-6, {}, SOCS),
+    ("many_rows_per_tile_70x33", (70, 33), [33], True, True, 1e-5, {}, ONLY_910B),
+    ("many_tiles_small_ub", (40, 128), [128], True, True, 1e-5, {"_ub_size": 8192, "_core_num": 2}, SOCS),
+    ("row_split_small_ub", (3, 1000), [1000], True, True, 1e-5, {"_ub_size": 8192}, ONLY_910B),
+    ("row_split_aligned_plain", (3, 1024), [1024], False, False, 1e-5, {"_ub_size": 8192}, SOCS),
+    ("row_split_aligned_bias_only", (2, 1024), [1024], False, True, 1e-5, {"_ub_size": 8192}, SOCS),
+    ("row_split_real_ub_9001", (2, 9001), [9001], True, True, 1e-5, {}, ONLY_910B),
+    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, True, 1e-5, {}, ONLY_910B),
+    ("more_cores_than_work", (5, 64), [64], True, True, 1e-5, {}, SOCS),
+]
+
+
+@pytest.mark.parametrize("case,dtype,soc", case_params(LAYER_NORM_CASES, 7))
+def test_layer_norm_matches_reference(case, dtype, soc):
+    _, shape, normalized, has_weight, has_bias, eps, options, _ = case
+    x = rand(*shape, dtype=dtype)
+    w = weight_like(normalized, dtype) if has_weight else None
+    b = rand(*normalized, dtype=dtype, scale=0.5) if has_bias else None
+    out = ascend_sim.run("layer_norm", x, normalized, w, b, eps, soc=soc, **options)
+    (expected,), _ = reference("layer_norm", (x, normalized, w, b, eps))
+    assert out.shape == expected.shape and out.dtype == dtype
+    torch.testing.assert_close(out, expected, **ascend_tolerance(dtype, "layer_norm"))
+
+
+@pytest.mark.parametrize("options", [{}, {"_ub_size": 8192}], ids=["whole_rows", "split_rows"])
+def test_layer_norm_large_mean_is_stable(options):
+    # Mean 1000, spread 1: a one-pass E[x^2] - mean^2 variance would lose most
+    # of its bits in float32; the kernel's centred two-pass variance does not.
+    x = torch.randn(4, 1024, dtype=torch.float64) + 1000
+    out = ascend_sim.run("layer_norm", x.float(), [1024], None, None, 1e-5, **options)
+    exact = torch.nn.functional.layer_norm(x, [1024], eps=1e-5)
+    torch.testing.assert_close(out.double(), exact, atol=2e-4, rtol=0)
+
+
+# ---------------------------------------------------------------------------
 # Bad input: rejected by the aclnn entry point, naming the op
 # ---------------------------------------------------------------------------
 
 BAD_INPUT = [
+    ("layer_norm_bias_shape", lambda: ascend_sim.run("layer_norm", torch.ones(3, 8), [8], None, torch.ones(7)),
+     r"LayerNormCustom: biasOptional has shape \[7\] but normalizedShape is \[8\]"),
+    ("layer_norm_out_of_range_shape", lambda: ascend_sim.run("layer_norm", torch.ones(8), [2, 8]),
+     r"LayerNormCustom: normalizedShape \[2, 8\] has more dims than input \[8\]"),
     ("fused_residual_shape", lambda: ascend_sim.run("fused_add_rms_norm", torch.ones(3, 8), torch.ones(3, 9), [8]),
      r"FusedAddRmsNormCustom: residual has shape \[3, 9\] but input has \[3, 8\]"),
     ("fused_normalized_shape", lambda: ascend_sim.run("fused_add_rms_norm", torch.ones(3, 8), torch.ones(3, 8), [7]),

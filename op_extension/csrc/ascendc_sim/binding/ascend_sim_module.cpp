@@ -26,6 +26,7 @@
 #include "aclnn_fused_add_rms_norm_custom.h"
 #include "aclnn_gelu_custom.h"
 #include "aclnn_gelu_grad_custom.h"
+#include "aclnn_layer_norm_custom.h"
 #include "aclnn_geglu_custom.h"
 #include "aclnn_op_ext_error.h"
 #include "aclnn_rms_norm_custom.h"
@@ -263,6 +264,23 @@ std::tuple<Tensor, Tensor> FusedAddRmsNorm(const Tensor& input, const Tensor& re
   return {out, residualOut};
 }
 
+Tensor LayerNorm(const Tensor& input, const std::vector<int64_t>& normalizedShape, const std::optional<Tensor>& weight,
+                 const std::optional<Tensor>& bias, double eps) {
+  const Tensor x = input.contiguous();
+  std::optional<Tensor> w, b;
+  if (weight.has_value() && weight->defined()) w = weight->contiguous();
+  if (bias.has_value() && bias->defined()) b = bias->contiguous();
+  Tensor out = at::empty(x.sizes(), x.options());
+  AclTensor ax(x), aw(w), ab(b), aout(out);
+  AclIntArray shape(normalizedShape);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
+              return aclnnLayerNormCustomGetWorkspaceSize(ax.get(), aw.get(), ab.get(), shape.get(), eps, aout.get(),
+                                                          ws, ex);
+            },
+            [&](void* wsp, uint64_t n, aclOpExecutor* ex) { return aclnnLayerNormCustom(wsp, n, ex, nullptr); });
+  return out;
+}
+
 // Every TilingData the op's tiling function produces for these shapes, as dicts.
 pybind11::list Tiling(const std::string& op, const std::vector<std::vector<int64_t>>& shapes,
                       const std::string& dtype, const pybind11::dict& attrs) {
@@ -317,6 +335,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("swiglu", &SwiGlu);
   m.def("geglu", &GeGlu);
   m.def("fused_add_rms_norm", &FusedAddRmsNorm);
+  m.def("layer_norm", &LayerNorm);
   m.def("tiling", &Tiling);
   m.def("_run_misuse", &RunMisuse);
 }

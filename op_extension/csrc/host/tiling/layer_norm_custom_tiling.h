@@ -1,0 +1,63 @@
+// LayerNormCustom: out = (input - mean) * rsqrt(var + eps) * weight + bias over
+// the normalized dims (biased variance, as F.layer_norm), computed in float;
+// weight and bias optional; input viewed as [rows, cols], contiguous. Row
+// split: see row_tiling.h (split rows are read three times: mean, variance of
+// the centred values, output -- the two-pass variance, which does not lose the
+// spread of rows with a large mean as E[x^2] - E[x]^2 would).
+#ifndef OP_EXT_HOST_TILING_LAYER_NORM_CUSTOM_TILING_H_
+#define OP_EXT_HOST_TILING_LAYER_NORM_CUSTOM_TILING_H_
+
+#include "tiling_def.h"
+
+namespace optiling {
+
+BEGIN_TILING_DATA_DEF(LayerNormCustomTilingData)
+TILING_DATA_FIELD_DEF(uint64_t, rows)
+TILING_DATA_FIELD_DEF(uint64_t, rowsPerCore)       // rows of a small core
+TILING_DATA_FIELD_DEF(uint32_t, bigCoreNum)        // the first cores get one row more
+TILING_DATA_FIELD_DEF(uint32_t, usedCoreNum)       // blockDim
+TILING_DATA_FIELD_DEF(uint32_t, cols)              // normalized size
+TILING_DATA_FIELD_DEF(uint32_t, rowStride)         // UB elements between rows (cols rounded up to a block)
+TILING_DATA_FIELD_DEF(uint32_t, splitRow)          // 0: whole rows per tile; 1: rows in chunks
+TILING_DATA_FIELD_DEF(uint32_t, rowsPerTile)       // whole rows: rows per tile
+TILING_DATA_FIELD_DEF(uint32_t, chunkLength)       // split rows: elements per chunk
+TILING_DATA_FIELD_DEF(uint32_t, reduceWorkLength)  // floats of ReduceSum's work tensor
+TILING_DATA_FIELD_DEF(uint32_t, hasWeight)
+TILING_DATA_FIELD_DEF(uint32_t, hasBias)
+TILING_DATA_FIELD_DEF(uint32_t, dataType)          // KernelDType
+TILING_DATA_FIELD_DEF(float, eps)
+TILING_DATA_FIELD_DEF(float, invCols)              // 1 / cols
+END_TILING_DATA_DEF;
+
+REGISTER_TILING_DATA_CLASS(LayerNormCustom, LayerNormCustomTilingData)
+
+}  // namespace optiling
+
+#if !defined(__CCE_AICORE__) && !defined(__CCE_KT_TEST__)
+#include "row_tiling.h"
+
+namespace op_ext::ascend {
+
+// The kernel's UB plan (layer_norm_custom.cpp), element size e:
+//   whole rows, k rows of stride P: x and y queues 2 * k * P * e each; float rows
+//     weight, bias, square (and for 16-bit types the input in float) of P;
+//     ReduceSum work; one 32-byte block for the row's statistic.
+//   chunks of C: x, weight/bias and y queues 2 * C * e each; float rows square
+//     (and for 16-bit: input, weight-or-bias) of C; work; one block.
+inline uint64_t LayerNormUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols) {
+  const uint64_t e = dtype == 0 ? 4 : 2;
+  return 4 * k * stride * e + 4 * stride * (dtype == 0 ? 3 : 4) + 4 * ReduceWorkFloats(cols) + 32;
+}
+inline uint64_t LayerNormUbBytesChunk(uint32_t dtype, uint64_t chunk) {
+  const uint64_t e = dtype == 0 ? 4 : 2;
+  return 6 * chunk * e + 4 * chunk * (dtype == 0 ? 1 : 3) + 4 * ReduceWorkFloats(chunk) + 32;
+}
+
+optiling::LayerNormCustomTilingData ComputeLayerNormTiling(uint64_t rows, uint64_t cols, uint32_t dtype,
+                                                           bool hasWeight, bool hasBias, double eps,
+                                                           const SocSpec& soc);
+
+}  // namespace op_ext::ascend
+#endif
+
+#endif  // OP_EXT_HOST_TILING_LAYER_NORM_CUSTOM_TILING_H_

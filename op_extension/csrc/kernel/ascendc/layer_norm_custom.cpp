@@ -1,0 +1,316 @@
+// LayerNormCustom: y = (x - mean) * rsqrt(var + eps) * w + b per row of
+// [rows, cols]; weight and bias optional.
+//
+// Everything is computed in float (16-bit inputs are cast up; the result is
+// rounded once). The variance is the mean of the squared centred values (two
+// passes over the row), never E[x^2] - mean^2, which cancels catastrophically
+// for rows whose mean is large next to their spread. Two ways through a core's
+// rows (row_tiling.h):
+//   whole rows: rowsPerTile rows per tile, one copy in and one copy out each;
+//   split rows: a row at a time in chunks, read three times (sum, sum of squared
+//     centred values, output); chunk sums are added in chunk order.
+// Tiling: host/tiling/layer_norm_custom_tiling.h (the UB plan there mirrors Init).
+#include "kernel_common.h"
+#include "kernel_operator.h"
+#include "kernel_tiling.h"
+#include "layer_norm_custom_tiling.h"
+
+namespace {
+
+using namespace AscendC;
+using op_ext_kernel::kBufferNum;
+
+template <typename T>
+class KernelLayerNorm {
+ public:
+  __aicore__ inline KernelLayerNorm() {}
+
+  __aicore__ inline void Init(GM_ADDR x, GM_ADDR w, GM_ADDR b, GM_ADDR y,
+                              const optiling::LayerNormCustomTilingData& tiling, TPipe* pipe) {
+    t_ = tiling;
+    const uint64_t core = GetBlockIdx();
+    firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
+    rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
+    const uint64_t total = t_.rows * t_.cols;
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), total);
+    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
+    if (t_.hasWeight) wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), t_.cols);
+    if (t_.hasBias) bGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(b), t_.cols);
+    if (t_.splitRow) {
+      pipe->InitBuffer(inQueueX_, kBufferNum, t_.chunkLength * sizeof(T));
+      pipe->InitBuffer(inQueueWB_, kBufferNum, t_.chunkLength * sizeof(T));
+      pipe->InitBuffer(outQueueY_, kBufferNum, t_.chunkLength * sizeof(T));
+      pipe->InitBuffer(square_, t_.chunkLength * sizeof(float));
+      if constexpr (!kIsFloat) {
+        pipe->InitBuffer(inputF_, t_.chunkLength * sizeof(float));
+        pipe->InitBuffer(weightF_, t_.chunkLength * sizeof(float));
+      }
+    } else {
+      const uint32_t tileBytes = t_.rowsPerTile * t_.rowStride * sizeof(T);
+      pipe->InitBuffer(inQueueX_, kBufferNum, tileBytes);
+      pipe->InitBuffer(outQueueY_, kBufferNum, tileBytes);
+      pipe->InitBuffer(weightF_, t_.rowStride * sizeof(float));
+      pipe->InitBuffer(biasF_, t_.rowStride * sizeof(float));
+      pipe->InitBuffer(square_, t_.rowStride * sizeof(float));
+      if constexpr (!kIsFloat) pipe->InitBuffer(inputF_, t_.rowStride * sizeof(float));
+    }
+    pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
+    pipe->InitBuffer(stat_, op_ext_kernel::kBlockBytes);
+  }
+
+  __aicore__ inline void Process() {
+    if (t_.splitRow) {
+      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(firstRow_ + r);
+      return;
+    }
+    if (t_.hasWeight) LoadParam(wGm_, weightF_);
+    if (t_.hasBias) LoadParam(bGm_, biasF_);
+    for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile) {
+      const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
+      CopyInRows(firstRow_ + r, k);
+      ComputeRows(k);
+      CopyOutRows(firstRow_ + r, k);
+    }
+  }
+
+ private:
+  static constexpr bool kIsFloat = IsSameType<T, float>::value;
+
+  // ---- whole rows -----------------------------------------------------------
+
+  // A parameter row (weight or bias), once per core, through the input queue into a float row.
+  __aicore__ inline void LoadParam(const GlobalTensor<T>& gm, TBuf<TPosition::VECCALC>& dst) {
+    LocalTensor<T> raw = inQueueX_.template AllocTensor<T>();
+    op_ext_kernel::CopyGmToUb(raw, gm, t_.cols);
+    inQueueX_.EnQue(raw);
+    raw = inQueueX_.template DeQue<T>();
+    LocalTensor<float> f = dst.template Get<float>();
+    if constexpr (kIsFloat) {
+      DataCopy(f, raw, t_.rowStride);
+    } else {
+      Cast(f, raw, RoundMode::CAST_NONE, t_.cols);
+    }
+    inQueueX_.FreeTensor(raw);
+  }
+
+  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
+    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    op_ext_kernel::CopyRowsGmToUb(x, xGm_[row * t_.cols], k, t_.cols);
+    inQueueX_.EnQue(x);
+  }
+
+  __aicore__ inline void ComputeRows(uint32_t k) {
+    LocalTensor<T> x = inQueueX_.template DeQue<T>();
+    LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+    LocalTensor<float> sq = square_.template Get<float>();
+    LocalTensor<float> wf = weightF_.template Get<float>();
+    LocalTensor<float> bf = biasF_.template Get<float>();
+    const int32_t n = static_cast<int32_t>(t_.cols);
+    for (uint32_t j = 0; j < k; ++j) {
+      const uint32_t at = j * t_.rowStride;
+      // c: the centred row in float -- y's own row for float, inputF_ for 16-bit.
+      LocalTensor<float> c;
+      if constexpr (kIsFloat) {
+        c = y[at].template ReinterpretCast<float>();
+        const float mean = RowMean(x[at].template ReinterpretCast<float>(), n);
+        Adds(c, x[at].template ReinterpretCast<float>(), -mean, n);
+      } else {
+        c = inputF_.template Get<float>();
+        Cast(c, x[at], RoundMode::CAST_NONE, t_.cols);
+        const float mean = RowMean(c, n);
+        Adds(c, c, -mean, n);
+      }
+      Mul(sq, c, c, n);
+      const float rstd = Rstd(Sum(sq, n));
+      LocalTensor<float> out = kIsFloat ? c : sq;
+      Muls(out, c, rstd, n);
+      if (t_.hasWeight) Mul(out, out, wf, n);
+      if (t_.hasBias) Add(out, out, bf, n);
+      if constexpr (!kIsFloat) Cast(y[at], out, RoundMode::CAST_RINT, t_.cols);
+    }
+    outQueueY_.EnQue(y);
+    inQueueX_.FreeTensor(x);
+  }
+
+  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
+    LocalTensor<T> y = outQueueY_.template DeQue<T>();
+    op_ext_kernel::CopyRowsUbToGm(yGm_[row * t_.cols], y, k, t_.cols);
+    outQueueY_.FreeTensor(y);
+  }
+
+  // ---- split rows -------------------------------------------------------------
+
+  __aicore__ inline void ProcessSplitRow(uint64_t row) {
+    const uint64_t base = row * t_.cols;
+    LocalTensor<float> sq = square_.template Get<float>();
+    // Pass 1: the mean.
+    float sum = 0.0f;
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = ChunkLen(c);
+      LocalTensor<T> x = CopyInChunk(base + c, len);
+      sum += ReadSum(InputAsFloat(x, len), static_cast<int32_t>(len));
+      inQueueX_.FreeTensor(x);
+    }
+    const float mean = sum * t_.invCols;
+    // Pass 2: the sum of squared centred values.
+    float sumSq = 0.0f;
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = ChunkLen(c);
+      const int32_t n = static_cast<int32_t>(len);
+      LocalTensor<T> x = CopyInChunk(base + c, len);
+      Adds(sq, InputAsFloat(x, len), -mean, n);
+      Mul(sq, sq, sq, n);
+      sumSq += ReadSum(sq, n);
+      inQueueX_.FreeTensor(x);
+    }
+    const float rstd = Rstd(ScalarToStat(sumSq));
+    // Pass 3: output, chunk by chunk.
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = ChunkLen(c);
+      const int32_t n = static_cast<int32_t>(len);
+      LocalTensor<T> w, b;
+      if (t_.hasWeight) w = CopyInParamChunk(wGm_[c], len);
+      if (t_.hasBias) b = CopyInParamChunk(bGm_[c], len);
+      LocalTensor<T> x = CopyInChunk(base + c, len);
+      LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+      if constexpr (kIsFloat) {
+        Adds(y, x, -mean, n);
+        Muls(y, y, rstd, n);
+        if (t_.hasWeight) Mul(y, y, w, n);
+        if (t_.hasBias) Add(y, y, b, n);
+      } else {
+        LocalTensor<float> xf = InputAsFloat(x, len);
+        LocalTensor<float> pf = weightF_.template Get<float>();
+        Adds(xf, xf, -mean, n);
+        Muls(xf, xf, rstd, n);
+        if (t_.hasWeight) {
+          Cast(pf, w, RoundMode::CAST_NONE, len);
+          Mul(xf, xf, pf, n);
+        }
+        if (t_.hasBias) {
+          Cast(pf, b, RoundMode::CAST_NONE, len);
+          Add(xf, xf, pf, n);
+        }
+        Cast(y, xf, RoundMode::CAST_RINT, len);
+      }
+      outQueueY_.EnQue(y);
+      if (t_.hasWeight) inQueueWB_.FreeTensor(w);
+      if (t_.hasBias) inQueueWB_.FreeTensor(b);
+      inQueueX_.FreeTensor(x);
+      y = outQueueY_.template DeQue<T>();
+      op_ext_kernel::CopyUbToGm(yGm_[base + c], y, len);
+      outQueueY_.FreeTensor(y);
+    }
+  }
+
+  __aicore__ inline uint32_t ChunkLen(uint32_t c) const {
+    return t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+  }
+
+  // A chunk of x, copied in and dequeued (the caller frees it).
+  __aicore__ inline LocalTensor<T> CopyInChunk(uint64_t offset, uint32_t len) {
+    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    op_ext_kernel::CopyGmToUb(x, xGm_[offset], len);
+    inQueueX_.EnQue(x);
+    return inQueueX_.template DeQue<T>();
+  }
+
+  __aicore__ inline LocalTensor<T> CopyInParamChunk(const GlobalTensor<T>& gm, uint32_t len) {
+    LocalTensor<T> p = inQueueWB_.template AllocTensor<T>();
+    op_ext_kernel::CopyGmToUb(p, gm, len);
+    inQueueWB_.EnQue(p);
+    return inQueueWB_.template DeQue<T>();
+  }
+
+  // ---- shared -------------------------------------------------------------------
+
+  // `count` elements in float: the tensor itself for float, else cast into inputF_.
+  __aicore__ inline LocalTensor<float> InputAsFloat(const LocalTensor<T>& x, uint32_t count) {
+    if constexpr (kIsFloat) {
+      return x.template ReinterpretCast<float>();
+    } else {
+      LocalTensor<float> xf = inputF_.template Get<float>();
+      Cast(xf, x, RoundMode::CAST_NONE, count);
+      return xf;
+    }
+  }
+
+  // stat[0] = sum of src[0..n).
+  __aicore__ inline LocalTensor<float> Sum(const LocalTensor<float>& src, int32_t n) {
+    LocalTensor<float> stat = stat_.template Get<float>();
+    LocalTensor<float> work = work_.template Get<float>();
+    ReduceSum(stat, src, work, n);
+    return stat;
+  }
+
+  __aicore__ inline float ReadSum(const LocalTensor<float>& src, int32_t n) {
+    return op_ext_kernel::ReadScalarAfterVector(Sum(src, n));
+  }
+
+  __aicore__ inline float RowMean(const LocalTensor<float>& src, int32_t n) {
+    LocalTensor<float> stat = Sum(src, n);
+    Muls(stat, stat, t_.invCols, 1);
+    return op_ext_kernel::ReadScalarAfterVector(stat);
+  }
+
+  // rsqrt(sumSq / cols + eps) on the vector unit, from stat[0] = sumSq, read as a scalar.
+  __aicore__ inline float Rstd(const LocalTensor<float>& sumSq) {
+    Muls(sumSq, sumSq, t_.invCols, 1);
+    Adds(sumSq, sumSq, t_.eps, 1);
+    Rsqrt(sumSq, sumSq, 1);
+    return op_ext_kernel::ReadScalarAfterVector(sumSq);
+  }
+
+  // stat[0] = v, written by the scalar unit and ordered before the next vector instruction.
+  __aicore__ inline LocalTensor<float> ScalarToStat(float v) {
+    LocalTensor<float> stat = stat_.template Get<float>();
+    stat.SetValue(0, v);
+    event_t eventSV = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
+    SetFlag<HardEvent::S_V>(eventSV);
+    WaitFlag<HardEvent::S_V>(eventSV);
+    return stat;
+  }
+
+  optiling::LayerNormCustomTilingData t_;
+  uint64_t firstRow_ = 0;
+  uint64_t rowCount_ = 0;
+  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
+  TQue<TPosition::VECIN, kBufferNum> inQueueWB_;
+  TQue<TPosition::VECOUT, kBufferNum> outQueueY_;
+  TBuf<TPosition::VECCALC> weightF_;
+  TBuf<TPosition::VECCALC> biasF_;
+  TBuf<TPosition::VECCALC> square_;
+  TBuf<TPosition::VECCALC> inputF_;
+  TBuf<TPosition::VECCALC> work_;
+  TBuf<TPosition::VECCALC> stat_;
+  GlobalTensor<T> xGm_;
+  GlobalTensor<T> wGm_;
+  GlobalTensor<T> bGm_;
+  GlobalTensor<T> yGm_;
+};
+
+template <typename T>
+__aicore__ inline void RunLayerNorm(GM_ADDR x, GM_ADDR w, GM_ADDR b, GM_ADDR y,
+                                    const optiling::LayerNormCustomTilingData& tiling) {
+  TPipe pipe;
+  KernelLayerNorm<T> op;
+  op.Init(x, w, b, y, tiling, &pipe);
+  op.Process();
+}
+
+}  // namespace
+
+extern "C" __global__ __aicore__ void layer_norm_custom(GM_ADDR x, GM_ADDR weight, GM_ADDR bias, GM_ADDR y,
+                                                        GM_ADDR workspace, GM_ADDR tiling) {
+  (void)workspace;
+  GET_TILING_DATA(tilingData, tiling);
+  if (tilingData.dataType == op_ext_kernel::kDTypeFloat) {
+    RunLayerNorm<float>(x, weight, bias, y, tilingData);
+  } else if (tilingData.dataType == op_ext_kernel::kDTypeHalf) {
+    RunLayerNorm<half>(x, weight, bias, y, tilingData);
+#if OP_EXT_HAS_BF16
+  } else if (tilingData.dataType == op_ext_kernel::kDTypeBf16) {
+    RunLayerNorm<bfloat16_t>(x, weight, bias, y, tilingData);
+#endif
+  }
+}
