@@ -107,12 +107,12 @@ class LocalTensor {
   }
 
   T GetValue(uint32_t index) const {
-    const T* p = Access(index + 1, "LocalTensor::GetValue", false);
+    const T* p = Access(uint64_t(index) + 1, "LocalTensor::GetValue", false);
     return p[index];
   }
 
   void SetValue(uint32_t index, T value) const {
-    T* p = Access(index + 1, "LocalTensor::SetValue", false);
+    T* p = Access(uint64_t(index) + 1, "LocalTensor::SetValue", false);
     p[index] = value;
   }
 
@@ -218,6 +218,7 @@ class GlobalTensor {
       ascendc_sim::Fail(ascendc_sim::Str(api, ": ", count, " elements requested from a GlobalTensor of ", size_,
                                          " elements (SetGlobalBuffer size)"));
     }
+    if (count > (uint64_t(1) << 48)) ascendc_sim::Fail(ascendc_sim::Str(api, ": ", count, " elements is not an address range"));
     ascendc_sim::CheckGm(ptr_, count * sizeof(T), api);
     return ptr_;
   }
