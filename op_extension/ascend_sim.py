@@ -33,7 +33,7 @@ SOCS = ("Ascend910B", "Ascend310P")
 
 # Ops whose Ascend kernels exist: forward and backward, and forward only.
 _OPS = ("add", "gelu", "rms_norm")
-_FORWARD_OPS = _OPS + ("fused_add_rms_norm", "layer_norm", "swiglu", "geglu")
+_FORWARD_OPS = _OPS + ("fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu")
 
 
 def _bind(op_name: str, args: tuple, kwargs: dict) -> dict:
@@ -92,6 +92,8 @@ def run(op: str, *args, soc: str = "Ascend910B", **kwargs):
         return _ascend_sim.add(a["input"], a["other"], float(a["alpha"]))
     if op == "gelu":
         return _ascend_sim.gelu(a["input"], a["approximate"])
+    if op == "softmax":
+        return _ascend_sim.softmax(a["input"], int(a["dim"]))
     if op == "swiglu":
         return _ascend_sim.swiglu(a["gate"], a["up"])
     if op == "geglu":

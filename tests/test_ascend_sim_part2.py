@@ -173,10 +173,84 @@ def test_layer_norm_large_mean_is_stable(options):
 
 
 # ---------------------------------------------------------------------------
+# softmax: rows mode (last dim) and columns mode (any other dim)
+# ---------------------------------------------------------------------------
+
+# (id, shape, dim, options, socs)
+SOFTMAX_CASES = [
+    ("last_dim_3x769", (3, 769), -1, {}, ONLY_910B),
+    ("last_dim_hidden_4096", (4, 4096), 1, {}, SOCS),
+    ("last_dim_many_rows_per_tile", (70, 64), -1, {"_core_num": 3}, SOCS),
+    ("last_dim_many_tiles_small_ub", (40, 128), -1, {"_ub_size": 4096, "_core_num": 2}, SOCS),
+    ("last_dim_split_small_ub", (5, 1000), -1, {"_ub_size": 4096}, ONLY_910B),
+    ("last_dim_split_aligned", (3, 1024), -1, {"_ub_size": 4096}, SOCS),
+    ("last_dim_split_real_ub", (2, 30001), -1, {}, ONLY_910B),
+    ("middle_dim_unaligned_inner", (4, 7, 33), 1, {}, ONLY_910B),
+    ("middle_dim_aligned_inner", (3, 16, 32), 1, {}, SOCS),
+    ("first_dim", (6, 5, 64), 0, {}, SOCS),
+    ("middle_dim_wide_inner_many_cores", (1, 7, 4096), 1, {}, SOCS),
+    ("middle_dim_many_slabs_small_ub", (3, 20, 96), -2, {"_ub_size": 2048, "_core_num": 2}, SOCS),
+    ("middle_dim_split_small_ub", (2, 300, 40), 1, {"_ub_size": 4096}, ONLY_910B),
+    ("middle_dim_split_aligned", (2, 300, 32), 1, {"_ub_size": 4096}, SOCS),
+    ("4d_dim_2", (2, 3, 4, 5), 2, {}, ONLY_910B),
+    ("more_cores_than_work", (1, 9), -1, {}, ONLY_910B),
+]
+
+
+@pytest.mark.parametrize("case,dtype,soc", case_params(SOFTMAX_CASES, 4))
+def test_softmax_matches_reference(case, dtype, soc):
+    _, shape, dim, options, _ = case
+    x = rand(*shape, dtype=dtype, scale=3)
+    out = ascend_sim.run("softmax", x, dim, soc=soc, **options)
+    (expected,), _ = reference("softmax", (x, dim))
+    assert out.shape == expected.shape and out.dtype == dtype
+    torch.testing.assert_close(out, expected, **ascend_tolerance(dtype, "softmax"))
+
+
+@pytest.mark.parametrize("dim,options", [(-1, {}), (-1, {"_ub_size": 4096}), (0, {}), (0, {"_ub_size": 2048})],
+                         ids=["rows", "rows_split", "columns", "columns_split"])
+def test_softmax_minus_inf_masks(dim, options):
+    # A causal-style mask: -inf entries get exactly 0; a fully masked row (or
+    # column) is NaN, as torch.softmax.
+    x = rand(64, 64, scale=2)
+    mask = torch.ones(64, 64, dtype=torch.bool).triu(1)
+    x = x.masked_fill(mask if dim == -1 else mask.t(), float("-inf"))
+    if dim == -1:
+        x[5] = float("-inf")
+    else:
+        x[:, 5] = float("-inf")
+    out = ascend_sim.run("softmax", x, dim, **options)
+    expected = torch.softmax(x, dim)
+    torch.testing.assert_close(out, expected, equal_nan=True)
+    assert torch.equal(out == 0, expected == 0)
+    assert out.isnan().sum() == 64
+
+
+def test_softmax_zero_dim_and_empty():
+    x = torch.tensor(2.5)
+    assert torch.equal(ascend_sim.run("softmax", x, 0), torch.tensor(1.0))
+    assert ascend_sim.run("softmax", torch.empty(3, 0, 4), 1).shape == (3, 0, 4)
+
+
+def test_softmax_non_contiguous_made_contiguous_by_the_binding():
+    x = rand(40, 9).t()
+    torch.testing.assert_close(ascend_sim.run("softmax", x, 0), torch.softmax(x, 0))
+
+
+# ---------------------------------------------------------------------------
 # Bad input: rejected by the aclnn entry point, naming the op
 # ---------------------------------------------------------------------------
 
 BAD_INPUT = [
+    ("softmax_dim", lambda: ascend_sim.run("softmax", torch.ones(3, 8), 2),
+     r"SoftmaxCustom: dim 2 is out of range for input \[3, 8\] \(expected \[-2, 1\]\)"),
+    ("softmax_float64", lambda: ascend_sim.run("softmax", torch.ones(3, 8, dtype=torch.float64), 1),
+     r"SoftmaxCustom: input has dtype float64; supported: float16, float32, bfloat16"),
+    ("softmax_310p_unaligned_rows", lambda: ascend_sim.run("softmax", torch.ones(3, 20), 1, soc="Ascend310P"),
+     r"SoftmaxCustom: on Ascend310P the row length \(the normalized size\) must be a multiple of 32 bytes"),
+    ("softmax_310p_unaligned_inner", lambda: ascend_sim.run("softmax", torch.ones(3, 4, 5), 1, soc="Ascend310P"),
+     r"SoftmaxCustom: on Ascend310P the dims after `dim` must span a multiple of 32 bytes \(8 float32 elements\), "
+     r"got 5"),
     ("layer_norm_bias_shape", lambda: ascend_sim.run("layer_norm", torch.ones(3, 8), [8], None, torch.ones(7)),
      r"LayerNormCustom: biasOptional has shape \[7\] but normalizedShape is \[8\]"),
     ("layer_norm_out_of_range_shape", lambda: ascend_sim.run("layer_norm", torch.ones(8), [2, 8]),

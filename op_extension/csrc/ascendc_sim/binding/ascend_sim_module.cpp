@@ -31,6 +31,7 @@
 #include "aclnn_op_ext_error.h"
 #include "aclnn_rms_norm_custom.h"
 #include "aclnn_rms_norm_grad_custom.h"
+#include "aclnn_softmax_custom.h"
 #include "aclnn_swiglu_custom.h"
 #include "ascendc_sim/core.h"
 #include "soc_spec.h"
@@ -281,6 +282,19 @@ Tensor LayerNorm(const Tensor& input, const std::vector<int64_t>& normalizedShap
   return out;
 }
 
+// As the torch_npu glue: a 0-dim input is softmaxed as the one-element vector it
+// holds; the contiguous input goes to aclnn as it is (the kernel handles any
+// dim, nothing is transposed). `dim` is passed unwrapped: aclnn wraps a negative
+// dim and rejects one out of range (for 0-dim input, [1] accepts what torch does).
+Tensor Softmax(const Tensor& input, int64_t dim) {
+  const Tensor x = (input.dim() == 0 ? input.reshape({1}) : input).contiguous();
+  Tensor out = at::empty(x.sizes(), x.options());
+  AclTensor ax(x), aout(out);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnSoftmaxCustomGetWorkspaceSize(ax.get(), dim, aout.get(), ws, ex); },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnSoftmaxCustom(w, n, ex, nullptr); });
+  return out.view(input.sizes());
+}
+
 // Every TilingData the op's tiling function produces for these shapes, as dicts.
 pybind11::list Tiling(const std::string& op, const std::vector<std::vector<int64_t>>& shapes,
                       const std::string& dtype, const pybind11::dict& attrs) {
@@ -336,6 +350,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("geglu", &GeGlu);
   m.def("fused_add_rms_norm", &FusedAddRmsNorm);
   m.def("layer_norm", &LayerNorm);
+  m.def("softmax", &Softmax);
   m.def("tiling", &Tiling);
   m.def("_run_misuse", &RunMisuse);
 }

@@ -91,6 +91,8 @@ uint64_t TensorDesc::Numel() const {
 }
 
 bool TensorDesc::IsContiguous() const {
+  // As torch: an empty tensor is contiguous whatever its strides ([3, 0, 4] has (4, 4, 1)).
+  if (Numel() == 0) return true;
   int64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && strides[i] != expected) return false;
