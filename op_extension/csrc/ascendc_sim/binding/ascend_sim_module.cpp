@@ -9,7 +9,10 @@
 //     contiguous (materialised), since AddCustom takes same-shape tensors;
 //   * outputs are allocated here (rms_norm_backward without weight gets an
 //     empty [0] grad_weight and passes gradWeightOut = nullptr);
-//   * rms_norm's eps=None is resolved by the Python wrapper (ascend_sim.py).
+//   * rms_norm's and fused_add_rms_norm's eps=None is resolved by the Python
+//     wrapper (ascend_sim.py);
+//   * softmax: a 0-dim input is passed as [1]; `dim` goes to aclnn unchanged
+//     (no transpose: the kernel handles any dim).
 // Then: aclCreateTensor over the CPU memory (the simulator registers it as
 // device memory), aclnn<Op>CustomGetWorkspaceSize, a workspace from aclrtMalloc,
 // aclnn<Op>Custom. A non-zero status raises RuntimeError with the op's message.
