@@ -1,6 +1,7 @@
 #include "softmax_custom_tiling.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "elementwise_tiling.h"
@@ -39,6 +40,10 @@ void FillColumns(optiling::SoftmaxCustomTilingData& t, uint64_t outer, uint64_t 
     throw TilingError(std::string(kOp) + ": on " + soc.name + " the dims after `dim` must span a multiple of 32 "
                       "bytes (" + std::to_string(blockElems) + " " + DTypeName(dtype) + " elements), got " +
                       std::to_string(inner) + "; this SoC has no DataCopyPad to move unaligned rows");
+  }
+  if (inner * elemBytes > UINT32_MAX) {
+    // DataCopyPad's GM stride between slab rows is a 32-bit byte count.
+    throw TilingError(std::string(kOp) + ": the dims after `dim` span more than 4 GiB");
   }
   const uint64_t fullWidth = RoundUp(inner, blockElems);
   const auto fits = [&](uint64_t rows, uint64_t width) { return SoftmaxUbBytesSlab(dtype, rows, width) <= soc.ubSize; };
