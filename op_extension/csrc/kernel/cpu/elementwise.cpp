@@ -12,22 +12,40 @@
 namespace op_ext::cpu {
 namespace {
 
+// out[i] = a[i] + alpha * b[i] over one run of the innermost dim, with each
+// operand either dense (kDenseA/kDenseB) or one broadcast scalar. One
+// instantiation per combination keeps the hot loop free of branches and of
+// vectors that live in memory.
+template <typename T, bool kDenseA, bool kDenseB>
+void add_run(const T* a, const T* b, T* out, int64_t len, acc_t<T> alpha) {
+  using Acc = acc_t<T>;
+  using AVec = Vectorized<Acc>;
+  using V = Vec2<T>;
+  const AVec alpha_v(alpha);
+  AVec a_lo(static_cast<Acc>(a[0])), a_hi = a_lo;
+  AVec b_lo(static_cast<Acc>(b[0])), b_hi = b_lo;
+  int64_t i = 0;
+  for (; i + V::kStep <= len; i += V::kStep) {
+    if constexpr (kDenseA) V::load(a + i, a_lo, a_hi);
+    if constexpr (kDenseB) V::load(b + i, b_lo, b_hi);
+    V::store(out + i, at::vec::fmadd(b_lo, alpha_v, a_lo), at::vec::fmadd(b_hi, alpha_v, a_hi));
+  }
+  if (i < len) {
+    const int64_t count = len - i;
+    if constexpr (kDenseA) V::load_partial(a + i, count, a_lo, a_hi);
+    if constexpr (kDenseB) V::load_partial(b + i, count, b_lo, b_hi);
+    V::store_partial(out + i, count, at::vec::fmadd(b_lo, alpha_v, a_lo),
+                     at::vec::fmadd(b_hi, alpha_v, a_hi));
+  }
+}
+
 template <typename T>
 void add_inner(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t len, acc_t<T> alpha) {
   using Acc = acc_t<T>;
-  using AVec = Vectorized<Acc>;
-  const AVec alpha_v(alpha);
-  if ((sa == 1 || sa == 0) && (sb == 1 || sb == 0)) {
-    // Broadcast operands are splat once; dense ones are loaded per slice.
-    AVec a_lo(static_cast<Acc>(a[0])), a_hi = a_lo, b_lo(static_cast<Acc>(b[0])), b_hi = b_lo;
-    for_each_slice<T>(len, [&](int64_t i, int64_t count) {
-      if (sa == 1) load_slice(a + i, count, a_lo, a_hi);
-      if (sb == 1) load_slice(b + i, count, b_lo, b_hi);
-      store_slice(out + i, count, at::vec::fmadd(b_lo, alpha_v, a_lo),
-                  at::vec::fmadd(b_hi, alpha_v, a_hi));
-    });
-    return;
-  }
+  if (sa == 1 && sb == 1) return add_run<T, true, true>(a, b, out, len, alpha);
+  if (sa == 1 && sb == 0) return add_run<T, true, false>(a, b, out, len, alpha);
+  if (sa == 0 && sb == 1) return add_run<T, false, true>(a, b, out, len, alpha);
+  if (sa == 0 && sb == 0) return add_run<T, false, false>(a, b, out, len, alpha);
   for (int64_t i = 0; i < len; ++i) {
     out[i] = static_cast<T>(static_cast<Acc>(a[i * sa]) + alpha * static_cast<Acc>(b[i * sb]));
   }
