@@ -130,7 +130,12 @@ void rms_norm_forward_typed(const RmsNormArgs& a) {
       }
       const Acc mean_sq = reduce_add(sum_lo + sum_hi) / static_cast<Acc>(cols);
       const AVec rstd(Acc(1) / std::sqrt(mean_sq + eps));
+      const bool prefetch_next = r + 1 < end;
       for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
+        if (prefetch_next) {
+          prefetch_bytes(x + cols + i, count * sizeof(T));
+          if (residual != nullptr) prefetch_bytes(residual + (r + 1) * cols + i, count * sizeof(T));
+        }
         AVec lo, hi;
         load_slice(src + i, count, lo, hi);
         lo = lo * rstd;
@@ -240,7 +245,9 @@ void layer_norm_forward_typed(const LayerNormArgs& a) {
       });
       const AVec mean(reduce_add(s_lo + s_hi) / n);
       AVec v_lo(Acc(0)), v_hi(Acc(0));
+      const bool prefetch_next = r + 1 < end;
       for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
+        if (prefetch_next) prefetch_bytes(x + cols + i, count * sizeof(T));
         AVec lo, hi;
         load_slice(x + i, count, lo, hi);
         lo = lo - mean;

@@ -67,7 +67,9 @@ void softmax_last_dim(const T* input, T* output, int64_t rows, int64_t cols) {
 
       const AVec max_v(row_max);
       AVec s_lo(Acc(0)), s_hi(Acc(0));
+      const bool prefetch_next = r + 1 < end;
       for (i = 0; i + kStep <= cols; i += kStep) {
+        if (prefetch_next) prefetch_bytes(x + cols + i, kStep * sizeof(T));
         AVec lo, hi;
         V::load(x + i, lo, hi);
         lo = exp_of_shifted(lo - max_v, fast_exp);
