@@ -58,13 +58,25 @@ inline std::vector<int64_t> broadcast_strides(const Tensor& t, IntArrayRef shape
   return strides;
 }
 
+// The input checks of each op, shared with the npu glue (npu/npu_ops.cpp).
+// They return what the checks computed on the way.
+
+inline std::vector<int64_t> check_add(const char* op, const Tensor& input, const Tensor& other) {
+  check_dtype(op, input, "input", gen::kAddDtypes);
+  check_same(op, input, "input", other, "other");
+  return broadcast_shape(op, input.sizes(), other.sizes());
+}
+
+inline void check_add_backward(const char* op, const Tensor& grad_output, IntArrayRef input_size) {
+  check_dtype(op, grad_output, "grad_output", gen::kAddBackwardDtypes);
+  check_add_backward_size(op, grad_output, input_size);
+}
+
 template <typename Kernels>
 Tensor add(const Tensor& input, const Tensor& other, double alpha) {
   constexpr const char* op = "custom::add";
   const Kernels kernels(input);
-  check_dtype(op, input, "input", gen::kAddDtypes);
-  check_same(op, input, "input", other, "other");
-  const auto shape = broadcast_shape(op, input.sizes(), other.sizes());
+  const auto shape = check_add(op, input, other);
   Tensor out = at::empty(shape, input.options());
   if (out.numel() == 0) return out;
 
@@ -110,8 +122,7 @@ template <typename Kernels>
 Tensor add_backward(const Tensor& grad_output, IntArrayRef input_size, double alpha) {
   constexpr const char* op = "custom::add_backward";
   const Kernels kernels(grad_output);
-  check_dtype(op, grad_output, "grad_output", gen::kAddBackwardDtypes);
-  check_add_backward_size(op, grad_output, input_size);
+  check_add_backward(op, grad_output, input_size);
   const int64_t nd = grad_output.dim();
   const int64_t offset = nd - static_cast<int64_t>(input_size.size());
   const Tensor grad = grad_output.contiguous();
@@ -174,12 +185,24 @@ Tensor add_backward(const Tensor& grad_output, IntArrayRef input_size, double al
 
 // ---- activations --------------------------------------------------------------
 
+inline GeluApprox check_gelu(const char* op, const Tensor& input, c10::string_view approximate) {
+  check_dtype(op, input, "input", gen::kGeluDtypes);
+  return parse_gelu_approximate(op, approximate);
+}
+
+inline GeluApprox check_gelu_backward(const char* op, const Tensor& grad_output,
+                                      const Tensor& input, c10::string_view approximate) {
+  check_dtype(op, input, "input", gen::kGeluBackwardDtypes);
+  check_same(op, input, "input", grad_output, "grad_output");
+  check_same_shape(op, input, "input", grad_output, "grad_output");
+  return parse_gelu_approximate(op, approximate);
+}
+
 template <typename Kernels>
 Tensor gelu(const Tensor& input, c10::string_view approximate) {
   constexpr const char* op = "custom::gelu";
   const Kernels kernels(input);
-  check_dtype(op, input, "input", gen::kGeluDtypes);
-  const auto approx = parse_gelu_approximate(op, approximate);
+  const auto approx = check_gelu(op, input, approximate);
   const Tensor x = input.contiguous();
   Tensor out = at::empty(x.sizes(), x.options());
   kernels.gelu_forward(kernel_dtype(x.scalar_type()),
@@ -191,10 +214,7 @@ template <typename Kernels>
 Tensor gelu_backward(const Tensor& grad_output, const Tensor& input, c10::string_view approximate) {
   constexpr const char* op = "custom::gelu_backward";
   const Kernels kernels(input);
-  check_dtype(op, input, "input", gen::kGeluBackwardDtypes);
-  check_same(op, input, "input", grad_output, "grad_output");
-  check_same_shape(op, input, "input", grad_output, "grad_output");
-  const auto approx = parse_gelu_approximate(op, approximate);
+  const auto approx = check_gelu_backward(op, grad_output, input, approximate);
   const Tensor x = input.contiguous();
   const Tensor dy = grad_output.contiguous();
   Tensor dx = at::empty(x.sizes(), x.options());
@@ -209,6 +229,12 @@ void check_glu(const char* op, const Tensor& gate, const Tensor& up,
   check_dtype(op, gate, "gate", dtypes);
   check_same(op, gate, "gate", up, "up");
   check_same_shape(op, gate, "gate", up, "up");
+}
+
+inline GeluApprox check_geglu(const char* op, const Tensor& gate, const Tensor& up,
+                              c10::string_view approximate) {
+  check_glu(op, gate, up, gen::kGegluDtypes);
+  return parse_gelu_approximate(op, approximate);
 }
 
 // `launch(dtype, args)` runs the device's SwiGLU or GEGLU kernel.
@@ -264,9 +290,9 @@ template <typename Kernels>
 Tensor geglu(const Tensor& gate, const Tensor& up, c10::string_view approximate) {
   constexpr const char* op = "custom::geglu";
   const Kernels kernels(gate);
-  check_glu(op, gate, up, gen::kGegluDtypes);
+  const auto approx = check_geglu(op, gate, up, approximate);
   return glu_forward([&](DType d, const cpu::GluArgs& a) { kernels.geglu_forward(d, a); }, gate,
-                     up, parse_gelu_approximate(op, approximate));
+                     up, approx);
 }
 
 template <typename Kernels>
@@ -293,14 +319,52 @@ inline void* param_grad_data(const std::optional<Tensor>& param, Tensor& grad) {
   return param.has_value() && param->defined() ? grad.mutable_data_ptr() : nullptr;
 }
 
+inline RowShape check_rms_norm(const char* op, const Tensor& input, IntArrayRef normalized_shape,
+                               const std::optional<Tensor>& weight) {
+  check_dtype(op, input, "input", gen::kRmsNormDtypes);
+  const RowShape rs = check_normalized_shape(op, input, normalized_shape);
+  check_affine(op, weight, "weight", input, normalized_shape);
+  return rs;
+}
+
+inline RowShape check_rms_norm_backward(const char* op, const Tensor& grad_output,
+                                        const Tensor& input, IntArrayRef normalized_shape,
+                                        const std::optional<Tensor>& weight) {
+  check_dtype(op, input, "input", gen::kRmsNormBackwardDtypes);
+  check_same(op, input, "input", grad_output, "grad_output");
+  check_same_shape(op, input, "input", grad_output, "grad_output");
+  const RowShape rs = check_normalized_shape(op, input, normalized_shape);
+  check_affine(op, weight, "weight", input, normalized_shape);
+  return rs;
+}
+
+inline RowShape check_fused_add_rms_norm(const char* op, const Tensor& input,
+                                         const Tensor& residual, IntArrayRef normalized_shape,
+                                         const std::optional<Tensor>& weight) {
+  check_dtype(op, input, "input", gen::kFusedAddRmsNormDtypes);
+  check_same(op, input, "input", residual, "residual");
+  check_same_shape(op, input, "input", residual, "residual");
+  const RowShape rs = check_normalized_shape(op, input, normalized_shape);
+  check_affine(op, weight, "weight", input, normalized_shape);
+  return rs;
+}
+
+inline RowShape check_layer_norm(const char* op, const Tensor& input, IntArrayRef normalized_shape,
+                                 const std::optional<Tensor>& weight,
+                                 const std::optional<Tensor>& bias) {
+  check_dtype(op, input, "input", gen::kLayerNormDtypes);
+  const RowShape rs = check_normalized_shape(op, input, normalized_shape);
+  check_affine(op, weight, "weight", input, normalized_shape);
+  check_affine(op, bias, "bias", input, normalized_shape);
+  return rs;
+}
+
 template <typename Kernels>
 Tensor rms_norm(const Tensor& input, IntArrayRef normalized_shape,
                 const std::optional<Tensor>& weight, std::optional<double> eps) {
   constexpr const char* op = "custom::rms_norm";
   const Kernels kernels(input);
-  check_dtype(op, input, "input", gen::kRmsNormDtypes);
-  const RowShape rs = check_normalized_shape(op, input, normalized_shape);
-  check_affine(op, weight, "weight", input, normalized_shape);
+  const RowShape rs = check_rms_norm(op, input, normalized_shape, weight);
   const Tensor x = input.contiguous();
   Tensor w_holder;
   Tensor out = at::empty(x.sizes(), x.options());
@@ -318,11 +382,7 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& grad_output, const Te
                                              std::optional<double> eps) {
   constexpr const char* op = "custom::rms_norm_backward";
   const Kernels kernels(input);
-  check_dtype(op, input, "input", gen::kRmsNormBackwardDtypes);
-  check_same(op, input, "input", grad_output, "grad_output");
-  check_same_shape(op, input, "input", grad_output, "grad_output");
-  const RowShape rs = check_normalized_shape(op, input, normalized_shape);
-  check_affine(op, weight, "weight", input, normalized_shape);
+  const RowShape rs = check_rms_norm_backward(op, grad_output, input, normalized_shape, weight);
   const Tensor x = input.contiguous();
   const Tensor dy = grad_output.contiguous();
   Tensor w_holder;
@@ -343,11 +403,7 @@ std::tuple<Tensor, Tensor> fused_add_rms_norm(const Tensor& input, const Tensor&
                                               std::optional<double> eps) {
   constexpr const char* op = "custom::fused_add_rms_norm";
   const Kernels kernels(input);
-  check_dtype(op, input, "input", gen::kFusedAddRmsNormDtypes);
-  check_same(op, input, "input", residual, "residual");
-  check_same_shape(op, input, "input", residual, "residual");
-  const RowShape rs = check_normalized_shape(op, input, normalized_shape);
-  check_affine(op, weight, "weight", input, normalized_shape);
+  const RowShape rs = check_fused_add_rms_norm(op, input, residual, normalized_shape, weight);
   const Tensor x = input.contiguous();
   const Tensor r = residual.contiguous();
   Tensor w_holder;
@@ -395,10 +451,7 @@ Tensor layer_norm(const Tensor& input, IntArrayRef normalized_shape,
                   double eps) {
   constexpr const char* op = "custom::layer_norm";
   const Kernels kernels(input);
-  check_dtype(op, input, "input", gen::kLayerNormDtypes);
-  const RowShape rs = check_normalized_shape(op, input, normalized_shape);
-  check_affine(op, weight, "weight", input, normalized_shape);
-  check_affine(op, bias, "bias", input, normalized_shape);
+  const RowShape rs = check_layer_norm(op, input, normalized_shape, weight, bias);
   const Tensor x = input.contiguous();
   Tensor w_holder, b_holder;
   Tensor out = at::empty(x.sizes(), x.options());

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "aclnn/acl_meta.h"
@@ -67,5 +68,37 @@ using AclnnLaunch = aclnnStatus (*)(void*, uint64_t, aclOpExecutor*, aclrtStream
 // holds a device guard for `device`.
 void run_aclnn(const char* op, const char* api, const at::Device& device,
                AclnnGetWorkspaceSize get_workspace_size, AclnnLaunch launch);
+
+namespace detail {
+// One argument of an aclnn entry point as it takes it: tensors, int lists and
+// strings converted into (and owned by) `args`; numbers passed through.
+inline const aclTensor* aclnn_arg(AclnnArgs& args, const at::Tensor& t) { return args.tensor(t); }
+inline const aclTensor* aclnn_arg(AclnnArgs& args, const std::optional<at::Tensor>& t) {
+  return args.tensor(t);
+}
+inline const aclIntArray* aclnn_arg(AclnnArgs& args, at::IntArrayRef v) {
+  return args.int_array(v);
+}
+inline char* aclnn_arg(AclnnArgs& args, c10::string_view s) { return args.string(s); }
+template <typename T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+T aclnn_arg(AclnnArgs& /*args*/, T value) {
+  return value;
+}
+}  // namespace detail
+
+// run_aclnn for an entry point taking `args...` (converted as above) followed
+// by the workspace size and executor:
+//   call_aclnn(op, "aclnnGeluCustom", device, aclnnGeluCustomGetWorkspaceSize,
+//              aclnnGeluCustom, x, approximate, out);
+template <typename GetWorkspaceSize, typename... Args>
+void call_aclnn(const char* op, const char* api, const at::Device& device,
+                GetWorkspaceSize get_workspace_size, AclnnLaunch launch, const Args&... args) {
+  run_aclnn(
+      op, api, device,
+      [&](AclnnArgs& owned, uint64_t* workspace_size, aclOpExecutor** executor) {
+        return get_workspace_size(detail::aclnn_arg(owned, args)..., workspace_size, executor);
+      },
+      launch);
+}
 
 }  // namespace op_ext::npu

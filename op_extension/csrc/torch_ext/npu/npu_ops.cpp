@@ -90,9 +90,7 @@ OptTensor dense(const OptTensor& t) {
 
 Tensor add_npu(const Tensor& input, const Tensor& other, double alpha) {
   constexpr const char* op = "custom::add";
-  check_dtype(op, input, "input", gen::kAddDtypes);
-  check_same(op, input, "input", other, "other");
-  const auto shape = glue::broadcast_shape(op, input.sizes(), other.sizes());
+  const auto shape = glue::check_add(op, input, other);
   check_npu_dtype(op, input, "input");
   const c10::DeviceGuard guard(input.device());
   Tensor out = at::empty(shape, input.options());
@@ -101,34 +99,22 @@ Tensor add_npu(const Tensor& input, const Tensor& other, double alpha) {
   // materialised (one extra read and write of the broadcast operand).
   const Tensor a = dense(input.sizes() == IntArrayRef(shape) ? input : input.expand(shape));
   const Tensor b = dense(other.sizes() == IntArrayRef(shape) ? other : other.expand(shape));
-  run_aclnn(
-      op, "aclnnAddCustom", input.device(),
-      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
-        return aclnnAddCustomGetWorkspaceSize(args.tensor(a), args.tensor(b), alpha,
-                                              args.tensor(out), workspace_size, executor);
-      },
-      aclnnAddCustom);
+  call_aclnn(op, "aclnnAddCustom", input.device(), aclnnAddCustomGetWorkspaceSize, aclnnAddCustom,
+             a, b, alpha, out);
   return out;
 }
 
 Tensor add_backward_npu(const Tensor& grad_output, IntArrayRef input_size, double alpha) {
   constexpr const char* op = "custom::add_backward";
-  check_dtype(op, grad_output, "grad_output", gen::kAddBackwardDtypes);
-  check_add_backward_size(op, grad_output, input_size);
+  glue::check_add_backward(op, grad_output, input_size);
   check_npu_dtype(op, grad_output, "grad_output");
   const c10::DeviceGuard guard(grad_output.device());
   // A sum over no elements is zero.
   if (grad_output.numel() == 0) return at::zeros(input_size, grad_output.options());
   const Tensor grad = dense(grad_output);
   Tensor out = at::empty(input_size, grad_output.options());
-  run_aclnn(
-      op, "aclnnAddGradCustom", grad.device(),
-      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
-        return aclnnAddGradCustomGetWorkspaceSize(args.tensor(grad), args.int_array(input_size),
-                                                  alpha, args.tensor(out), workspace_size,
-                                                  executor);
-      },
-      aclnnAddGradCustom);
+  call_aclnn(op, "aclnnAddGradCustom", grad.device(), aclnnAddGradCustomGetWorkspaceSize,
+             aclnnAddGradCustom, grad, input_size, alpha, out);
   return out;
 }
 
@@ -136,44 +122,29 @@ Tensor add_backward_npu(const Tensor& grad_output, IntArrayRef input_size, doubl
 
 Tensor gelu_npu(const Tensor& input, c10::string_view approximate) {
   constexpr const char* op = "custom::gelu";
-  check_dtype(op, input, "input", gen::kGeluDtypes);
-  parse_gelu_approximate(op, approximate);
+  glue::check_gelu(op, input, approximate);
   check_npu_dtype(op, input, "input");
   const c10::DeviceGuard guard(input.device());
   const Tensor x = dense(input);
   Tensor out = at::empty(x.sizes(), x.options());
   if (out.numel() == 0) return out;
-  run_aclnn(
-      op, "aclnnGeluCustom", x.device(),
-      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
-        return aclnnGeluCustomGetWorkspaceSize(args.tensor(x), args.string(approximate),
-                                               args.tensor(out), workspace_size, executor);
-      },
-      aclnnGeluCustom);
+  call_aclnn(op, "aclnnGeluCustom", x.device(), aclnnGeluCustomGetWorkspaceSize, aclnnGeluCustom, x,
+             approximate, out);
   return out;
 }
 
 Tensor gelu_backward_npu(const Tensor& grad_output, const Tensor& input,
                          c10::string_view approximate) {
   constexpr const char* op = "custom::gelu_backward";
-  check_dtype(op, input, "input", gen::kGeluBackwardDtypes);
-  check_same(op, input, "input", grad_output, "grad_output");
-  check_same_shape(op, input, "input", grad_output, "grad_output");
-  parse_gelu_approximate(op, approximate);
+  glue::check_gelu_backward(op, grad_output, input, approximate);
   check_npu_dtype(op, input, "input");
   const c10::DeviceGuard guard(input.device());
   const Tensor x = dense(input);
   const Tensor dy = dense(grad_output);
   Tensor dx = at::empty(x.sizes(), x.options());
   if (dx.numel() == 0) return dx;
-  run_aclnn(
-      op, "aclnnGeluGradCustom", x.device(),
-      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
-        return aclnnGeluGradCustomGetWorkspaceSize(args.tensor(dy), args.tensor(x),
-                                                   args.string(approximate), args.tensor(dx),
-                                                   workspace_size, executor);
-      },
-      aclnnGeluGradCustom);
+  call_aclnn(op, "aclnnGeluGradCustom", x.device(), aclnnGeluGradCustomGetWorkspaceSize,
+             aclnnGeluGradCustom, dy, x, approximate, dx);
   return dx;
 }
 
@@ -186,34 +157,22 @@ Tensor swiglu_npu(const Tensor& gate, const Tensor& up) {
   const Tensor u = dense(up);
   Tensor out = at::empty(g.sizes(), g.options());
   if (out.numel() == 0) return out;
-  run_aclnn(
-      op, "aclnnSwiGluCustom", g.device(),
-      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
-        return aclnnSwiGluCustomGetWorkspaceSize(args.tensor(g), args.tensor(u), args.tensor(out),
-                                                 workspace_size, executor);
-      },
-      aclnnSwiGluCustom);
+  call_aclnn(op, "aclnnSwiGluCustom", g.device(), aclnnSwiGluCustomGetWorkspaceSize,
+             aclnnSwiGluCustom, g, u, out);
   return out;
 }
 
 Tensor geglu_npu(const Tensor& gate, const Tensor& up, c10::string_view approximate) {
   constexpr const char* op = "custom::geglu";
-  glue::check_glu(op, gate, up, gen::kGegluDtypes);
-  parse_gelu_approximate(op, approximate);
+  glue::check_geglu(op, gate, up, approximate);
   check_npu_dtype(op, gate, "gate");
   const c10::DeviceGuard guard(gate.device());
   const Tensor g = dense(gate);
   const Tensor u = dense(up);
   Tensor out = at::empty(g.sizes(), g.options());
   if (out.numel() == 0) return out;
-  run_aclnn(
-      op, "aclnnGeGluCustom", g.device(),
-      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
-        return aclnnGeGluCustomGetWorkspaceSize(args.tensor(g), args.tensor(u),
-                                                args.string(approximate), args.tensor(out),
-                                                workspace_size, executor);
-      },
-      aclnnGeGluCustom);
+  call_aclnn(op, "aclnnGeGluCustom", g.device(), aclnnGeGluCustomGetWorkspaceSize, aclnnGeGluCustom,
+             g, u, approximate, out);
   return out;
 }
 
@@ -222,23 +181,15 @@ Tensor geglu_npu(const Tensor& gate, const Tensor& up, c10::string_view approxim
 Tensor rms_norm_npu(const Tensor& input, IntArrayRef normalized_shape, const OptTensor& weight,
                     std::optional<double> eps) {
   constexpr const char* op = "custom::rms_norm";
-  check_dtype(op, input, "input", gen::kRmsNormDtypes);
-  check_normalized_shape(op, input, normalized_shape);
-  check_affine(op, weight, "weight", input, normalized_shape);
+  glue::check_rms_norm(op, input, normalized_shape, weight);
   check_npu_dtype(op, input, "input");
   const c10::DeviceGuard guard(input.device());
   const Tensor x = dense(input);
   const OptTensor w = dense(weight);
   Tensor out = at::empty(x.sizes(), x.options());
   if (out.numel() == 0) return out;
-  run_aclnn(
-      op, "aclnnRmsNormCustom", x.device(),
-      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
-        return aclnnRmsNormCustomGetWorkspaceSize(
-            args.tensor(x), args.tensor(w), args.int_array(normalized_shape),
-            rms_norm_eps(input, eps), args.tensor(out), workspace_size, executor);
-      },
-      aclnnRmsNormCustom);
+  call_aclnn(op, "aclnnRmsNormCustom", x.device(), aclnnRmsNormCustomGetWorkspaceSize,
+             aclnnRmsNormCustom, x, w, normalized_shape, rms_norm_eps(input, eps), out);
   return out;
 }
 
@@ -247,11 +198,7 @@ std::tuple<Tensor, Tensor> rms_norm_backward_npu(const Tensor& grad_output, cons
                                                  const OptTensor& weight,
                                                  std::optional<double> eps) {
   constexpr const char* op = "custom::rms_norm_backward";
-  check_dtype(op, input, "input", gen::kRmsNormBackwardDtypes);
-  check_same(op, input, "input", grad_output, "grad_output");
-  check_same_shape(op, input, "input", grad_output, "grad_output");
-  check_normalized_shape(op, input, normalized_shape);
-  check_affine(op, weight, "weight", input, normalized_shape);
+  glue::check_rms_norm_backward(op, grad_output, input, normalized_shape, weight);
   check_npu_dtype(op, input, "input");
   const c10::DeviceGuard guard(input.device());
   const Tensor x = dense(input);
@@ -262,15 +209,9 @@ std::tuple<Tensor, Tensor> rms_norm_backward_npu(const Tensor& grad_output, cons
   Tensor dw = glue::param_grad(weight, x);
   if (x.numel() == 0) return {dx, dw.zero_()};  // no rows: the weight gradient is a sum of nothing
   const OptTensor dw_out = w.has_value() ? OptTensor(dw) : std::nullopt;
-  run_aclnn(
-      op, "aclnnRmsNormGradCustom", x.device(),
-      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
-        return aclnnRmsNormGradCustomGetWorkspaceSize(
-            args.tensor(dy), args.tensor(x), args.tensor(w), args.int_array(normalized_shape),
-            rms_norm_eps(input, eps), args.tensor(dx), args.tensor(dw_out), workspace_size,
-            executor);
-      },
-      aclnnRmsNormGradCustom);
+  call_aclnn(op, "aclnnRmsNormGradCustom", x.device(), aclnnRmsNormGradCustomGetWorkspaceSize,
+             aclnnRmsNormGradCustom, dy, x, w, normalized_shape, rms_norm_eps(input, eps), dx,
+             dw_out);
   return {dx, dw};
 }
 
@@ -279,11 +220,7 @@ std::tuple<Tensor, Tensor> fused_add_rms_norm_npu(const Tensor& input, const Ten
                                                   const OptTensor& weight,
                                                   std::optional<double> eps) {
   constexpr const char* op = "custom::fused_add_rms_norm";
-  check_dtype(op, input, "input", gen::kFusedAddRmsNormDtypes);
-  check_same(op, input, "input", residual, "residual");
-  check_same_shape(op, input, "input", residual, "residual");
-  check_normalized_shape(op, input, normalized_shape);
-  check_affine(op, weight, "weight", input, normalized_shape);
+  glue::check_fused_add_rms_norm(op, input, residual, normalized_shape, weight);
   check_npu_dtype(op, input, "input");
   const c10::DeviceGuard guard(input.device());
   const Tensor x = dense(input);
@@ -292,25 +229,16 @@ std::tuple<Tensor, Tensor> fused_add_rms_norm_npu(const Tensor& input, const Ten
   Tensor out = at::empty(x.sizes(), x.options());
   Tensor residual_out = at::empty(x.sizes(), x.options());
   if (out.numel() == 0) return {out, residual_out};
-  run_aclnn(
-      op, "aclnnFusedAddRmsNormCustom", x.device(),
-      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
-        return aclnnFusedAddRmsNormCustomGetWorkspaceSize(
-            args.tensor(x), args.tensor(r), args.tensor(w), args.int_array(normalized_shape),
-            rms_norm_eps(input, eps), args.tensor(out), args.tensor(residual_out), workspace_size,
-            executor);
-      },
-      aclnnFusedAddRmsNormCustom);
+  call_aclnn(op, "aclnnFusedAddRmsNormCustom", x.device(),
+             aclnnFusedAddRmsNormCustomGetWorkspaceSize, aclnnFusedAddRmsNormCustom, x, r, w,
+             normalized_shape, rms_norm_eps(input, eps), out, residual_out);
   return {out, residual_out};
 }
 
 Tensor layer_norm_npu(const Tensor& input, IntArrayRef normalized_shape, const OptTensor& weight,
                       const OptTensor& bias, double eps) {
   constexpr const char* op = "custom::layer_norm";
-  check_dtype(op, input, "input", gen::kLayerNormDtypes);
-  check_normalized_shape(op, input, normalized_shape);
-  check_affine(op, weight, "weight", input, normalized_shape);
-  check_affine(op, bias, "bias", input, normalized_shape);
+  glue::check_layer_norm(op, input, normalized_shape, weight, bias);
   check_npu_dtype(op, input, "input");
   const c10::DeviceGuard guard(input.device());
   const Tensor x = dense(input);
@@ -318,14 +246,8 @@ Tensor layer_norm_npu(const Tensor& input, IntArrayRef normalized_shape, const O
   const OptTensor b = dense(bias);
   Tensor out = at::empty(x.sizes(), x.options());
   if (out.numel() == 0) return out;
-  run_aclnn(
-      op, "aclnnLayerNormCustom", x.device(),
-      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
-        return aclnnLayerNormCustomGetWorkspaceSize(args.tensor(x), args.tensor(w), args.tensor(b),
-                                                    args.int_array(normalized_shape), eps,
-                                                    args.tensor(out), workspace_size, executor);
-      },
-      aclnnLayerNormCustom);
+  call_aclnn(op, "aclnnLayerNormCustom", x.device(), aclnnLayerNormCustomGetWorkspaceSize,
+             aclnnLayerNormCustom, x, w, b, normalized_shape, eps, out);
   return out;
 }
 
@@ -341,13 +263,8 @@ Tensor softmax_npu(const Tensor& input, int64_t dim) {
   const Tensor x = dense(input.dim() == 0 ? input.reshape({1}) : input);
   Tensor out = at::empty(x.sizes(), x.options());
   if (out.numel() == 0) return out.view(input.sizes());
-  run_aclnn(
-      op, "aclnnSoftmaxCustom", x.device(),
-      [&](AclnnArgs& args, uint64_t* workspace_size, aclOpExecutor** executor) {
-        return aclnnSoftmaxCustomGetWorkspaceSize(args.tensor(x), wrapped, args.tensor(out),
-                                                  workspace_size, executor);
-      },
-      aclnnSoftmaxCustom);
+  call_aclnn(op, "aclnnSoftmaxCustom", x.device(), aclnnSoftmaxCustomGetWorkspaceSize,
+             aclnnSoftmaxCustom, x, wrapped, out);
   return out.view(input.sizes());
 }
 
