@@ -18,6 +18,7 @@
 // aclnn<Op>Custom. A non-zero status raises RuntimeError with the op's message.
 #include <torch/extension.h>
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -152,11 +153,18 @@ void Configure(const std::string& soc, std::optional<int64_t> ubSize, std::optio
   }
 }
 
+// Outputs start as NaN rather than as whatever memory at::empty hands out, so an
+// element that a kernel (or a tiling) never writes fails every comparison with
+// the reference instead of passing by chance.
+Tensor Unwritten(at::IntArrayRef shape, const at::TensorOptions& options) {
+  return at::full(shape, std::numeric_limits<double>::quiet_NaN(), options);
+}
+
 Tensor Add(const Tensor& input, const Tensor& other, double alpha) {
   const auto shape = at::infer_size(input.sizes(), other.sizes());
   const Tensor x = input.expand(shape).contiguous();
   const Tensor y = other.expand(shape).contiguous();
-  Tensor out = at::empty(shape, input.options());
+  Tensor out = Unwritten(shape, input.options());
   AclTensor ax(x), ay(y), aout(out);
   CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnAddCustomGetWorkspaceSize(ax.get(), ay.get(), alpha, aout.get(), ws, ex); },
             [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnAddCustom(w, n, ex, nullptr); });
@@ -165,7 +173,7 @@ Tensor Add(const Tensor& input, const Tensor& other, double alpha) {
 
 Tensor AddBackward(const Tensor& gradOutput, const std::vector<int64_t>& inputSize, double alpha) {
   const Tensor g = gradOutput.contiguous();
-  Tensor out = at::empty(inputSize, gradOutput.options());
+  Tensor out = Unwritten(inputSize, gradOutput.options());
   AclTensor ag(g), aout(out);
   AclIntArray size(inputSize);
   CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnAddGradCustomGetWorkspaceSize(ag.get(), size.get(), alpha, aout.get(), ws, ex); },
@@ -175,7 +183,7 @@ Tensor AddBackward(const Tensor& gradOutput, const std::vector<int64_t>& inputSi
 
 Tensor Gelu(const Tensor& input, const std::string& approximate) {
   const Tensor x = input.contiguous();
-  Tensor out = at::empty(x.sizes(), x.options());
+  Tensor out = Unwritten(x.sizes(), x.options());
   AclTensor ax(x), aout(out);
   std::string approx = approximate;
   CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnGeluCustomGetWorkspaceSize(ax.get(), approx.data(), aout.get(), ws, ex); },
@@ -186,7 +194,7 @@ Tensor Gelu(const Tensor& input, const std::string& approximate) {
 Tensor GeluBackward(const Tensor& gradOutput, const Tensor& input, const std::string& approximate) {
   const Tensor g = gradOutput.contiguous();
   const Tensor x = input.contiguous();
-  Tensor out = at::empty(x.sizes(), x.options());
+  Tensor out = Unwritten(x.sizes(), x.options());
   AclTensor ag(g), ax(x), aout(out);
   std::string approx = approximate;
   CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnGeluGradCustomGetWorkspaceSize(ag.get(), ax.get(), approx.data(), aout.get(), ws, ex); },
@@ -199,7 +207,7 @@ Tensor RmsNorm(const Tensor& input, const std::vector<int64_t>& normalizedShape,
   const Tensor x = input.contiguous();
   std::optional<Tensor> w;
   if (weight.has_value() && weight->defined()) w = weight->contiguous();
-  Tensor out = at::empty(x.sizes(), x.options());
+  Tensor out = Unwritten(x.sizes(), x.options());
   AclTensor ax(x), aw(w), aout(out);
   AclIntArray shape(normalizedShape);
   CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnRmsNormCustomGetWorkspaceSize(ax.get(), aw.get(), shape.get(), eps, aout.get(), ws, ex); },
@@ -214,8 +222,8 @@ std::tuple<Tensor, Tensor> RmsNormBackward(const Tensor& gradOutput, const Tenso
   const Tensor x = input.contiguous();
   std::optional<Tensor> w;
   if (weight.has_value() && weight->defined()) w = weight->contiguous();
-  Tensor dx = at::empty(x.sizes(), x.options());
-  Tensor dw = w.has_value() ? at::empty(w->sizes(), x.options()) : at::empty({0}, x.options());
+  Tensor dx = Unwritten(x.sizes(), x.options());
+  Tensor dw = w.has_value() ? Unwritten(w->sizes(), x.options()) : Unwritten({0}, x.options());
   std::optional<Tensor> dwArg;
   if (w.has_value()) dwArg = dw;
   AclTensor ag(g), ax(x), aw(w), adx(dx), adw(dwArg);
@@ -231,7 +239,7 @@ std::tuple<Tensor, Tensor> RmsNormBackward(const Tensor& gradOutput, const Tenso
 Tensor SwiGlu(const Tensor& gate, const Tensor& up) {
   const Tensor g = gate.contiguous();
   const Tensor u = up.contiguous();
-  Tensor out = at::empty(g.sizes(), g.options());
+  Tensor out = Unwritten(g.sizes(), g.options());
   AclTensor ag(g), au(u), aout(out);
   CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnSwiGluCustomGetWorkspaceSize(ag.get(), au.get(), aout.get(), ws, ex); },
             [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnSwiGluCustom(w, n, ex, nullptr); });
@@ -241,7 +249,7 @@ Tensor SwiGlu(const Tensor& gate, const Tensor& up) {
 Tensor GeGlu(const Tensor& gate, const Tensor& up, const std::string& approximate) {
   const Tensor g = gate.contiguous();
   const Tensor u = up.contiguous();
-  Tensor out = at::empty(g.sizes(), g.options());
+  Tensor out = Unwritten(g.sizes(), g.options());
   AclTensor ag(g), au(u), aout(out);
   std::string approx = approximate;
   CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnGeGluCustomGetWorkspaceSize(ag.get(), au.get(), approx.data(), aout.get(), ws, ex); },
@@ -256,8 +264,8 @@ std::tuple<Tensor, Tensor> FusedAddRmsNorm(const Tensor& input, const Tensor& re
   const Tensor r = residual.contiguous();
   std::optional<Tensor> w;
   if (weight.has_value() && weight->defined()) w = weight->contiguous();
-  Tensor out = at::empty(x.sizes(), x.options());
-  Tensor residualOut = at::empty(x.sizes(), x.options());
+  Tensor out = Unwritten(x.sizes(), x.options());
+  Tensor residualOut = Unwritten(x.sizes(), x.options());
   AclTensor ax(x), ar(r), aw(w), aout(out), az(residualOut);
   AclIntArray shape(normalizedShape);
   CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
@@ -274,7 +282,7 @@ Tensor LayerNorm(const Tensor& input, const std::vector<int64_t>& normalizedShap
   std::optional<Tensor> w, b;
   if (weight.has_value() && weight->defined()) w = weight->contiguous();
   if (bias.has_value() && bias->defined()) b = bias->contiguous();
-  Tensor out = at::empty(x.sizes(), x.options());
+  Tensor out = Unwritten(x.sizes(), x.options());
   AclTensor ax(x), aw(w), ab(b), aout(out);
   AclIntArray shape(normalizedShape);
   CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
@@ -291,7 +299,7 @@ Tensor LayerNorm(const Tensor& input, const std::vector<int64_t>& normalizedShap
 // dim and rejects one out of range (for 0-dim input, [1] accepts what torch does).
 Tensor Softmax(const Tensor& input, int64_t dim) {
   const Tensor x = (input.dim() == 0 ? input.reshape({1}) : input).contiguous();
-  Tensor out = at::empty(x.sizes(), x.options());
+  Tensor out = Unwritten(x.sizes(), x.options());
   AclTensor ax(x), aout(out);
   CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnSoftmaxCustomGetWorkspaceSize(ax.get(), dim, aout.get(), ws, ex); },
             [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnSoftmaxCustom(w, n, ex, nullptr); });
