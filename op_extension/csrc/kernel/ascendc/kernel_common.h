@@ -99,6 +99,25 @@ __aicore__ inline void CopyRowsUbToGm(const AscendC::GlobalTensor<T>& dst, const
 #endif
 }
 
+// A parameter row (weight or bias) of `cols` elements from GM into a float row of
+// the UB (`dst`, `rowStride` elements), staged through `queue`, a VECIN queue
+// whose buffers hold at least one row of T. The norm kernels call it once per core.
+template <typename T, typename Queue>
+__aicore__ inline void LoadParamRowAsFloat(Queue& queue, const AscendC::GlobalTensor<T>& src,
+                                           const AscendC::LocalTensor<float>& dst, uint32_t cols,
+                                           uint32_t rowStride) {
+  AscendC::LocalTensor<T> raw = queue.template AllocTensor<T>();
+  CopyGmToUb(raw, src, cols);
+  queue.EnQue(raw);
+  raw = queue.template DeQue<T>();
+  if constexpr (AscendC::IsSameType<T, float>::value) {
+    AscendC::DataCopy(dst, raw, rowStride);
+  } else {
+    AscendC::Cast(dst, raw, AscendC::RoundMode::CAST_NONE, cols);
+  }
+  queue.FreeTensor(raw);
+}
+
 // The tiles of one core under an elementwise split (elementwise_tiling.h):
 //   ElementwiseTiles<T> tiles; tiles.Init(...);
 //   uint64_t offset; uint32_t count;

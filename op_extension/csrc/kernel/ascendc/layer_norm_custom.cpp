@@ -80,17 +80,7 @@ class KernelLayerNorm {
 
   // A parameter row (weight or bias), once per core, through the input queue into a float row.
   __aicore__ inline void LoadParam(const GlobalTensor<T>& gm, TBuf<TPosition::VECCALC>& dst) {
-    LocalTensor<T> raw = inQueueX_.template AllocTensor<T>();
-    op_ext_kernel::CopyGmToUb(raw, gm, t_.cols);
-    inQueueX_.EnQue(raw);
-    raw = inQueueX_.template DeQue<T>();
-    LocalTensor<float> f = dst.template Get<float>();
-    if constexpr (kIsFloat) {
-      DataCopy(f, raw, t_.rowStride);
-    } else {
-      Cast(f, raw, RoundMode::CAST_NONE, t_.cols);
-    }
-    inQueueX_.FreeTensor(raw);
+    op_ext_kernel::LoadParamRowAsFloat(inQueueX_, gm, dst.template Get<float>(), t_.cols, t_.rowStride);
   }
 
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {

@@ -70,17 +70,7 @@ class KernelRmsNorm {
 
   // The weight row, once per core, through the input queue into a float row.
   __aicore__ inline void LoadWeight() {
-    LocalTensor<T> raw = inQueueX_.template AllocTensor<T>();
-    op_ext_kernel::CopyGmToUb(raw, wGm_, t_.cols);
-    inQueueX_.EnQue(raw);
-    raw = inQueueX_.template DeQue<T>();
-    LocalTensor<float> wf = weightF_.template Get<float>();
-    if constexpr (kIsFloat) {
-      DataCopy(wf, raw, t_.rowStride);
-    } else {
-      Cast(wf, raw, RoundMode::CAST_NONE, t_.cols);
-    }
-    inQueueX_.FreeTensor(raw);
+    op_ext_kernel::LoadParamRowAsFloat(inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
   }
 
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {

@@ -85,17 +85,7 @@ class KernelRmsNormGrad {
   __aicore__ inline uint32_t RstdPitch(uint32_t rows) const { return (rows + 7) / 8 * 8; }
 
   __aicore__ inline void LoadWeight() {
-    LocalTensor<T> raw = inQueueX_.template AllocTensor<T>();
-    op_ext_kernel::CopyGmToUb(raw, wGm_, t_.cols);
-    inQueueX_.EnQue(raw);
-    raw = inQueueX_.template DeQue<T>();
-    LocalTensor<float> wf = weightF_.template Get<float>();
-    if constexpr (kIsFloat) {
-      DataCopy(wf, raw, t_.rowStride);
-    } else {
-      Cast(wf, raw, RoundMode::CAST_NONE, t_.cols);
-    }
-    inQueueX_.FreeTensor(raw);
+    op_ext_kernel::LoadParamRowAsFloat(inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
   }
 
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
