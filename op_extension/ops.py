@@ -46,15 +46,54 @@ def _shape_list(op: str, normalized_shape) -> list[int]:
     raise TypeError(f"custom::{op}: normalized_shape must be an int or a sequence of ints, got {type(normalized_shape).__name__}")
 
 
+# Argument conversions for the traced path (the C++ fast path does the same in
+# python_module.cpp): a value the schema cannot hold is refused by name, rather
+# than by torch's argument parser or by Python's float().
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int64(op: str, name: str, value):
+    if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"custom::{op}: {name}={value!r} does not fit in an int64")
+    return value
+
+
+def _int64_list(op: str, name: str, values: list) -> list:
+    for v in values:
+        if isinstance(v, int) and not _INT64_MIN <= v <= _INT64_MAX:
+            raise ValueError(f"custom::{op}: {name} {values} holds {v}, which does not fit in an int64")
+    return values
+
+
+def _float(op: str, name: str, value):
+    """A real number as a float (symbolic values pass through), or an error naming op and argument."""
+    if type(value) is float:  # the common case, without the ABC checks below
+        return value
+    if isinstance(value, (torch.SymFloat, torch.SymInt)):
+        return value
+    if not isinstance(value, numbers.Real):
+        raise TypeError(f"custom::{op}: {name} must be a float, got {type(value).__name__}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"custom::{op}: {name}={value!r} does not fit in a float64") from None
+
+
+def _optional_float(op: str, value):
+    return None if value is None else _float(op, "eps", value)
+
+
 def add(input: torch.Tensor, other: torch.Tensor | numbers.Number, alpha: float = 1) -> torch.Tensor:
     """input + alpha * other, with broadcasting. A number `other` becomes a 0-dim tensor."""
     if not isinstance(other, torch.Tensor):
         if not isinstance(other, numbers.Real):
             raise TypeError(f"custom::add: other must be a tensor or a real number, got {type(other).__name__}")
         other = torch.full((), other, dtype=input.dtype, device=input.device)
+    alpha = _float("add", "alpha", alpha)
     if _eager(input, other):
-        return _C.add(input, other, float(alpha))
-    return _add(input, other, float(alpha))
+        return _C.add(input, other, alpha)
+    return _add(input, other, alpha)
 
 
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
@@ -73,7 +112,7 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     shape = _shape_list("rms_norm", normalized_shape)
     if _eager(input, weight):
         return _C.rms_norm(input, shape, weight, eps)
-    return _rms_norm(input, shape, weight, eps)
+    return _rms_norm(input, _int64_list("rms_norm", "normalized_shape", shape), weight, _optional_float("rms_norm", eps))
 
 
 def fused_add_rms_norm(
@@ -87,7 +126,10 @@ def fused_add_rms_norm(
     shape = _shape_list("fused_add_rms_norm", normalized_shape)
     if _eager(input, residual, weight):
         return _C.fused_add_rms_norm(input, residual, shape, weight, eps)
-    return _fused_add_rms_norm(input, residual, shape, weight, eps)
+    return _fused_add_rms_norm(
+        input, residual, _int64_list("fused_add_rms_norm", "normalized_shape", shape), weight,
+        _optional_float("fused_add_rms_norm", eps),
+    )
 
 
 def layer_norm(
@@ -99,9 +141,10 @@ def layer_norm(
 ) -> torch.Tensor:
     """LayerNorm over the trailing `normalized_shape` dims, as F.layer_norm."""
     shape = _shape_list("layer_norm", normalized_shape)
+    eps = _float("layer_norm", "eps", eps)
     if _eager(input, weight, bias):
-        return _C.layer_norm(input, shape, weight, bias, float(eps))
-    return _layer_norm(input, shape, weight, bias, eps)
+        return _C.layer_norm(input, shape, weight, bias, eps)
+    return _layer_norm(input, _int64_list("layer_norm", "normalized_shape", shape), weight, bias, eps)
 
 
 def softmax(input: torch.Tensor, dim: int) -> torch.Tensor:
@@ -110,7 +153,7 @@ def softmax(input: torch.Tensor, dim: int) -> torch.Tensor:
         raise TypeError(f"custom::softmax: dim must be an int, got {type(dim).__name__}")
     if _eager(input):
         return _C.softmax(input, dim)
-    return _softmax(input, dim)
+    return _softmax(input, _int64("softmax", "dim", dim))
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

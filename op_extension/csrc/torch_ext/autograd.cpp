@@ -10,9 +10,11 @@
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "op_handles.h"
 
@@ -30,6 +32,18 @@ OptTensor saved_optional(const Tensor& t) {
 
 std::vector<c10::SymInt> saved_sym_ints(AutogradContext* ctx, const char* key) {
   return ctx->saved_data[key].toSymIntVector();
+}
+
+// Saves tensors for the backward. A tensor made under torch.inference_mode()
+// cannot be saved; torch's composite forms (F.rms_norm, F.silu(g) * u, ...) never
+// need to when only a weight or the other operand requires grad, so they run
+// with such inputs. Saving a copy, made here outside inference mode, lets our
+// ops run in the same cases; other inputs are saved as they are.
+void save_for_backward(AutogradContext* ctx, std::initializer_list<Tensor> tensors) {
+  variable_list saved;
+  saved.reserve(tensors.size());
+  for (const Tensor& t : tensors) saved.push_back(t.defined() && t.is_inference() ? t.clone() : t);
+  ctx->save_for_backward(std::move(saved));
 }
 
 bool requires_grad(const Tensor& t) {
@@ -82,7 +96,7 @@ class AddFunction : public torch::autograd::Function<AddFunction> {
 class GeluFunction : public torch::autograd::Function<GeluFunction> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& input, c10::string_view approximate) {
-    ctx->save_for_backward({input});
+    save_for_backward(ctx, {input});
     ctx->saved_data["approximate"] = std::string(approximate);
     at::AutoDispatchBelowADInplaceOrView guard;
     return gelu_op().call(input, approximate);
@@ -98,7 +112,7 @@ class GeluFunction : public torch::autograd::Function<GeluFunction> {
 class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& gate, const Tensor& up) {
-    ctx->save_for_backward({gate, up});
+    save_for_backward(ctx, {gate, up});
     at::AutoDispatchBelowADInplaceOrView guard;
     return swiglu_op().call(gate, up);
   }
@@ -114,7 +128,7 @@ class GegluFunction : public torch::autograd::Function<GegluFunction> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& gate, const Tensor& up,
                         c10::string_view approximate) {
-    ctx->save_for_backward({gate, up});
+    save_for_backward(ctx, {gate, up});
     ctx->saved_data["approximate"] = std::string(approximate);
     at::AutoDispatchBelowADInplaceOrView guard;
     return geglu_op().call(gate, up, approximate);
@@ -136,7 +150,7 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   static Tensor forward(AutogradContext* ctx, const Tensor& input,
                         c10::SymIntArrayRef normalized_shape, const OptTensor& weight,
                         std::optional<double> eps) {
-    ctx->save_for_backward({input, weight.value_or(Tensor())});
+    save_for_backward(ctx, {input, weight.value_or(Tensor())});
     ctx->saved_data["normalized_shape"] = normalized_shape;
     ctx->saved_data["eps"] = eps;
     at::AutoDispatchBelowADInplaceOrView guard;
@@ -162,7 +176,7 @@ class FusedAddRmsNormFunction : public torch::autograd::Function<FusedAddRmsNorm
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [output, residual_out] =
         fused_add_rms_norm_op().call(input, residual, normalized_shape, weight, eps);
-    ctx->save_for_backward({residual_out, weight.value_or(Tensor())});
+    save_for_backward(ctx, {residual_out, weight.value_or(Tensor())});
     return {output, residual_out};
   }
 
@@ -182,7 +196,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
   static Tensor forward(AutogradContext* ctx, const Tensor& input,
                         c10::SymIntArrayRef normalized_shape, const OptTensor& weight,
                         const OptTensor& bias, double eps) {
-    ctx->save_for_backward({input, weight.value_or(Tensor()), bias.value_or(Tensor())});
+    save_for_backward(ctx, {input, weight.value_or(Tensor()), bias.value_or(Tensor())});
     ctx->saved_data["normalized_shape"] = normalized_shape;
     ctx->saved_data["eps"] = eps;
     at::AutoDispatchBelowADInplaceOrView guard;
@@ -206,7 +220,7 @@ class SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction> {
     ctx->saved_data["dim"] = dim;
     at::AutoDispatchBelowADInplaceOrView guard;
     Tensor output = softmax_op().call(input, dim);
-    ctx->save_for_backward({output});
+    save_for_backward(ctx, {output});
     return output;
   }
 

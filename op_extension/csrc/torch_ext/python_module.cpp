@@ -44,11 +44,18 @@ OptTensor optional_tensor_arg(const char* op, PyObject* obj, const char* name) {
 }
 
 double float_arg(const char* op, PyObject* obj, const char* name) {
-  const double v = PyFloat_AsDouble(obj);
-  if (v == -1.0 && PyErr_Occurred()) {
+  // Numbers and what converts to one (numpy scalars), as torch's parser takes;
+  // a str is refused here, never parsed.
+  const double v = PyUnicode_Check(obj) ? -1.0 : PyFloat_AsDouble(obj);
+  if (v == -1.0 && (PyUnicode_Check(obj) || PyErr_Occurred())) {
+    const bool overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
     PyErr_Clear();
-    PyErr_Format(PyExc_TypeError, "custom::%s: %s must be a float, got %s", op, name,
-                 Py_TYPE(obj)->tp_name);
+    if (overflow) {  // an int beyond the range of a double
+      PyErr_Format(PyExc_ValueError, "custom::%s: %s=%R does not fit in a float64", op, name, obj);
+    } else {
+      PyErr_Format(PyExc_TypeError, "custom::%s: %s must be a float, got %s", op, name,
+                   Py_TYPE(obj)->tp_name);
+    }
     throw ArgError{};
   }
   return v;
@@ -65,7 +72,13 @@ int64_t int_arg(const char* op, PyObject* obj, const char* name) {
                  Py_TYPE(obj)->tp_name);
     throw ArgError{};
   }
-  return PyLong_AsLongLong(obj);
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  if (overflow != 0) {
+    PyErr_Format(PyExc_ValueError, "custom::%s: %s=%R does not fit in an int64", op, name, obj);
+    throw ArgError{};
+  }
+  return v;
 }
 
 std::vector<int64_t> int_list_arg(const char* op, PyObject* obj, const char* name) {

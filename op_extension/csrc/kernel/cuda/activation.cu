@@ -18,26 +18,37 @@ struct GeluMath {
   static constexpr Acc kSqrt2OverPi = Acc(0.79788456080286535588);  // sqrt(2/pi)
   static constexpr Acc kTanhCoeff = Acc(0.044715);
 
+  // The tanh form's 0.5 * (1 + tanh(u)) is computed as sigmoid(2u) =
+  // 1 / (1 + exp(-2u)), as on the CPU: 1 + tanh(u) cancels for negative u
+  // (2e-4 relative off at x = -5), the sigmoid keeps the tail's relative accuracy.
+  static __device__ __forceinline__ Acc tanh_form_cdf(Acc x, Acc x2) {
+    const Acc minus_two_u = Acc(-2) * kSqrt2OverPi * (x + kTanhCoeff * x2 * x);
+    return Acc(1) / (Acc(1) + dev_exp(minus_two_u));
+  }
+
+  // The exact form's Phi(x) = 0.5 * (1 + erf(x / sqrt 2)) = 0.5 * erfc(-x / sqrt 2):
+  // 1 + erf cancels for negative x (all digits lost below x = -5.5 in float),
+  // erfc keeps the tail's relative accuracy, and Phi(+inf) = 1, Phi(-inf) = 0.
+  static __device__ __forceinline__ Acc erf_form_cdf(Acc x) {
+    return Acc(0.5) * dev_erfc(-x * kSqrt1_2);
+  }
+
   static __device__ __forceinline__ Acc forward(Acc x, GeluApprox approx) {
-    if (approx == GeluApprox::Tanh) {
-      const Acc inner = kSqrt2OverPi * (x + kTanhCoeff * x * x * x);
-      return Acc(0.5) * x * (Acc(1) + dev_tanh(inner));
-    }
-    return Acc(0.5) * x * (Acc(1) + dev_erf(x * kSqrt1_2));
+    if (approx == GeluApprox::Tanh) return x * tanh_form_cdf(x, x * x);
+    return x * erf_form_cdf(x);
   }
 
   // d gelu(x) / dx
   static __device__ __forceinline__ Acc derivative(Acc x, GeluApprox approx) {
+    const Acc x2 = x * x;
     if (approx == GeluApprox::Tanh) {
-      const Acc x2 = x * x;
-      const Acc inner = kSqrt2OverPi * (x + kTanhCoeff * x2 * x);
-      const Acc t = dev_tanh(inner);
-      const Acc dinner = kSqrt2OverPi * (Acc(1) + Acc(3) * kTanhCoeff * x2);
-      return Acc(0.5) * (Acc(1) + t) + Acc(0.5) * x * (Acc(1) - t * t) * dinner;
+      // d/dx [x * s(2u)] = s + x * 2 s (1 - s) * u',  u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+      const Acc s = tanh_form_cdf(x, x2);
+      const Acc du = Acc(2) * kSqrt2OverPi * (Acc(1) + Acc(3) * kTanhCoeff * x2);
+      return s + x * s * (Acc(1) - s) * du;
     }
-    const Acc cdf = Acc(0.5) * (Acc(1) + dev_erf(x * kSqrt1_2));
-    const Acc pdf = dev_exp(Acc(-0.5) * x * x) * kInvSqrt2Pi;
-    return cdf + x * pdf;
+    const Acc pdf = dev_exp(Acc(-0.5) * x2) * kInvSqrt2Pi;
+    return erf_form_cdf(x) + x * pdf;
   }
 };
 

@@ -113,8 +113,18 @@ __device__ __forceinline__ float dev_erf(float x) { return erff(x); }
 __device__ __forceinline__ double dev_erf(double x) { return erf(x); }
 __device__ __forceinline__ float dev_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double dev_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float dev_erfc(float x) { return erfcf(x); }
+__device__ __forceinline__ double dev_erfc(double x) { return erfc(x); }
 __device__ __forceinline__ float dev_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double dev_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float dev_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double dev_abs(double x) { return fabs(x); }
+__device__ __forceinline__ bool dev_isfinite(float x) { return isfinite(x); }
+__device__ __forceinline__ bool dev_isfinite(double x) { return isfinite(x); }
+__device__ __forceinline__ float dev_frexp(float x, int* e) { return frexpf(x, e); }
+__device__ __forceinline__ double dev_frexp(double x, int* e) { return frexp(x, e); }
+__device__ __forceinline__ float dev_ldexp(float x, int e) { return ldexpf(x, e); }
+__device__ __forceinline__ double dev_ldexp(double x, int e) { return ldexp(x, e); }
 
 template <typename Acc>
 __device__ __forceinline__ Acc neg_infinity() {

@@ -78,14 +78,32 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       for (int e = 0; e < kVec; ++e) sum_sq[0] += s[e] * s[e];
     }
     block_reduce(sum_sq, SumOp{});
-    const Acc rstd = Acc(1) / dev_sqrt(sum_sq[0] / static_cast<Acc>(cols) + eps);
     const T* src = cached ? cache : (z != nullptr ? z : x);
+    // y = (x * scale) * rstd; scale is 1 unless the squares overflowed.
+    Acc scale = Acc(1);
+    Acc eps_scaled = eps;
+    if (!dev_isfinite(sum_sq[0])) {
+      const Acc s = overflow_scale(row_abs_max<kVec>(src, accesses));
+      if (s != Acc(0)) {
+        scale = s;
+        eps_scaled = eps * s * s;
+        sum_sq[0] = Acc(0);
+        for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+          Acc xv[kVec];
+          load_acc<kVec>(src + v * kVec, xv);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) sum_sq[0] += (xv[e] * s) * (xv[e] * s);
+        }
+        block_reduce(sum_sq, SumOp{});
+      }
+    }
+    const Acc rstd = Acc(1) / dev_sqrt(sum_sq[0] / static_cast<Acc>(cols) + eps_scaled);
     for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
       const int64_t j = v * kVec;
       Acc out[kVec];
       load_acc<kVec>(src + j, out);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) out[e] = out[e] * rstd;
+      for (int e = 0; e < kVec; ++e) out[e] = (scale != Acc(1) ? out[e] * scale : out[e]) * rstd;
       if (weight != nullptr) {
         Acc w[kVec];
         load_acc<kVec>(weight + j, w);
@@ -117,9 +135,11 @@ void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
 
 // ---- RMSNorm backward -------------------------------------------------------------
 
-// With y = w * x * rstd: dx = rstd * (dy*w) - x * rstd^3 * mean(dy*w*x);
-// dw = sum over rows of dy * x * rstd. `input` is the normalised tensor
-// (residual_out for the fused op, whose grad_residual_out is added to dx).
+// With g = dy * w and xhat = x * rstd (y = w * xhat):
+//   dx = rstd * (g - xhat * mean(g * xhat)),  dw = sum over rows of dy * xhat,
+// written with xhat rather than rstd^3 * x * mean(g * x), whose rstd^3
+// underflows for rows with |x| past ~1e13 in float. `input` is the normalised
+// tensor (residual_out for the fused op, whose grad_residual_out is added to dx).
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
     rms_norm_backward_kernel(RmsNormBackwardArgs a, acc_t<T>* partial_w, RowGroups groups,
@@ -166,10 +186,41 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         }
       }
       block_reduce(sums, SumOp{});
-      const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps);
-      const Acc coeff = rstd * rstd * rstd * sums[1] / n;
       const T* x_src = cached ? cache_x : x;
       const T* dy_src = cached ? cache_dy : dy;
+      // Statistics of x * scale; scale is 1 unless the sums overflowed.
+      Acc scale = Acc(1);
+      Acc eps_scaled = eps;
+      if (!dev_isfinite(sums[0]) || !dev_isfinite(sums[1])) {
+        const Acc s = overflow_scale(row_abs_max<kVec>(x_src, accesses));
+        if (s != Acc(0)) {
+          scale = s;
+          eps_scaled = eps * s * s;
+          sums[0] = sums[1] = Acc(0);
+          for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+            const int64_t j = v * kVec;
+            Acc xv[kVec], gv[kVec];
+            load_acc<kVec>(x_src + j, xv);
+            load_acc<kVec>(dy_src + j, gv);
+            if (weight != nullptr) {
+              Acc w[kVec];
+              load_acc<kVec>(weight + j, w);
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
+            }
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) {
+              const Acc xs = xv[e] * s;
+              sums[0] += xs * xs;
+              sums[1] += gv[e] * xs;
+            }
+          }
+          block_reduce(sums, SumOp{});
+        }
+      }
+      // rstd of the scaled row; the true rstd is rstd * scale.
+      const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps_scaled);
+      const Acc mean_gxhat = rstd * (sums[1] / n);
       const T* gr = a.grad_residual_out != nullptr
                         ? static_cast<const T*>(a.grad_residual_out) + row * cols
                         : nullptr;
@@ -187,8 +238,13 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 #pragma unroll
           for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
         }
+        Acc xhat[kVec];
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) out[e] = rstd * gv[e] - coeff * xv[e];
+        for (int e = 0; e < kVec; ++e) {
+          xhat[e] = (scale != Acc(1) ? xv[e] * scale : xv[e]) * rstd;
+          out[e] = rstd * (gv[e] - xhat[e] * mean_gxhat);
+          if (scale != Acc(1)) out[e] = out[e] * scale;
+        }
         if (gr != nullptr) {
           Acc grv[kVec];
           load_acc<kVec>(gr + j, grv);
@@ -199,7 +255,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         if (partial != nullptr) {
 #pragma unroll
           for (int e = 0; e < kVec; ++e) {
-            accumulate(partial + j + e, row == row_begin, dyv[e] * xv[e] * rstd);
+            accumulate(partial + j + e, row == row_begin, dyv[e] * xhat[e]);
           }
         }
       }
@@ -266,27 +322,51 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       for (int e = 0; e < kVec; ++e) sum[0] += xv[e];
     }
     block_reduce(sum, SumOp{});
-    const Acc mean = sum[0] / n;
-    // Two-pass variance: no cancellation for rows with a large mean.
     const T* src = cached ? cache : x;
+    // Two-pass variance: no cancellation for rows with a large mean. Mean and
+    // variance are those of x * scale; scale is 1 unless they overflowed.
+    Acc mean = sum[0] / n;
     Acc var[1] = {Acc(0)};
-    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-      Acc xv[kVec];
-      load_acc<kVec>(src + v * kVec, xv);
+    auto variance = [&](Acc s) {
+      var[0] = Acc(0);
+      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        Acc xv[kVec];
+        load_acc<kVec>(src + v * kVec, xv);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        const Acc d = xv[e] - mean;
-        var[0] += d * d;
+        for (int e = 0; e < kVec; ++e) {
+          const Acc d = (s != Acc(1) ? xv[e] * s : xv[e]) - mean;
+          var[0] += d * d;
+        }
+      }
+      block_reduce(var, SumOp{});
+    };
+    variance(Acc(1));
+    Acc scale = Acc(1);
+    Acc eps_scaled = eps;
+    if (!dev_isfinite(mean) || !dev_isfinite(var[0])) {
+      const Acc s = overflow_scale(row_abs_max<kVec>(src, accesses));
+      if (s != Acc(0)) {
+        scale = s;
+        eps_scaled = eps * s * s;
+        sum[0] = Acc(0);
+        for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+          Acc xv[kVec];
+          load_acc<kVec>(src + v * kVec, xv);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) sum[0] += xv[e] * s;
+        }
+        block_reduce(sum, SumOp{});
+        mean = sum[0] / n;
+        variance(s);
       }
     }
-    block_reduce(var, SumOp{});
-    const Acc rstd = Acc(1) / dev_sqrt(var[0] / n + eps);
+    const Acc rstd = Acc(1) / dev_sqrt(var[0] / n + eps_scaled);
     for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
       const int64_t j = v * kVec;
       Acc out[kVec];
       load_acc<kVec>(src + j, out);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) out[e] = (out[e] - mean) * rstd;
+      for (int e = 0; e < kVec; ++e) out[e] = ((scale != Acc(1) ? out[e] * scale : out[e]) - mean) * rstd;
       if (weight != nullptr) {
         Acc w[kVec];
         load_acc<kVec>(weight + j, w);
@@ -324,8 +404,9 @@ void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
 // ---- LayerNorm backward -----------------------------------------------------------
 
 // g = dy * w, d = x - mean, xhat = d * rstd:
-// dx = rstd * (g - mean(g) - d * rstd^2 * mean(g * d));
-// dw = sum over rows of dy * d * rstd, db = sum over rows of dy.
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat));
+// dw = sum over rows of dy * xhat, db = sum over rows of dy. Written with xhat
+// rather than rstd^2 * d * mean(g * d), whose rstd^2 underflows for wide rows.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
     layer_norm_backward_kernel(LayerNormBackwardArgs a, acc_t<T>* partial_w, acc_t<T>* partial_b,
@@ -362,33 +443,58 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         for (int e = 0; e < kVec; ++e) sum[0] += xv[e];
       }
       block_reduce(sum, SumOp{});
-      const Acc mean = sum[0] / n;
       const T* x_src = cached ? cache_x : x;
       const T* dy_src = cached ? cache_dy : dy;
-      Acc sums[3] = {Acc(0), Acc(0), Acc(0)};  // sum(d^2), sum(g), sum(g * d)
-      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-        const int64_t j = v * kVec;
-        Acc xv[kVec], gv[kVec];
-        load_acc<kVec>(x_src + j, xv);
-        load_acc<kVec>(dy_src + j, gv);
-        if (weight != nullptr) {
-          Acc w[kVec];
-          load_acc<kVec>(weight + j, w);
+      // Statistics of x * scale; scale is 1 unless they overflowed.
+      Acc mean = sum[0] / n;
+      Acc sums[3];  // sum(d^2), sum(g), sum(g * d)
+      auto row_sums = [&](Acc s) {
+        sums[0] = sums[1] = sums[2] = Acc(0);
+        for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+          const int64_t j = v * kVec;
+          Acc xv[kVec], gv[kVec];
+          load_acc<kVec>(x_src + j, xv);
+          load_acc<kVec>(dy_src + j, gv);
+          if (weight != nullptr) {
+            Acc w[kVec];
+            load_acc<kVec>(weight + j, w);
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
+            for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
+          }
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            const Acc d = (s != Acc(1) ? xv[e] * s : xv[e]) - mean;
+            sums[0] += d * d;
+            sums[1] += gv[e];
+            sums[2] += gv[e] * d;
+          }
         }
+        block_reduce(sums, SumOp{});
+      };
+      row_sums(Acc(1));
+      Acc scale = Acc(1);
+      Acc eps_scaled = eps;
+      if (!dev_isfinite(mean) || !dev_isfinite(sums[0]) || !dev_isfinite(sums[2])) {
+        const Acc s = overflow_scale(row_abs_max<kVec>(x_src, accesses));
+        if (s != Acc(0)) {
+          scale = s;
+          eps_scaled = eps * s * s;
+          sum[0] = Acc(0);
+          for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+            Acc xv[kVec];
+            load_acc<kVec>(x_src + v * kVec, xv);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const Acc d = xv[e] - mean;
-          sums[0] += d * d;
-          sums[1] += gv[e];
-          sums[2] += gv[e] * d;
+            for (int e = 0; e < kVec; ++e) sum[0] += xv[e] * s;
+          }
+          block_reduce(sum, SumOp{});
+          mean = sum[0] / n;
+          row_sums(s);
         }
       }
-      block_reduce(sums, SumOp{});
-      const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps);
+      // rstd of the scaled row; the true rstd is rstd * scale.
+      const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps_scaled);
       const Acc mean_g = sums[1] / n;
-      const Acc coeff = rstd * rstd * sums[2] / n;
+      const Acc mean_gxhat = rstd * (sums[2] / n);
       for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
         const int64_t j = v * kVec;
         Acc xv[kVec], dyv[kVec], out[kVec];
@@ -398,10 +504,11 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         if (weight != nullptr) load_acc<kVec>(weight + j, w);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
-          const Acc d = xv[e] - mean;
+          const Acc xhat = ((scale != Acc(1) ? xv[e] * scale : xv[e]) - mean) * rstd;
           const Acc gv = weight != nullptr ? dyv[e] * w[e] : dyv[e];
-          out[e] = rstd * (gv - mean_g - d * coeff);
-          if (pw != nullptr) accumulate(pw + j + e, row == row_begin, dyv[e] * d * rstd);
+          out[e] = rstd * (gv - mean_g - xhat * mean_gxhat);
+          if (scale != Acc(1)) out[e] = out[e] * scale;
+          if (pw != nullptr) accumulate(pw + j + e, row == row_begin, dyv[e] * xhat);
           if (pb != nullptr) accumulate(pb + j + e, row == row_begin, dyv[e]);
         }
         store_acc<kVec>(dx + j, out);

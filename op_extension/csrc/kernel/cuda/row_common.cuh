@@ -51,4 +51,39 @@ inline unsigned row_grid(int64_t rows) {
   return static_cast<unsigned>(rows < kMaxGridBlocks ? rows : kMaxGridBlocks);
 }
 
+// ---- rows whose squares overflow ---------------------------------------------------
+//
+// A float sum of squares overflows once |x| passes ~1.8e19 (a dot product dy*x
+// near 3e38), although the normalised row is representable. The norm kernels
+// keep their one-pass statistics and, only for a row whose statistics are not
+// finite while its max |x| is, recompute them on x * scale, where scale is the
+// exact power of two that brings max |x| into [0.5, 1) (kernel/cpu/norm.cpp
+// does the same). The test is uniform across the block, so the extra
+// block_reduce calls inside it are reached by every thread.
+
+// max |x| over the row (NaN if the row holds one); every thread gets it.
+template <int kVec, typename T>
+__device__ acc_t<T> row_abs_max(const T* src, int64_t accesses) {
+  using Acc = acc_t<T>;
+  Acc m[1] = {Acc(0)};
+  for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+    Acc xv[kVec];
+    load_acc<kVec>(src + v * kVec, xv);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) m[0] = MaxOp{}(m[0], dev_abs(xv[e]));
+  }
+  block_reduce(m, MaxOp{});
+  return m[0];
+}
+
+// The power of two that brings max_abs into [0.5, 1); 0 when scaling cannot
+// help (inf or NaN in the row, or an all-zero row).
+template <typename Acc>
+__device__ __forceinline__ Acc overflow_scale(Acc max_abs) {
+  if (!dev_isfinite(max_abs) || max_abs == Acc(0)) return Acc(0);
+  int exponent = 0;
+  dev_frexp(max_abs, &exponent);
+  return dev_ldexp(Acc(1), -exponent);
+}
+
 }  // namespace op_ext::cuda::detail
