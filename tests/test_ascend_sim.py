@@ -14,6 +14,8 @@ in float16, rounding after Muls and after Add, which ASCEND_TOLERANCES records.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -145,6 +147,59 @@ def test_gelu_extreme_inputs():
         assert torch.isfinite(grad).all(), grad
 
 
+def _gelu_float64(x: torch.Tensor) -> torch.Tensor:
+    # 0.5 x erfc(-x / sqrt2), not F.gelu(x.double()): 1 + erf(x / sqrt2) cancels for x < -5.
+    x = x.double()
+    return 0.5 * x * torch.special.erfc(-x / math.sqrt(2))
+
+
+def _gelu_grad_float64(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # (Phi(x) + x phi(x), Phi(x) + |x| phi(x)): the derivative, and the size of its
+    # two terms, which bounds what float evaluation of either can be expected to do
+    # (the derivative has a root near x = -0.75, where no relative bound holds).
+    x = x.double()
+    cdf = 0.5 * torch.special.erfc(-x / math.sqrt(2))
+    pdf = torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return cdf + x * pdf, cdf + x.abs() * pdf
+
+
+@pytest.mark.parametrize("dtype,soc", params())
+def test_gelu_erf_relative_accuracy_in_tails(dtype, soc):
+    # Exact GELU, forward and backward and through GEGLU, against the float64
+    # reference on [-10, 10]: float32 within 2e-6 relative wherever the reference
+    # is a normal float (ATen's own float32 GELU is off by 100% below x = -5.4 there);
+    # 16-bit results within one rounding of the float32 answer.
+    x = torch.linspace(-10, 10, 40001).to(dtype)
+    ref = _gelu_float64(x)
+    normal = ref.abs() >= torch.finfo(dtype).tiny
+    bound = 2e-6 if dtype == torch.float32 else torch.finfo(dtype).eps
+    y = ascend_sim.run("gelu", x, "none", soc=soc).double()
+    assert ((y - ref).abs() / ref.abs())[normal].max() <= bound
+    geglu = ascend_sim.run("geglu", x, torch.ones_like(x), "none", soc=soc).double()
+    assert ((geglu - ref).abs() / ref.abs())[normal].max() <= bound
+    grad = ascend_sim.run_backward("gelu", torch.ones_like(x), x, "none", soc=soc).double()
+    dref, size = _gelu_grad_float64(x)
+    big = size >= torch.finfo(dtype).tiny
+    assert ((grad - dref).abs() / size)[big].max() <= bound
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_gelu_erf_sign_gives_tail_not_x_times_2pow25_and_inf_not_nan(soc):
+    # The sign used to be x / (|x| + tiny), so Phi(x) for x <= -8 was 0.5 - 0.5 * (1 - tiny)
+    # (x * 2^-25 after cancellation) and gelu(+inf) was inf * NaN.
+    x = torch.tensor([-13.0, -10.0, -9.0, -8.0, -0.0, 0.0, float("inf"), float("-inf"), float("nan")] + [1.0] * 7)
+    y = ascend_sim.run("gelu", x, "none", soc=soc)
+    torch.testing.assert_close(y[:4].double(), _gelu_float64(x[:4]), rtol=2e-6, atol=0)
+    assert torch.isfinite(y[4]) and y[4] == 0 and y[5] == 0
+    assert y[6] == float("inf")
+    assert torch.isnan(y[7]) == torch.isnan(torch.nn.functional.gelu(x[7:8]))[0]  # -inf * 0: NaN, as torch
+    assert torch.isnan(y[8])
+    g = ascend_sim.run_backward("gelu", torch.ones_like(x), x, "none", soc=soc)
+    dref, _ = _gelu_grad_float64(x[:4])
+    torch.testing.assert_close(g[:4].double(), dref, rtol=2e-6, atol=0)
+    assert g[4] == 0.5 and g[5] == 0.5 and torch.isnan(g[8])
+
+
 # ---------------------------------------------------------------------------
 # rms_norm, forward and backward
 # ---------------------------------------------------------------------------
@@ -206,6 +261,24 @@ def test_rms_norm_backward_no_rows_gives_zero_weight_grad(soc):
     dx, dw = ascend_sim.run_backward("rms_norm", torch.empty(0, 64), x, [64], torch.ones(64), 1e-6, soc=soc)
     assert dx.shape == (0, 64)
     assert torch.equal(dw, torch.zeros(64))
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_rms_norm_backward_zero_rows_unaligned_runs_shape_checks(soc):
+    # Zero rows used to skip the tiling's SoC checks, and the gradWeight pass then
+    # ran DataCopyPad on 310P. Now an empty input meets the same row-length rule as
+    # a non-empty one (forward too), and 910B still gives a zero weight grad.
+    x, w = torch.empty(0, 7), torch.ones(7)
+    if soc == "Ascend310P":
+        message = r"on Ascend310P the row length \(the normalized size\) must be a multiple of 32 bytes"
+        with pytest.raises(RuntimeError, match="RmsNormGradCustom: " + message):
+            ascend_sim.run_backward("rms_norm", torch.empty(0, 7), x, [7], w, 1e-6, soc=soc)
+        with pytest.raises(RuntimeError, match="RmsNormCustom: " + message):
+            ascend_sim.run("rms_norm", x, [7], w, 1e-6, soc=soc)
+    else:
+        dx, dw = ascend_sim.run_backward("rms_norm", torch.empty(0, 7), x, [7], w, 1e-6, soc=soc)
+        assert dx.shape == (0, 7) and torch.equal(dw, torch.zeros(7))
+        assert ascend_sim.run("rms_norm", x, [7], w, 1e-6, soc=soc).shape == (0, 7)
 
 
 def test_rms_norm_weight_grad_independent_of_core_count():
