@@ -14,6 +14,8 @@ in float16, rounding after Muls and after Add, which ASCEND_TOLERANCES records.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -145,6 +147,59 @@ def test_gelu_extreme_inputs():
         assert torch.isfinite(grad).all(), grad
 
 
+def _gelu_float64(x: torch.Tensor) -> torch.Tensor:
+    # 0.5 x erfc(-x / sqrt2), not F.gelu(x.double()): 1 + erf(x / sqrt2) cancels for x < -5.
+    x = x.double()
+    return 0.5 * x * torch.special.erfc(-x / math.sqrt(2))
+
+
+def _gelu_grad_float64(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # (Phi(x) + x phi(x), Phi(x) + |x| phi(x)): the derivative, and the size of its
+    # two terms, which bounds what float evaluation of either can be expected to do
+    # (the derivative has a root near x = -0.75, where no relative bound holds).
+    x = x.double()
+    cdf = 0.5 * torch.special.erfc(-x / math.sqrt(2))
+    pdf = torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return cdf + x * pdf, cdf + x.abs() * pdf
+
+
+@pytest.mark.parametrize("dtype,soc", params())
+def test_gelu_erf_relative_accuracy_in_tails(dtype, soc):
+    # Exact GELU, forward and backward and through GEGLU, against the float64
+    # reference on [-10, 10]: float32 within 2e-6 relative wherever the reference
+    # is a normal float (ATen's own float32 GELU is off by 100% below x = -5.4 there);
+    # 16-bit results within one rounding of the float32 answer.
+    x = torch.linspace(-10, 10, 40001).to(dtype)
+    ref = _gelu_float64(x)
+    normal = ref.abs() >= torch.finfo(dtype).tiny
+    bound = 2e-6 if dtype == torch.float32 else torch.finfo(dtype).eps
+    y = ascend_sim.run("gelu", x, "none", soc=soc).double()
+    assert ((y - ref).abs() / ref.abs())[normal].max() <= bound
+    geglu = ascend_sim.run("geglu", x, torch.ones_like(x), "none", soc=soc).double()
+    assert ((geglu - ref).abs() / ref.abs())[normal].max() <= bound
+    grad = ascend_sim.run_backward("gelu", torch.ones_like(x), x, "none", soc=soc).double()
+    dref, size = _gelu_grad_float64(x)
+    big = size >= torch.finfo(dtype).tiny
+    assert ((grad - dref).abs() / size)[big].max() <= bound
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_gelu_erf_sign_gives_tail_not_x_times_2pow25_and_inf_not_nan(soc):
+    # The sign used to be x / (|x| + tiny), so Phi(x) for x <= -8 was 0.5 - 0.5 * (1 - tiny)
+    # (x * 2^-25 after cancellation) and gelu(+inf) was inf * NaN.
+    x = torch.tensor([-13.0, -10.0, -9.0, -8.0, -0.0, 0.0, float("inf"), float("-inf"), float("nan")] + [1.0] * 7)
+    y = ascend_sim.run("gelu", x, "none", soc=soc)
+    torch.testing.assert_close(y[:4].double(), _gelu_float64(x[:4]), rtol=2e-6, atol=0)
+    assert torch.isfinite(y[4]) and y[4] == 0 and y[5] == 0
+    assert y[6] == float("inf")
+    assert torch.isnan(y[7]) == torch.isnan(torch.nn.functional.gelu(x[7:8]))[0]  # -inf * 0: NaN, as torch
+    assert torch.isnan(y[8])
+    g = ascend_sim.run_backward("gelu", torch.ones_like(x), x, "none", soc=soc)
+    dref, _ = _gelu_grad_float64(x[:4])
+    torch.testing.assert_close(g[:4].double(), dref, rtol=2e-6, atol=0)
+    assert g[4] == 0.5 and g[5] == 0.5 and torch.isnan(g[8])
+
+
 # ---------------------------------------------------------------------------
 # rms_norm, forward and backward
 # ---------------------------------------------------------------------------
@@ -206,6 +261,132 @@ def test_rms_norm_backward_no_rows_gives_zero_weight_grad(soc):
     dx, dw = ascend_sim.run_backward("rms_norm", torch.empty(0, 64), x, [64], torch.ones(64), 1e-6, soc=soc)
     assert dx.shape == (0, 64)
     assert torch.equal(dw, torch.zeros(64))
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_rms_norm_backward_zero_rows_unaligned_runs_shape_checks(soc):
+    # Zero rows used to skip the tiling's SoC checks, and the gradWeight pass then
+    # ran DataCopyPad on 310P. Now an empty input meets the same row-length rule as
+    # a non-empty one (forward too), and 910B still gives a zero weight grad.
+    x, w = torch.empty(0, 7), torch.ones(7)
+    if soc == "Ascend310P":
+        message = r"on Ascend310P the row length \(the normalized size\) must be a multiple of 32 bytes"
+        with pytest.raises(RuntimeError, match="RmsNormGradCustom: " + message):
+            ascend_sim.run_backward("rms_norm", torch.empty(0, 7), x, [7], w, 1e-6, soc=soc)
+        with pytest.raises(RuntimeError, match="RmsNormCustom: " + message):
+            ascend_sim.run("rms_norm", x, [7], w, 1e-6, soc=soc)
+    else:
+        dx, dw = ascend_sim.run_backward("rms_norm", torch.empty(0, 7), x, [7], w, 1e-6, soc=soc)
+        assert dx.shape == (0, 7) and torch.equal(dw, torch.zeros(7))
+        assert ascend_sim.run("rms_norm", x, [7], w, 1e-6, soc=soc).shape == (0, 7)
+
+
+# Rows whose float32 sum of squares overflows; against float64. (id, cols, options, socs):
+# whole rows, and split rows (a shrunk UB). 310P rows are whole 32-byte blocks.
+OVERFLOW_LAYOUTS = [
+    ("two_cols", 2, {}, ("Ascend910B",)),
+    ("whole_rows", 8, {}, SOCS),
+    ("split_rows", 1024, {"_ub_size": 8192}, SOCS),
+]
+
+
+def overflow_params(dtypes=(torch.float32, torch.bfloat16)):
+    # float16 cannot hold values whose square overflows float32.
+    return [
+        pytest.param(layout, dt, soc, id=f"{layout[0]}-{DTYPE_IDS[dt]}-{soc}")
+        for layout in OVERFLOW_LAYOUTS
+        for dt in dtypes
+        for soc in layout[3]
+        if supported(dt, soc)
+    ]
+
+
+def overflow_rows(cols, dtype):
+    # Row 0: [3e38, 1, ...]; row 1: -2e38 and 1e30 among ones; row 2: ordinary.
+    x = torch.ones(3, cols)
+    x[0, 0] = 3e38
+    x[1, cols - 1] = -2e38
+    x[1, cols // 2] = 1e30
+    x[2] = torch.randn(cols)
+    return x.to(dtype)
+
+
+def overflow_tolerance(dtype):
+    # float32: rtol 1e-5 against float64; bfloat16: one bfloat16 rounding.
+    return {"rtol": 1e-5 if dtype == torch.float32 else 8e-3, "atol": 1e-44}
+
+
+@pytest.mark.parametrize("layout,dtype,soc", overflow_params())
+def test_rms_norm_sum_of_squares_overflow_matches_float64(layout, dtype, soc):
+    _, cols, options, _ = layout
+    x, w = overflow_rows(cols, dtype), torch.ones(cols, dtype=dtype)
+    out = ascend_sim.run("rms_norm", x, [cols], w, 1e-6, soc=soc, **options)
+    expected = torch.nn.functional.rms_norm(x.double(), [cols], w.double(), 1e-6)
+    torch.testing.assert_close(out.double(), expected.to(dtype).double(), **overflow_tolerance(dtype))
+
+
+@pytest.mark.parametrize("layout,dtype,soc", overflow_params())
+def test_rms_norm_backward_sum_of_squares_overflow_matches_float64(layout, dtype, soc):
+    # Weight grad was (dy * x) * rstd (overflow) and dx used rstd^3 (underflow).
+    _, cols, options, _ = layout
+    x, w = overflow_rows(cols, dtype), torch.ones(cols, dtype=dtype)
+    dy = torch.full_like(x, 2.0)
+    dx, dw = ascend_sim.run_backward("rms_norm", dy, x, [cols], w, 1e-6, soc=soc, **options)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    torch.nn.functional.rms_norm(x64, [cols], w64, 1e-6).backward(dy.double())
+    tol = overflow_tolerance(dtype)
+    assert torch.isfinite(dw).all()
+    torch.testing.assert_close(dw.double(), w64.grad.to(dtype).double(), **tol)
+    # dx of the ordinary row and of each rescued row, against the size of its terms
+    # (rstd * |g|): dx[0, 0] is the difference of two such terms, ~0 in float64.
+    size = (dy.double().abs() / torch.linalg.vector_norm(x.double(), dim=-1, keepdim=True)) * math.sqrt(cols)
+    assert ((dx.double() - x64.grad).abs() / size).max() <= tol["rtol"] * 4
+
+
+@pytest.mark.parametrize("layout,dtype,soc", overflow_params())
+def test_fused_add_rms_norm_sum_of_squares_overflow_matches_float64(layout, dtype, soc):
+    _, cols, options, _ = layout
+    x, w = overflow_rows(cols, dtype), torch.ones(cols, dtype=dtype)
+    out, residual_out = ascend_sim.run("fused_add_rms_norm", x, torch.zeros_like(x), [cols], w, 1e-6, soc=soc,
+                                       **options)
+    assert torch.equal(residual_out, x)
+    expected = torch.nn.functional.rms_norm(x.double(), [cols], w.double(), 1e-6)
+    torch.testing.assert_close(out.double(), expected.to(dtype).double(), **overflow_tolerance(dtype))
+
+
+@pytest.mark.parametrize("layout,dtype,soc", overflow_params())
+def test_layer_norm_variance_overflow_matches_float64(layout, dtype, soc):
+    # layer_norm([[1e20, 1, 1]]) gave zeros: (x - mean)^2 overflows float32.
+    _, cols, options, _ = layout
+    x = overflow_rows(cols, dtype)
+    x[1, 0] = 1e20
+    if cols == 2:
+        x = torch.tensor([[1e20, 1.0, 1.0]], dtype=dtype)
+        cols = 3
+    w, b = (1 + 0.1 * torch.randn(cols)).to(dtype), (0.1 * torch.randn(cols)).to(dtype)
+    out = ascend_sim.run("layer_norm", x, [cols], w, b, 1e-5, soc=soc, **options)
+    expected = torch.nn.functional.layer_norm(x.double(), [cols], w.double(), b.double(), 1e-5)
+    # Outputs are O(1) with a bias added: absolute error too (xhat * w + b can cancel).
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 8e-3, "atol": 8e-3}
+    torch.testing.assert_close(out.double(), expected.to(dtype).double(), **tol)
+
+
+@pytest.mark.parametrize("dtype,soc", params())
+@pytest.mark.parametrize("options", [{}, {"_ub_size": 8192}], ids=["whole_rows", "split_rows"])
+def test_layer_norm_eps0_constant_row_gives_nan(options, dtype, soc):
+    # The mean of a constant row is not exactly the constant (sum * (1/cols) rounds),
+    # so the centred values were +-1 ulp and, with eps = 0, the output +-1; torch and
+    # the CPU op give (x - mean) * inf = 0 * inf = NaN.
+    cols = 1008 if options else 112  # lengths where most of these means round, in every dtype
+    # 32 constants: most rows' means round (which ones depends on dtype and layout).
+    constants = torch.randn(32, 1, generator=torch.Generator().manual_seed(11)) * 3
+    x = constants.expand(32, cols).contiguous().to(dtype)
+    out = ascend_sim.run("layer_norm", x, [cols], None, None, 0.0, soc=soc, **options)
+    assert torch.isnan(torch.nn.functional.layer_norm(x.float(), [cols], eps=0.0)).all()
+    assert torch.isnan(out).all(), out[:, :4]
+    if soc == "Ascend910B" and not options:
+        three = ascend_sim.run("layer_norm", torch.full((1, 3), 0.1, dtype=dtype), [3], None, None, 0.0, soc=soc)
+        assert torch.isnan(three).all(), three
 
 
 def test_rms_norm_weight_grad_independent_of_core_count():

@@ -56,9 +56,10 @@ extern "C" aclnnStatus aclnnFusedAddRmsNormCustomGetWorkspaceSize(
     CheckContiguous(kOp, "outputOut", y);
     CheckContiguous(kOp, "residualOutOut", z);
     LaunchPlan plan;
-    if (rs.rows == 0 || rs.cols == 0) return plan;
+    // The tiling runs for empty inputs too: its SoC checks apply to every shape.
     const auto tiling =
         op_ext::ascend::ComputeFusedAddRmsNormTiling(rs.rows, rs.cols, dtype, weightOptional != nullptr, eps, soc);
+    if (rs.rows == 0 || rs.cols == 0) return plan;
     KernelLaunch launch;
     launch.tiling.resize(tiling.GetDataSize());
     tiling.SaveToBuffer(launch.tiling.data(), launch.tiling.size());

@@ -53,9 +53,10 @@ extern "C" aclnnStatus aclnnLayerNormCustomGetWorkspaceSize(const aclTensor* inp
     CheckContiguous(kOp, "input", x);
     CheckContiguous(kOp, "out", y);
     LaunchPlan plan;
-    if (rs.rows == 0 || rs.cols == 0) return plan;
+    // The tiling runs for empty inputs too: its SoC checks apply to every shape.
     const auto tiling = op_ext::ascend::ComputeLayerNormTiling(rs.rows, rs.cols, dtype, weightOptional != nullptr,
                                                                biasOptional != nullptr, eps, soc);
+    if (rs.rows == 0 || rs.cols == 0) return plan;
     KernelLaunch launch;
     launch.tiling.resize(tiling.GetDataSize());
     tiling.SaveToBuffer(launch.tiling.data(), launch.tiling.size());

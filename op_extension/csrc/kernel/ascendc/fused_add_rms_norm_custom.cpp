@@ -10,6 +10,9 @@
 //     sums squares; pass 2 re-reads x and r and recomputes z (the same bits)
 //     rather than reading back residualOut, which would need an MTE3 -> MTE2
 //     ordering of this core's own GM writes.
+// A row whose sum of squares overflows (rstd comes out 0, |z| finite) is redone
+// on z * s (kernel_common.h, PowerOfTwoScale): y = (z * s) * rstd_s * w with
+// rstd_s = rsqrt(mean((z s)^2) + eps s^2); split rows then take two more reads.
 // Tiling: host/tiling/fused_add_rms_norm_custom_tiling.h (the UB plan there mirrors Init*).
 #include "fused_add_rms_norm_custom_tiling.h"
 #include "kernel_common.h"
@@ -95,7 +98,20 @@ class KernelFusedAddRmsNorm {
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t at = j * t_.rowStride;
       LocalTensor<float> zf = AddResidual(z[at], x[at], r[at], sq, t_.cols);
-      const float rstd = RowRstd(SumOfSquares(zf, sq, n));
+      float rstd = RowRstd(SumOfSquares(zf, sq, n), t_.eps);
+      if (rstd == 0.0f) {
+        // z itself is residualOut: the scaled row goes to y's row (float) or in place
+        // in the float copy (16-bit).
+        LocalTensor<float> zs = kIsFloat ? y[at].template ReinterpretCast<float>() : zf;
+        const float maxAbs =
+            op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), zf, sq, work_.template Get<float>(), n);
+        if (maxAbs <= op_ext_kernel::kFloatMax) {
+          const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+          Muls(zs, zf, s, n);
+          rstd = RowRstd(SumOfSquares(zs, sq, n), t_.eps * s * s);
+          zf = zs;
+        }
+      }
       Normalize(y[at], zf, wf, rstd, sq, t_.hasWeight != 0, t_.cols);
     }
     outQueueY_.EnQue(y);
@@ -137,7 +153,9 @@ class KernelFusedAddRmsNorm {
       op_ext_kernel::CopyUbToGm(zGm_[base + c], z, len);
       outQueueZ_.FreeTensor(z);
     }
-    const float rstd = ScalarRstd(sumSq);
+    float rstd = ScalarRstd(sumSq, t_.eps);
+    float scale = 1.0f;
+    if (rstd == 0.0f) RescaleSplitRow(base, rstd, scale);
     // Pass 2: output, chunk by chunk, from x + r recomputed.
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
@@ -154,6 +172,7 @@ class KernelFusedAddRmsNorm {
       LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
       // y holds z (in T) until Normalize overwrites it.
       LocalTensor<float> zf = AddResidual(y, x, r, sq, len);
+      if (scale != 1.0f) Muls(zf, zf, scale, static_cast<int32_t>(len));
       LocalTensor<float> wf;
       if (t_.hasWeight) {
         if constexpr (kIsFloat) {
@@ -232,21 +251,57 @@ class KernelFusedAddRmsNorm {
   }
 
   // rsqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
-  __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq) {
+  __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq, float eps) {
     Muls(sumSq, sumSq, t_.invCols, 1);
-    Adds(sumSq, sumSq, t_.eps, 1);
+    Adds(sumSq, sumSq, eps, 1);
     Rsqrt(sumSq, sumSq, 1);
     return op_ext_kernel::ReadScalarAfterVector(sumSq);
   }
 
   // The same from a scalar sum: written to stat (S -> V ordered), then RowRstd.
-  __aicore__ inline float ScalarRstd(float sumSq) {
+  __aicore__ inline float ScalarRstd(float sumSq, float eps) {
     LocalTensor<float> stat = stat_.template Get<float>();
     stat.SetValue(0, sumSq);
     event_t eventSV = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
     SetFlag<HardEvent::S_V>(eventSV);
     WaitFlag<HardEvent::S_V>(eventSV);
-    return RowRstd(stat);
+    return RowRstd(stat, eps);
+  }
+
+  // A split row whose sum of squares overflowed: max|z| over a pass, then the sum
+  // of squares of z * s over another (z recomputed from x + r, in y's buffer,
+  // which is not written out here).
+  __aicore__ inline void RescaleSplitRow(uint64_t base, float& rstd, float& scale) {
+    LocalTensor<float> sq = square_.template Get<float>();
+    float maxAbs = 0.0f;
+    float sumSq = 0.0f;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+        const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+        const int32_t n = static_cast<int32_t>(len);
+        CopyInChunk(base + c, len);
+        LocalTensor<T> x = inQueueX_.template DeQue<T>();
+        LocalTensor<T> r = inQueueR_.template DeQue<T>();
+        LocalTensor<T> z = outQueueY_.template AllocTensor<T>();
+        LocalTensor<float> zf = AddResidual(z, x, r, sq, len);
+        if (pass == 0) {
+          const float m =
+              op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), zf, sq, work_.template Get<float>(), n);
+          maxAbs = op_ext_kernel::MaxOrNan(maxAbs, m);
+        } else {
+          Muls(zf, zf, scale, n);
+          sumSq += op_ext_kernel::ReadScalarAfterVector(SumOfSquares(zf, sq, n));
+        }
+        outQueueY_.FreeTensor(z);
+        inQueueX_.FreeTensor(x);
+        inQueueR_.FreeTensor(r);
+      }
+      if (pass == 0) {
+        if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
+        scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
+      }
+    }
+    rstd = ScalarRstd(sumSq, t_.eps * scale * scale);
   }
 
   optiling::FusedAddRmsNormCustomTilingData t_;

@@ -189,6 +189,39 @@ __aicore__ inline float ReadScalarAfterVector(const AscendC::LocalTensor<float>&
   return t.GetValue(0);
 }
 
+// ---- rows whose statistics overflow float --------------------------------------
+// The norm kernels compute a row's sum of squares (or variance) in float. When it
+// overflows while every |x| is finite (|x| above ~1.8e19 / sqrt(cols)), they redo
+// that row's statistics on x * s, s an exact power of two with max|x| * s <= 1, so
+// the squares cannot overflow and x * s loses nothing (only elements below 2^-126 * max|x|,
+// whose squares do not count in float anyway). The check is on the row's rstd,
+// a scalar the kernel reads anyway: the common path costs nothing more.
+
+constexpr float kFloatMax = 3.40282347e38f;
+constexpr float kMinNormal = 1.17549435e-38f;  // 2^-126
+
+// The largest |src[i]| of n elements (scratch: n floats; work: the ReduceMax work
+// tensor; stat: one block). NaN if any element is NaN.
+__aicore__ inline float RowMaxAbs(const AscendC::LocalTensor<float>& stat, const AscendC::LocalTensor<float>& src,
+                                  const AscendC::LocalTensor<float>& scratch, const AscendC::LocalTensor<float>& work,
+                                  int32_t n) {
+  AscendC::Abs(scratch, src, n);
+  AscendC::ReduceMax(stat, scratch, work, n);
+  return ReadScalarAfterVector(stat);
+}
+
+// The running maximum of chunk maxima, NaN-propagating.
+__aicore__ inline float MaxOrNan(float a, float b) { return (a != a || b <= a) ? a : b; }
+
+// s = 2^-e with maxAbs * s <= 1 and e as small as that allows, but s >= 2^-126
+// (a normal float, so no SoC flushes it; then max|x| * s < 4). Scalar halvings:
+// at most 128, and only on a row that overflowed.
+__aicore__ inline float PowerOfTwoScale(float maxAbs) {
+  float s = 1.0f;
+  while (maxAbs * s > 1.0f && s > kMinNormal) s *= 0.5f;
+  return s;
+}
+
 }  // namespace op_ext_kernel
 
 #endif  // OP_EXT_KERNEL_ASCENDC_KERNEL_COMMON_H_

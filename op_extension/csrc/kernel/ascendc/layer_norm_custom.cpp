@@ -9,6 +9,19 @@
 //   whole rows: rowsPerTile rows per tile, one copy in and one copy out each;
 //   split rows: a row at a time in chunks, read three times (sum, sum of squared
 //     centred values, output); chunk sums are added in chunk order.
+// Two kinds of rows get their statistics redone ("careful" statistics), decided
+// from the mean and rstd the scalar unit reads anyway, so other rows cost nothing:
+//   * the statistics overflow (mean not finite, or rstd 0: var inf) while max|x| is
+//     finite: they are redone on x * s, s an exact power of two with max|x| * s <= 1
+//     (kernel_common.h), y = (x s - mean_s) * rstd_s * w + b with
+//     rstd_s = rsqrt(var_s + eps s^2);
+//   * |mean| * rstd > kMeanCorrectionRatio: the spread is small next to the mean,
+//     and the mean's rounding error (sum * (1/cols) is not exact) is no longer small
+//     next to the spread. The mean is corrected by the mean of the centred values
+//     (mean += mean(x - mean)) before centring again. This makes a constant row
+//     centre to exact zeros, so with eps = 0 it gives 0 * inf = NaN as torch does,
+//     instead of +-1 from centred values of +-1 ulp.
+// Split rows take two (or, with the scale, four) more reads in those cases.
 // Tiling: host/tiling/layer_norm_custom_tiling.h (the UB plan there mirrors Init).
 #include "kernel_common.h"
 #include "kernel_operator.h"
@@ -19,6 +32,11 @@ namespace {
 
 using namespace AscendC;
 using op_ext_kernel::kBufferNum;
+
+// Above this |mean| * rstd the mean is corrected (see the top). The uncorrected
+// mean is off by a few ulps of |mean|, i.e. by about 1e-7 * |mean| * rstd in units of
+// the output: below the ratio that is under 2e-6.
+constexpr float kMeanCorrectionRatio = 16.0f;
 
 template <typename T>
 class KernelLayerNorm {
@@ -99,19 +117,15 @@ class KernelLayerNorm {
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t at = j * t_.rowStride;
       // c: the centred row in float -- y's own row for float, inputF_ for 16-bit.
-      LocalTensor<float> c;
-      if constexpr (kIsFloat) {
-        c = y[at].template ReinterpretCast<float>();
-        const float mean = RowMean(x[at].template ReinterpretCast<float>(), n);
-        Adds(c, x[at].template ReinterpretCast<float>(), -mean, n);
-      } else {
-        c = inputF_.template Get<float>();
-        Cast(c, x[at], RoundMode::CAST_NONE, t_.cols);
-        const float mean = RowMean(c, n);
-        Adds(c, c, -mean, n);
-      }
+      LocalTensor<float> c = kIsFloat ? y[at].template ReinterpretCast<float>() : inputF_.template Get<float>();
+      LocalTensor<float> xf = InputAsFloat(x[at], t_.cols);
+      const float mean = RowMean(xf, n);
+      Adds(c, xf, -mean, n);
       Mul(sq, c, c, n);
-      const float rstd = Rstd(Sum(sq, n));
+      float rstd = Rstd(Sum(sq, n), t_.eps);
+      if (Overflowed(mean, rstd) || NeedsMeanCorrection(mean, rstd)) {
+        rstd = CarefulRowStats(InputAsFloat(x[at], t_.cols), c, sq, n, Overflowed(mean, rstd));
+      }
       LocalTensor<float> out = kIsFloat ? c : sq;
       Muls(out, c, rstd, n);
       if (t_.hasWeight) Mul(out, out, wf, n);
@@ -141,7 +155,7 @@ class KernelLayerNorm {
       sum += ReadSum(InputAsFloat(x, len), static_cast<int32_t>(len));
       inQueueX_.FreeTensor(x);
     }
-    const float mean = sum * t_.invCols;
+    float mean = sum * t_.invCols;
     // Pass 2: the sum of squared centred values.
     float sumSq = 0.0f;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
@@ -153,7 +167,11 @@ class KernelLayerNorm {
       sumSq += ReadSum(sq, n);
       inQueueX_.FreeTensor(x);
     }
-    const float rstd = Rstd(ScalarToStat(sumSq));
+    float rstd = Rstd(ScalarToStat(sumSq), t_.eps);
+    float scale = 1.0f;
+    if (Overflowed(mean, rstd) || NeedsMeanCorrection(mean, rstd)) {
+      CarefulSplitRowStats(base, Overflowed(mean, rstd), mean, rstd, scale);
+    }
     // Pass 3: output, chunk by chunk.
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = ChunkLen(c);
@@ -164,6 +182,7 @@ class KernelLayerNorm {
       LocalTensor<T> x = CopyInChunk(base + c, len);
       LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
       if constexpr (kIsFloat) {
+        if (scale != 1.0f) Muls(x, x, scale, n);
         Adds(y, x, -mean, n);
         Muls(y, y, rstd, n);
         if (t_.hasWeight) Mul(y, y, w, n);
@@ -171,6 +190,7 @@ class KernelLayerNorm {
       } else {
         LocalTensor<float> xf = InputAsFloat(x, len);
         LocalTensor<float> pf = weightF_.template Get<float>();
+        if (scale != 1.0f) Muls(xf, xf, scale, n);
         Adds(xf, xf, -mean, n);
         Muls(xf, xf, rstd, n);
         if (t_.hasWeight) {
@@ -244,9 +264,9 @@ class KernelLayerNorm {
   }
 
   // rsqrt(sumSq / cols + eps) on the vector unit, from stat[0] = sumSq, read as a scalar.
-  __aicore__ inline float Rstd(const LocalTensor<float>& sumSq) {
+  __aicore__ inline float Rstd(const LocalTensor<float>& sumSq, float eps) {
     Muls(sumSq, sumSq, t_.invCols, 1);
-    Adds(sumSq, sumSq, t_.eps, 1);
+    Adds(sumSq, sumSq, eps, 1);
     Rsqrt(sumSq, sumSq, 1);
     return op_ext_kernel::ReadScalarAfterVector(sumSq);
   }
@@ -259,6 +279,75 @@ class KernelLayerNorm {
     SetFlag<HardEvent::S_V>(eventSV);
     WaitFlag<HardEvent::S_V>(eventSV);
     return stat;
+  }
+
+  // ---- careful statistics (see the top) -----------------------------------------
+
+  __aicore__ static inline bool Overflowed(float mean, float rstd) {
+    return !(mean <= op_ext_kernel::kFloatMax && mean >= -op_ext_kernel::kFloatMax) || rstd == 0.0f;
+  }
+  __aicore__ static inline bool NeedsMeanCorrection(float mean, float rstd) {
+    return (mean < 0.0f ? -mean : mean) * rstd > kMeanCorrectionRatio;
+  }
+
+  // A whole row: c = x * s - mean_s (mean corrected), returns rstd_s. xf (the row in
+  // float) may be c (16-bit: both inputF_); sq is scratch.
+  __aicore__ inline float CarefulRowStats(const LocalTensor<float>& xf, const LocalTensor<float>& c,
+                                          const LocalTensor<float>& sq, int32_t n, bool overflowed) {
+    float s = 1.0f;
+    if (overflowed) {
+      const float maxAbs =
+          op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n);
+      // inf or NaN in the row: s = 1, and the same NaN as the plain path.
+      if (maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f) s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+    }
+    Muls(c, xf, s, n);
+    float mean = RowMean(c, n);
+    Adds(sq, c, -mean, n);
+    mean += ReadSum(sq, n) * t_.invCols;
+    Adds(c, c, -mean, n);
+    Mul(sq, c, c, n);
+    return Rstd(Sum(sq, n), t_.eps * s * s);
+  }
+
+  // A split row: the statistics of x * scale, by chunk passes (max|x|, sum, sum of
+  // centred values, sum of squared centred values). Pass 3 then outputs
+  // (x * scale - mean) * rstd.
+  __aicore__ inline void CarefulSplitRowStats(uint64_t base, bool overflowed, float& mean, float& rstd,
+                                              float& scale) {
+    if (overflowed) {
+      const float maxAbs = SplitRowPass(base, kPassMaxAbs, 1.0f, 0.0f);
+      if (maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f) scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
+      mean = SplitRowPass(base, kPassSum, scale, 0.0f) * t_.invCols;
+    }
+    mean += SplitRowPass(base, kPassSum, scale, mean) * t_.invCols;
+    rstd = Rstd(ScalarToStat(SplitRowPass(base, kPassSumSq, scale, mean)), t_.eps * scale * scale);
+  }
+
+  static constexpr uint32_t kPassSum = 0;     // sum of v
+  static constexpr uint32_t kPassSumSq = 1;   // sum of v^2
+  static constexpr uint32_t kPassMaxAbs = 2;  // max |x|
+  // One read of a split row, v = x * s - m per chunk; chunk results combined in order.
+  __aicore__ inline float SplitRowPass(uint64_t base, uint32_t kind, float s, float m) {
+    LocalTensor<float> sq = square_.template Get<float>();
+    float acc = 0.0f;
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = ChunkLen(c);
+      const int32_t n = static_cast<int32_t>(len);
+      LocalTensor<T> x = CopyInChunk(base + c, len);
+      LocalTensor<float> xf = InputAsFloat(x, len);
+      if (kind == kPassMaxAbs) {
+        acc = op_ext_kernel::MaxOrNan(
+            acc, op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n));
+      } else {
+        Muls(sq, xf, s, n);
+        Adds(sq, sq, -m, n);
+        if (kind == kPassSumSq) Mul(sq, sq, sq, n);
+        acc += ReadSum(sq, n);
+      }
+      inQueueX_.FreeTensor(x);
+    }
+    return acc;
   }
 
   optiling::LayerNormCustomTilingData t_;

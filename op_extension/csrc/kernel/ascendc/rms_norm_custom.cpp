@@ -5,6 +5,9 @@
 // chunk sums added in order). Two ways through a core's rows (row_tiling.h):
 //   whole rows: rowsPerTile rows per tile, one copy in and one copy out each;
 //   split rows: a row at a time in chunks, read twice (sum of squares, then output).
+// A row whose sum of squares overflows (rstd comes out 0, |x| finite) is redone
+// on x * s (kernel_common.h, PowerOfTwoScale): y = (x * s) * rstd_s * w with
+// rstd_s = rsqrt(mean((x s)^2) + eps s^2); split rows then take two more reads.
 // Tiling: host/tiling/rms_norm_custom_tiling.h (the UB plan there mirrors Init*).
 #include "kernel_common.h"
 #include "kernel_operator.h"
@@ -88,7 +91,12 @@ class KernelRmsNorm {
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t at = j * t_.rowStride;
       LocalTensor<float> xf = InputAsFloat(x[at], t_.cols);
-      const float rstd = RowRstd(SumOfSquares(xf, sq, n));
+      float rstd = RowRstd(SumOfSquares(xf, sq, n), t_.eps);
+      if (rstd == 0.0f) {
+        // The scaled row goes to y's row (float) or in place (16-bit: xf is a copy).
+        LocalTensor<float> xs = kIsFloat ? y[at].template ReinterpretCast<float>() : xf;
+        if (RescaleRow(xs, xf, sq, n, rstd)) xf = xs;
+      }
       if constexpr (kIsFloat) {
         LocalTensor<float> yrow = y[at].template ReinterpretCast<float>();
         Muls(yrow, xf, rstd, n);
@@ -141,7 +149,9 @@ class KernelRmsNorm {
       Add(acc, acc, part, 1);
       inQueueX_.FreeTensor(x);
     }
-    const float rstd = RowRstd(acc);
+    float rstd = RowRstd(acc, t_.eps);
+    float scale = 1.0f;
+    if (rstd == 0.0f) RescaleSplitRow(base, rstd, scale);
     // Pass 2: output, chunk by chunk.
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
@@ -159,6 +169,7 @@ class KernelRmsNorm {
       x = inQueueX_.template DeQue<T>();
       LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
       LocalTensor<float> xf = InputAsFloat(x, len);
+      if (scale != 1.0f) Muls(xf, xf, scale, n);
       if constexpr (kIsFloat) {
         Muls(y, xf, rstd, n);
         if (t_.hasWeight) Mul(y, y, w, n);
@@ -205,11 +216,60 @@ class KernelRmsNorm {
   }
 
   // rsqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
-  __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq) {
+  __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq, float eps) {
     Muls(sumSq, sumSq, t_.invCols, 1);
-    Adds(sumSq, sumSq, t_.eps, 1);
+    Adds(sumSq, sumSq, eps, 1);
     Rsqrt(sumSq, sumSq, 1);
     return op_ext_kernel::ReadScalarAfterVector(sumSq);
+  }
+
+  // A whole row whose sum of squares overflowed: xs = xf * s, rstd = rstd_s (the
+  // output is xs * rstd_s). False (nothing changed) when some |x| is inf or NaN.
+  __aicore__ inline bool RescaleRow(const LocalTensor<float>& xs, const LocalTensor<float>& xf,
+                                    const LocalTensor<float>& sq, int32_t n, float& rstd) {
+    const float maxAbs =
+        op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n);
+    if (!(maxAbs <= op_ext_kernel::kFloatMax)) return false;
+    const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+    Muls(xs, xf, s, n);
+    rstd = RowRstd(SumOfSquares(xs, sq, n), t_.eps * s * s);
+    return true;
+  }
+
+  // The same for a split row: a pass for max|x|, a pass for the scaled sum of squares.
+  __aicore__ inline void RescaleSplitRow(uint64_t base, float& rstd, float& scale) {
+    LocalTensor<float> sq = square_.template Get<float>();
+    LocalTensor<float> acc = acc_.template Get<float>();
+    float maxAbs = 0.0f;
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      LocalTensor<T> x = CopyInChunk(base + c, len);
+      const float m = op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), InputAsFloat(x, len), sq,
+                                               work_.template Get<float>(), static_cast<int32_t>(len));
+      maxAbs = op_ext_kernel::MaxOrNan(maxAbs, m);
+      inQueueX_.FreeTensor(x);
+    }
+    if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
+    scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
+    Duplicate(acc, 0.0f, 8);
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const int32_t n = static_cast<int32_t>(len);
+      LocalTensor<T> x = CopyInChunk(base + c, len);
+      LocalTensor<float> xf = InputAsFloat(x, len);
+      Muls(xf, xf, scale, n);
+      Add(acc, acc, SumOfSquares(xf, sq, n), 1);
+      inQueueX_.FreeTensor(x);
+    }
+    rstd = RowRstd(acc, t_.eps * scale * scale);
+  }
+
+  // A chunk of x, copied in and dequeued (the caller frees it).
+  __aicore__ inline LocalTensor<T> CopyInChunk(uint64_t offset, uint32_t len) {
+    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    op_ext_kernel::CopyGmToUb(x, xGm_[offset], len);
+    inQueueX_.EnQue(x);
+    return inQueueX_.template DeQue<T>();
   }
 
   optiling::RmsNormCustomTilingData t_;

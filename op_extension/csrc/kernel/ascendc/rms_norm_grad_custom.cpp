@@ -1,6 +1,15 @@
 // RmsNormGradCustom: gradInput over rows (pass 0) and gradWeight over columns
 // (pass 1), both in float. Passes, split and workspace layout:
 // host/tiling/rms_norm_grad_custom_tiling.h (its UB plans mirror the Init* here).
+//
+// gradInput is computed as (g - x * c2) * rstd, g = dy * w, c2 = rstd * mean(g * xhat),
+// mean(g * xhat) = rstd * mean(g * x): every product is of values near their final
+// size, never rstd^2 or rstd^3 alone (which underflow for |x| above ~1e13).
+// gradWeight sums dy * (x * rstd), not (dy * x) * rstd, which overflows first.
+// A row whose sum of squares overflows (rstd comes out 0, |x| finite) is redone on
+// x * s (kernel_common.h, PowerOfTwoScale): rstd_s, c2_s from x * s, and
+// gradInput = ((g - (x s) * c2_s) * rstd_s) * s; its stored rstd is rstd_s * s
+// (subnormal when rms(x) > 2^126). Split rows then take two more reads.
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
@@ -112,9 +121,21 @@ class KernelRmsNormGrad {
       RowSums(xf, g, n, stat);
       float rstd;
       float coeff;
-      RstdAndCoeff(stat, rstd, coeff);
-      WriteGradInput(dx[at], xf, g, rstd, coeff, n);
-      if (t_.hasWeight) rstdTile.SetValue(j, rstd);
+      RstdAndCoeff(stat, t_.eps, rstd, coeff);
+      float scale = 1.0f;
+      if (rstd == 0.0f) {
+        const float maxAbs = op_ext_kernel::RowMaxAbs(stat, xf, tmp_.template Get<float>(),
+                                                      work_.template Get<float>(), n);
+        if (maxAbs <= op_ext_kernel::kFloatMax) {
+          // xf is this core's copy of the row (pass 1 reads x again from GM).
+          scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
+          Muls(xf, xf, scale, n);
+          RowSums(xf, g, n, stat);
+          RstdAndCoeff(stat, t_.eps * scale * scale, rstd, coeff);
+        }
+      }
+      WriteGradInput(dx[at], xf, g, rstd, coeff, scale, n);
+      if (t_.hasWeight) rstdTile.SetValue(j, rstd * scale);
     }
     outQueue_.EnQue(dx);
     inQueueX_.FreeTensor(x);
@@ -207,7 +228,9 @@ class KernelRmsNormGrad {
     }
     float rstd;
     float coeff;
-    RstdAndCoeff(acc, rstd, coeff);
+    RstdAndCoeff(acc, t_.eps, rstd, coeff);
+    float scale = 1.0f;
+    if (rstd == 0.0f) RescaleSplitRow(row, rstd, coeff, scale);
     // Pass 2: gradInput chunk by chunk.
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
@@ -215,7 +238,8 @@ class KernelRmsNormGrad {
       LocalTensor<float> xf, g;
       LoadChunk(row, c, len, w, x, dy, xf, g);
       LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
-      WriteGradInput(dx, xf, g, rstd, coeff, static_cast<int32_t>(len));
+      if (scale != 1.0f) Muls(xf, xf, scale, static_cast<int32_t>(len));
+      WriteGradInput(dx, xf, g, rstd, coeff, scale, static_cast<int32_t>(len));
       outQueue_.EnQue(dx);
       ReleaseChunk(w, x, dy);
       dx = outQueue_.template DeQue<T>();
@@ -223,7 +247,7 @@ class KernelRmsNormGrad {
       outQueue_.FreeTensor(dx);
     }
     if (t_.hasWeight) {
-      rstd_.template Get<float>().SetValue(0, rstd);
+      rstd_.template Get<float>().SetValue(0, rstd * scale);
       StoreRstd(static_cast<uint32_t>(local));
     }
   }
@@ -243,32 +267,73 @@ class KernelRmsNormGrad {
   }
 
   // From sums[0] = sum x^2 and sums[8] = sum g x: rstd = rsqrt(mean x^2 + eps) and
-  // coeff = rstd^3 * mean(g x), computed by the vector unit, read as scalars.
-  __aicore__ inline void RstdAndCoeff(const LocalTensor<float>& sums, float& rstd, float& coeff) {
+  // coeff = rstd * (rstd * mean(g x)) = rstd * mean(g * xhat), computed by the vector
+  // unit, read as scalars.
+  __aicore__ inline void RstdAndCoeff(const LocalTensor<float>& sums, float eps, float& rstd, float& coeff) {
     LocalTensor<float> dot = sums[8];
     Muls(sums, sums, t_.invCols, 1);
-    Adds(sums, sums, t_.eps, 1);
+    Adds(sums, sums, eps, 1);
     Rsqrt(sums, sums, 1);
-    Mul(dot, dot, sums, 1);
-    Mul(dot, dot, sums, 1);
-    Mul(dot, dot, sums, 1);
     Muls(dot, dot, t_.invCols, 1);
+    Mul(dot, dot, sums, 1);
+    Mul(dot, dot, sums, 1);
     rstd = op_ext_kernel::ReadScalarAfterVector(sums);
     coeff = sums.GetValue(8);
   }
 
-  // dx = rstd * g - coeff * x, into `dx` (n elements); g is overwritten.
+  // dx = (g - x * coeff) * rstd (* scale, for a rescaled row), into `dx` (n elements).
   __aicore__ inline void WriteGradInput(const LocalTensor<T>& dx, const LocalTensor<float>& xf,
-                                        const LocalTensor<float>& g, float rstd, float coeff, int32_t n) {
+                                        const LocalTensor<float>& g, float rstd, float coeff, float scale,
+                                        int32_t n) {
     LocalTensor<float> tmp = tmp_.template Get<float>();
     Muls(tmp, xf, -coeff, n);
-    Muls(g, g, rstd, n);
+    Add(tmp, tmp, g, n);
     if constexpr (kIsFloat) {
-      Add(dx, g, tmp, n);
+      if (scale != 1.0f) {
+        Muls(tmp, tmp, rstd, n);
+        Muls(dx, tmp, scale, n);  // last: the only step that may land on subnormals
+      } else {
+        Muls(dx, tmp, rstd, n);
+      }
     } else {
-      Add(tmp, g, tmp, n);
+      Muls(tmp, tmp, rstd, n);
+      if (scale != 1.0f) Muls(tmp, tmp, scale, n);
       Cast(dx, tmp, RoundMode::CAST_RINT, static_cast<uint32_t>(n));
     }
+  }
+
+  // A split row whose sum of squares overflowed: max|x| over a pass, then the sums
+  // of (x s)^2 and g * (x s) over another; rstd and coeff are then rstd_s and c2_s.
+  __aicore__ inline void RescaleSplitRow(uint64_t row, float& rstd, float& coeff, float& scale) {
+    LocalTensor<float> stat = stat_.template Get<float>();
+    LocalTensor<float> acc = acc_.template Get<float>();
+    float maxAbs = 0.0f;
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      LocalTensor<T> w, x, dy;
+      LocalTensor<float> xf, g;
+      LoadChunk(row, c, len, w, x, dy, xf, g);
+      maxAbs = op_ext_kernel::MaxOrNan(
+          maxAbs, op_ext_kernel::RowMaxAbs(stat, xf, tmp_.template Get<float>(), work_.template Get<float>(),
+                                           static_cast<int32_t>(len)));
+      ReleaseChunk(w, x, dy);
+    }
+    if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
+    const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+    Duplicate(acc, 0.0f, 16);
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      LocalTensor<T> w, x, dy;
+      LocalTensor<float> xf, g;
+      LoadChunk(row, c, len, w, x, dy, xf, g);
+      Muls(xf, xf, s, static_cast<int32_t>(len));
+      RowSums(xf, g, static_cast<int32_t>(len), stat);
+      Add(acc, acc, stat, 1);
+      Add(acc[8], acc[8], stat[8], 1);
+      ReleaseChunk(w, x, dy);
+    }
+    RstdAndCoeff(acc, t_.eps * s * s, rstd, coeff);
+    scale = s;
   }
 
   // `count` elements of `t` in float: `t` itself for float, else cast into `buf`.
@@ -343,8 +408,8 @@ class KernelRmsNormGrad {
       x = inQueueX_.template DeQue<T>();
       dy = inQueueDy_.template DeQue<T>();
       const float rstd = rstdGm_.GetValue(RstdIndex(r));
-      Mul(tmp, AsFloat(dy, gradF_, width), AsFloat(x, inputF_, width), n);
-      Muls(tmp, tmp, rstd, n);
+      Muls(tmp, AsFloat(x, inputF_, width), rstd, n);  // x * rstd first: dy * x may overflow
+      Mul(tmp, tmp, AsFloat(dy, gradF_, width), n);
       Add(acc, acc, tmp, n);
       inQueueX_.FreeTensor(x);
       inQueueDy_.FreeTensor(dy);
