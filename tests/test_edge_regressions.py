@@ -278,3 +278,42 @@ def test_inference_mode_call_inside_inference_mode():
         y = ops.rms_norm(x, [4], w)
     assert y.is_inference()
     torch.testing.assert_close(y, F.rms_norm(x, [4], w, eps=torch.finfo(torch.float32).eps))
+
+
+# ---- found by the fuzz suite (tests/test_fuzz.py) ------------------------------------
+
+
+@pytest.mark.parametrize("value", [0.1, 3.0, -7.3, 1e-3])
+def test_layer_norm_eps0_constant_row_with_inexact_mean_gives_nan(kernel_device, value):
+    # A float mean of 769 copies of 0.1 is a few ulp off 0.1, so the centred row
+    # was +-1 ulp and eps = 0 turned it into +-1 instead of 0 * inf = NaN.
+    x = torch.full((2, 769), value, device=kernel_device)
+    assert torch.isnan(ops.layer_norm(x, [769], eps=0.0)).all()
+    dy = torch.randn(2, 769, device=kernel_device)
+    dx, _, _ = torch.ops.custom.layer_norm_backward(dy, x, [769], None, None, 0.0)
+    assert torch.isnan(dx).all()
+
+
+def test_layer_norm_row_with_large_mean_matches_float64(kernel_device):
+    # |mean| * rstd = 1e4: the refined mean keeps the outputs at float accuracy.
+    g = torch.Generator().manual_seed(0)
+    x = (1e4 + torch.randn(4, 1000, generator=g, dtype=torch.float64)).float().to(kernel_device)
+    y = ops.layer_norm(x, [1000], eps=0.0)
+    assert_close_f64(y, F.layer_norm(x.double(), [1000], eps=0.0), rtol=0, atol=2e-3)
+    dy = torch.randn(4, 1000, generator=g).to(kernel_device)
+    dx, _, _ = torch.ops.custom.layer_norm_backward(dy, x, [1000], None, None, 0.0)
+    x64 = x.double().requires_grad_()
+    F.layer_norm(x64, [1000], eps=0.0).backward(dy.double())
+    assert_close_f64(dx, x64.grad, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("op", ["gelu", "geglu"])
+def test_gelu_tanh_backward_of_huge_inputs_is_not_nan(kernel_device, op):
+    # u' = sqrt(2/pi) (1 + 3 c x^2) overflowed for |x| > ~7e12 and met s (1 - s) = 0.
+    x = torch.tensor([4.25e37, -4.25e37, 7e12, -7e12, 1e20, 12.0, -12.0], device=kernel_device)
+    dy = torch.ones_like(x)
+    if op == "gelu":
+        dx = torch.ops.custom.gelu_backward(dy, x, "tanh")
+    else:
+        dx, _ = torch.ops.custom.geglu_backward(dy, x, torch.ones_like(x), "tanh")
+    assert torch.equal(dx.cpu(), torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0])), dx

@@ -173,6 +173,9 @@ __aicore__ inline void GeluTanhGrad(const AscendC::LocalTensor<float>& dx, const
   Adds(s2, s2, 1.0f, n);
   Mul(s2, s2, s1, n);     // s (1 - s)
   Mul(s2, s2, x, n);
+  // x^2 <= 1e36 in u' so that it cannot overflow: past |x| = 1e18, s (1 - s) is
+  // exactly 0 and the term is 0 either way, where inf * 0 gave NaN.
+  Mins(s0, s0, 1e36f, n);
   Muls(s0, s0, 3.0f * kTanhCubic, n);
   Adds(s0, s0, 1.0f, n);
   Muls(s0, s0, 2.0f * kTanhScale, n);

@@ -17,6 +17,7 @@ struct GeluMath {
   static constexpr Acc kInvSqrt2Pi = Acc(0.39894228040143267794);  // 1/sqrt(2*pi)
   static constexpr Acc kSqrt2OverPi = Acc(0.79788456080286535588);  // sqrt(2/pi)
   static constexpr Acc kTanhCoeff = Acc(0.044715);
+  static constexpr Acc kDerivClamp = std::is_same_v<Acc, float> ? Acc(1e18) : Acc(1e150);
 
   // The tanh form uses 0.5 * (1 + tanh(u)) == sigmoid(2u) == 1 / (1 + exp(-2u)):
   // one exp and one division instead of a vectorised tanh, which costs about
@@ -49,8 +50,12 @@ struct GeluMath {
     const AVec x2 = x * x;
     if (approx == GeluApprox::Tanh) {
       // d/dx [x * s(2u)] = s + x * 2 s (1 - s) * u',  u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+      // u' is taken at x clamped to +-kDerivClamp, where x^2 cannot overflow: past
+      // it s is exactly 0 or 1, so the term is 0 either way, where an overflowed
+      // u' made it inf * 0 = NaN.
       const AVec s = tanh_form_cdf(x, x2);
-      const AVec du = AVec(Acc(2) * kSqrt2OverPi) * (one + AVec(Acc(3) * kTanhCoeff) * x2);
+      const AVec xc = at::vec::clamp(x, AVec(-kDerivClamp), AVec(kDerivClamp));
+      const AVec du = AVec(Acc(2) * kSqrt2OverPi) * (one + AVec(Acc(3) * kTanhCoeff) * xc * xc);
       y = x * s;
       dy = s + y * (one - s) * du;
       return;

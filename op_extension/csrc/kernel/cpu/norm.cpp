@@ -325,6 +325,107 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a) {
   });
 }
 
+// ---- LayerNorm statistics ----------------------------------------------------------
+//
+// Mean and variance in two passes over the cached row (no cancellation of
+// E[x^2] - E[x]^2 for rows with a large mean), of x * scale where the row's
+// statistics overflowed (see overflow_scale).
+
+// sum(x * scale) over the row.
+template <typename T, bool kScaled>
+acc_t<T> row_sum(const T* x, int64_t cols, acc_t<T> scale) {
+  using AVec = Vectorized<acc_t<T>>;
+  const AVec s(scale);
+  AVec s_lo(0), s_hi(0);
+  for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
+    AVec lo, hi;
+    load_slice(x + i, count, lo, hi);
+    if constexpr (kScaled) {
+      lo = lo * s;
+      hi = hi * s;
+    }
+    s_lo = s_lo + lo;
+    s_hi = s_hi + hi;
+  });
+  return reduce_add(s_lo + s_hi);
+}
+
+// d = x * scale - mean over the row: (sum(d) if kWithSum, else 0; sum(d^2)).
+// Prefetches next_row (if not null) while the row is read from cache.
+template <typename T, bool kScaled, bool kWithSum>
+std::pair<acc_t<T>, acc_t<T>> centered_sums(const T* x, int64_t cols, acc_t<T> scale, acc_t<T> mean,
+                                            const T* next_row) {
+  using Acc = acc_t<T>;
+  using AVec = Vectorized<Acc>;
+  const AVec s(scale), m(mean);
+  AVec d_lo(0), d_hi(0), v_lo(0), v_hi(0);
+  for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
+    if (next_row != nullptr) prefetch_bytes(next_row + i, count * sizeof(T));
+    AVec lo, hi;
+    load_slice(x + i, count, lo, hi);
+    if constexpr (kScaled) {
+      lo = at::vec::fmsub(lo, s, m);
+      hi = at::vec::fmsub(hi, s, m);
+    } else {
+      lo = lo - m;
+      hi = hi - m;
+    }
+    if (count != Vec2<T>::kStep) zero_tail(lo, hi, count);
+    if constexpr (kWithSum) {
+      d_lo = d_lo + lo;
+      d_hi = d_hi + hi;
+    }
+    v_lo = at::vec::fmadd(lo, lo, v_lo);
+    v_hi = at::vec::fmadd(hi, hi, v_hi);
+  });
+  return {kWithSum ? reduce_add(d_lo + d_hi) : Acc(0), reduce_add(v_lo + v_hi)};
+}
+
+// The float mean of a row is off by a few ulp of |mean|, and every centred
+// value carries that error into the output, scaled by rstd. Where
+// |mean| * rstd > kMeanRefineRatio this is more than a few ulp of the result:
+// a constant row with eps = 0 gave +-1 instead of 0 * inf = NaN. Such rows
+// correct their mean by mean(x - mean), which makes a constant row's mean exact,
+// and recompute the variance; other rows pay one comparison.
+constexpr int kMeanRefineRatio = 16;
+
+template <typename Acc>
+bool mean_needs_refining(Acc mean, Acc var, Acc eps) {
+  return mean * mean > Acc(kMeanRefineRatio * kMeanRefineRatio) * (var + eps);
+}
+
+// The statistics of one LayerNorm row: xhat = (x * scale - mean) * rstd, where
+// mean and rstd are those of x * scale; scaled is false (scale 1) unless the
+// row's statistics overflowed. The true rstd is rstd * scale.
+template <typename Acc>
+struct LayerNormRow {
+  Acc scale, mean, var, eps;
+  bool scaled;
+};
+
+template <typename T>
+LayerNormRow<acc_t<T>> layer_norm_row(const T* x, int64_t cols, acc_t<T> eps, const T* next_row) {
+  using Acc = acc_t<T>;
+  const Acc n = static_cast<Acc>(cols);
+  LayerNormRow<Acc> row{Acc(1), row_sum<T, false>(x, cols, Acc(1)) / n, Acc(0), eps, false};
+  row.var = centered_sums<T, false, false>(x, cols, Acc(1), row.mean, next_row).second / n;
+  if (!std::isfinite(row.mean) || !std::isfinite(row.var)) {
+    const Acc scale = overflow_scale(row_abs_max(x, cols));
+    if (scale != Acc(0)) {
+      row = {scale, row_sum<T, true>(x, cols, scale) / n, Acc(0), eps * scale * scale, true};
+      row.var = centered_sums<T, true, false>(x, cols, scale, row.mean, nullptr).second / n;
+    }
+  }
+  if (mean_needs_refining(row.mean, row.var, row.eps)) {
+    with_scaling(row.scaled, [&](auto scaled_tag) {
+      constexpr bool kScaled = decltype(scaled_tag)::value;
+      row.mean += centered_sums<T, kScaled, true>(x, cols, row.scale, row.mean, nullptr).first / n;
+      row.var = centered_sums<T, kScaled, false>(x, cols, row.scale, row.mean, nullptr).second / n;
+    });
+  }
+  return row;
+}
+
 template <typename T>
 void layer_norm_forward_typed(const LayerNormArgs& a) {
   using Acc = acc_t<T>;
@@ -335,59 +436,16 @@ void layer_norm_forward_typed(const LayerNormArgs& a) {
   T* output = static_cast<T*>(a.output);
   const int64_t cols = a.cols;
   const Acc eps = static_cast<Acc>(a.eps);
-  const Acc n = static_cast<Acc>(cols);
 
   parallel_range(a.rows, row_grain(cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* x = input + r * cols;
       T* y = output + r * cols;
-      const bool prefetch_next = r + 1 < end;
-      // Two-pass mean and variance of x * s: the row is in cache, and this
-      // avoids the cancellation of E[x^2] - E[x]^2 for rows with a large mean.
-      auto moments = [&](auto scaled_tag, Acc scale, bool prefetch) {
-        const AVec s(scale);
-        AVec s_lo(Acc(0)), s_hi(Acc(0));
-        for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
-          AVec lo, hi;
-          load_slice(x + i, count, lo, hi);
-          if constexpr (decltype(scaled_tag)::value) {
-            lo = lo * s;
-            hi = hi * s;
-          }
-          s_lo = s_lo + lo;
-          s_hi = s_hi + hi;
-        });
-        const Acc mean = reduce_add(s_lo + s_hi) / n;
-        const AVec mean_v(mean);
-        AVec v_lo(Acc(0)), v_hi(Acc(0));
-        for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
-          if (prefetch) prefetch_bytes(x + cols + i, count * sizeof(T));
-          AVec lo, hi;
-          load_slice(x + i, count, lo, hi);
-          if constexpr (decltype(scaled_tag)::value) {
-            lo = at::vec::fmsub(lo, s, mean_v);
-            hi = at::vec::fmsub(hi, s, mean_v);
-          } else {
-            lo = lo - mean_v;
-            hi = hi - mean_v;
-          }
-          if (count != Vec2<T>::kStep) zero_tail(lo, hi, count);
-          v_lo = at::vec::fmadd(lo, lo, v_lo);
-          v_hi = at::vec::fmadd(hi, hi, v_hi);
-        });
-        return std::make_pair(mean, reduce_add(v_lo + v_hi) / n);
-      };
-      auto [mean_s, var] = moments(std::false_type{}, Acc(1), prefetch_next);
-      const Acc scale = std::isfinite(mean_s) && std::isfinite(var)
-                            ? Acc(0)
-                            : overflow_scale(row_abs_max(x, cols));
-      const bool scaled = scale != Acc(0);
-      if (scaled) std::tie(mean_s, var) = moments(std::true_type{}, scale, false);
-      // xhat = (x * s - mean_s) * rstd_s, the statistics of the scaled row.
-      const AVec rstd(Acc(1) / std::sqrt(var + (scaled ? eps * scale * scale : eps)));
-      const AVec mean(mean_s);
-      const AVec s(scale);
-      with_scaling(scaled, [&](auto scaled_tag) {
+      const LayerNormRow<Acc> row = layer_norm_row(x, cols, eps, r + 1 < end ? x + cols : nullptr);
+      const AVec rstd(Acc(1) / std::sqrt(row.var + row.eps));
+      const AVec mean(row.mean);
+      const AVec s(row.scale);
+      with_scaling(row.scaled, [&](auto scaled_tag) {
         for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
           AVec lo, hi;
           load_slice(x + i, count, lo, hi);
@@ -439,38 +497,26 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a) {
     // With g = dy * w, d = x - mean and xhat = d * rstd:
     //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
     // written with xhat rather than rstd^2 * d * mean(g * d), whose rstd^2
-    // underflows for rows with a large spread. stats(s) returns, for the row
-    // x * s: its mean, mean(d^2), sum(g) and sum(g * d); s is 1 in the common case.
+    // underflows for rows with a large spread. The statistics follow
+    // layer_norm_row (the forward's), with the gradient sums taken in the
+    // variance pass: stats(s, mean) returns, for d = x * s - mean, sum(d^2),
+    // sum(g) and sum(g * d).
     struct Stats {
-      Acc mean, var, g_sum, gd_sum;
+      Acc sq_sum, g_sum, gd_sum;
     };
-    auto stats = [&](auto scaled_tag, Acc scale) {
-      const AVec s(scale);
-      AVec s_lo(Acc(0)), s_hi(Acc(0));
-      for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
-        AVec lo, hi;
-        load_slice(x + i, count, lo, hi);
-        if constexpr (decltype(scaled_tag)::value) {
-          lo = lo * s;
-          hi = hi * s;
-        }
-        s_lo = s_lo + lo;
-        s_hi = s_hi + hi;
-      });
-      const Acc mean = reduce_add(s_lo + s_hi) / n;
-      const AVec mean_v(mean);
-      AVec v_lo(Acc(0)), v_hi(Acc(0)), g_sum_lo(Acc(0)), g_sum_hi(Acc(0)), gd_lo(Acc(0)),
-          gd_hi(Acc(0));
+    auto stats = [&](auto scaled_tag, Acc scale, Acc mean) {
+      const AVec s(scale), m(mean);
+      AVec v_lo(0), v_hi(0), g_sum_lo(0), g_sum_hi(0), gd_lo(0), gd_hi(0);
       for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
         AVec d_lo, d_hi, g_lo, g_hi;
         load_slice(x + i, count, d_lo, d_hi);
         load_slice(dy + i, count, g_lo, g_hi);
         if constexpr (decltype(scaled_tag)::value) {
-          d_lo = at::vec::fmsub(d_lo, s, mean_v);
-          d_hi = at::vec::fmsub(d_hi, s, mean_v);
+          d_lo = at::vec::fmsub(d_lo, s, m);
+          d_hi = at::vec::fmsub(d_hi, s, m);
         } else {
-          d_lo = d_lo - mean_v;
-          d_hi = d_hi - mean_v;
+          d_lo = d_lo - m;
+          d_hi = d_hi - m;
         }
         if (count != Vec2<T>::kStep) zero_tail(d_lo, d_hi, count);
         if (weight != nullptr) {
@@ -486,19 +532,32 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a) {
         gd_lo = at::vec::fmadd(g_lo, d_lo, gd_lo);
         gd_hi = at::vec::fmadd(g_hi, d_hi, gd_hi);
       });
-      return Stats{mean, reduce_add(v_lo + v_hi) / n, reduce_add(g_sum_lo + g_sum_hi),
-                   reduce_add(gd_lo + gd_hi)};
+      return Stats{reduce_add(v_lo + v_hi), reduce_add(g_sum_lo + g_sum_hi), reduce_add(gd_lo + gd_hi)};
     };
-    Stats st = stats(std::false_type{}, Acc(1));
-    const Acc scale = std::isfinite(st.mean) && std::isfinite(st.var) && std::isfinite(st.gd_sum)
-                          ? Acc(0)
-                          : overflow_scale(row_abs_max(x, cols));
-    const bool scaled = scale != Acc(0);
-    if (scaled) st = stats(std::true_type{}, scale);
-    // rstd of the (scaled) row; the true rstd is rstd_s * scale.
-    const Acc rstd_s = Acc(1) / std::sqrt(st.var + (scaled ? eps * scale * scale : eps));
+    Acc scale = Acc(1), eps_row = eps, mean = row_sum<T, false>(x, cols, Acc(1)) / n;
+    Stats st = stats(std::false_type{}, scale, mean);
+    bool scaled = false;
+    if (!std::isfinite(mean) || !std::isfinite(st.sq_sum) || !std::isfinite(st.gd_sum)) {
+      const Acc s = overflow_scale(row_abs_max(x, cols));
+      if (s != Acc(0)) {
+        scaled = true;
+        scale = s;
+        eps_row = eps * s * s;
+        mean = row_sum<T, true>(x, cols, scale) / n;
+        st = stats(std::true_type{}, scale, mean);
+      }
+    }
+    if (mean_needs_refining(mean, st.sq_sum / n, eps_row)) {
+      with_scaling(scaled, [&](auto scaled_tag) {
+        constexpr bool kScaled = decltype(scaled_tag)::value;
+        mean += centered_sums<T, kScaled, true>(x, cols, scale, mean, nullptr).first / n;
+        st = stats(scaled_tag, scale, mean);
+      });
+    }
+    // rstd of the (scaled) row; the true rstd is rstd * scale.
+    const Acc rstd_s = Acc(1) / std::sqrt(st.sq_sum / n + eps_row);
     const AVec rstd(rstd_s);
-    const AVec mean(st.mean);
+    const AVec mean_v(mean);
     const AVec mean_g(st.g_sum / n);
     const AVec mean_gxhat(rstd_s * (st.gd_sum / n));
     const AVec s(scale);
@@ -509,11 +568,11 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a) {
         load_slice(dy + i, count, dy_lo, dy_hi);
         AVec xhat_lo, xhat_hi;
         if constexpr (decltype(scaled_tag)::value) {
-          xhat_lo = at::vec::fmsub(x_lo, s, mean) * rstd;
-          xhat_hi = at::vec::fmsub(x_hi, s, mean) * rstd;
+          xhat_lo = at::vec::fmsub(x_lo, s, mean_v) * rstd;
+          xhat_hi = at::vec::fmsub(x_hi, s, mean_v) * rstd;
         } else {
-          xhat_lo = (x_lo - mean) * rstd;
-          xhat_hi = (x_hi - mean) * rstd;
+          xhat_lo = (x_lo - mean_v) * rstd;
+          xhat_hi = (x_hi - mean_v) * rstd;
         }
         AVec g_lo = dy_lo, g_hi = dy_hi;
         if (weight != nullptr) {

@@ -43,8 +43,13 @@ struct GeluMath {
     const Acc x2 = x * x;
     if (approx == GeluApprox::Tanh) {
       // d/dx [x * s(2u)] = s + x * 2 s (1 - s) * u',  u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+      // u' is taken at x clamped to +-kDerivClamp, where x^2 cannot overflow: past
+      // it s is exactly 0 or 1, so the term is 0 either way, where an overflowed
+      // u' made it inf * 0 = NaN.
+      constexpr Acc kDerivClamp = sizeof(Acc) == 4 ? Acc(1e18) : Acc(1e150);
       const Acc s = tanh_form_cdf(x, x2);
-      const Acc du = Acc(2) * kSqrt2OverPi * (Acc(1) + Acc(3) * kTanhCoeff * x2);
+      const Acc xc = x < -kDerivClamp ? -kDerivClamp : (x > kDerivClamp ? kDerivClamp : x);
+      const Acc du = Acc(2) * kSqrt2OverPi * (Acc(1) + Acc(3) * kTanhCoeff * xc * xc);
       return s + x * s * (Acc(1) - s) * du;
     }
     const Acc pdf = dev_exp(Acc(-0.5) * x2) * kInvSqrt2Pi;

@@ -296,6 +296,16 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
 
 // ---- LayerNorm forward --------------------------------------------------------------
 
+// The float mean of a row is off by a few ulp of |mean|, which rstd carries
+// into every output. Where |mean| * rstd > 16 that is more than a few ulp of
+// the result (a constant row with eps = 0 gave +-1 instead of 0 * inf = NaN):
+// such rows correct the mean by mean(x - mean), which makes a constant row's
+// mean exact, and recompute their statistics (as kernel/cpu/norm.cpp).
+template <typename Acc>
+__device__ __forceinline__ bool mean_needs_refining(Acc mean, Acc var, Acc eps) {
+  return mean * mean > Acc(256) * (var + eps);
+}
+
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
     layer_norm_forward_kernel(LayerNormArgs a, bool cached) {
@@ -359,6 +369,18 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         mean = sum[0] / n;
         variance(s);
       }
+    }
+    if (mean_needs_refining(mean, var[0] / n, eps_scaled)) {
+      sum[0] = Acc(0);
+      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        Acc xv[kVec];
+        load_acc<kVec>(src + v * kVec, xv);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) sum[0] += (scale != Acc(1) ? xv[e] * scale : xv[e]) - mean;
+      }
+      block_reduce(sum, SumOp{});
+      mean += sum[0] / n;
+      variance(scale);
     }
     const Acc rstd = Acc(1) / dev_sqrt(var[0] / n + eps_scaled);
     for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
@@ -490,6 +512,18 @@ __global__ void __launch_bounds__(kMaxRowThreads)
           mean = sum[0] / n;
           row_sums(s);
         }
+      }
+      if (mean_needs_refining(mean, sums[0] / n, eps_scaled)) {
+        sum[0] = Acc(0);
+        for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+          Acc xv[kVec];
+          load_acc<kVec>(x_src + v * kVec, xv);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) sum[0] += (scale != Acc(1) ? xv[e] * scale : xv[e]) - mean;
+        }
+        block_reduce(sum, SumOp{});
+        mean += sum[0] / n;
+        row_sums(scale);
       }
       // rstd of the scaled row; the true rstd is rstd * scale.
       const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps_scaled);
