@@ -629,7 +629,8 @@ def compare(what: str, got: torch.Tensor, expected64: torch.Tensor, mag: torch.T
         big = torch.finfo(dtype).max
         undefined_limit = torch.isnan(exp) & (a.abs() == big) if nan_means_undefined else torch.zeros_like(a, dtype=torch.bool)
         a = torch.where(torch.isnan(exp) & ((a == 0) | undefined_limit), torch.full_like(a, math.nan), a)
-        exp = torch.where(torch.isinf(exp), exp.sign() * big, exp)
+        saturated_inf = torch.isinf(exp)
+        exp = torch.where(saturated_inf, exp.sign() * big, exp)
     if nan_means_undefined:
         undefined = torch.isnan(exp) & torch.isinf(a)
         a = torch.where(undefined, torch.full_like(a, math.nan), a)
@@ -647,6 +648,8 @@ def compare(what: str, got: torch.Tensor, expected64: torch.Tensor, mag: torch.T
     rtol = tol["out_ulps"] * torch.finfo(dtype).eps + (tol["pointwise"] + tol["per_sqrt_n"] * math.sqrt(max(n, 1))) * eps_c
     atol = torch.finfo(dtype).tiny + torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).tiny * 2**25
     bound = atol + rtol * mag.expand_as(exp)
+    if saturated:
+        bound = torch.where(saturated_inf, torch.zeros_like(bound), bound)  # exactly +-max
     err = (a - exp).abs()
     bad = finite & ~(err <= bound)
     if bad.any():
@@ -733,6 +736,9 @@ def ascend_310p_rejects(case: Case, args) -> bool:
 
 
 ROW_OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "softmax")
+# Ops whose Ascend kernels compute (add) or re-read (fused_add_rms_norm's stored
+# residualOut) 16-bit intermediates, which Ascend310P saturates.
+SATURATED_16BIT_OPS = ("add", "fused_add_rms_norm")
 
 
 def run_target(case: Case, target: str, args: tuple):
@@ -763,13 +769,22 @@ def check_case(case: Case, target: str) -> None:
     assert len(outs) == len(refs), f"{len(outs)} outputs, expected {len(refs)}; Reproduce: {repro}"
     key = f"{case.op}.{'backward' if case.backward else 'forward'}"
     tol = tolerance(target, case.dtype, key)
+    saturated = target == "ascend-Ascend310P" and case.dtype in (torch.float16, torch.bfloat16)
+    if saturated and case.op in SATURATED_16BIT_OPS and not case.backward and any(
+            r is not None and not torch.isfinite(r[0]).all() for r in refs):
+        # Past float16's range these ops' results are those of saturated float16
+        # arithmetic, not torch's (docs/ascend.md); all the hardware can promise is
+        # finite outputs (no inf or NaN exists in its float16 results).
+        for k, out in enumerate(outs):
+            assert torch.isfinite(out).all(), f"{key} output {k}: inf/NaN under saturation; Reproduce: {repro}"
+        return
     for k, (out, ref) in enumerate(zip(outs, refs)):
         if ref is None:
             continue
         e, m, n = ref
         compare(f"{key} output {k}", out, e, m, n, case.dtype, tol, repro,
                 nan_means_undefined=(case.backward and case.op in ROW_OPS) or case.op in ("swiglu", "geglu"),
-                saturated=target == "ascend-Ascend310P" and case.dtype in (torch.float16, torch.bfloat16))
+                saturated=saturated)
     for k, (b, a) in enumerate(zip(before, args)):
         if b is not None:
             assert torch.equal(b, _bits(a)), f"input {k} was modified; Reproduce: {repro}"
