@@ -73,15 +73,20 @@ def _rms_norm_eps(eps, x: torch.Tensor) -> float:
     return torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps
 
 
-def _configure(soc: str, options: dict) -> None:
+def _configure(soc: str, options: dict, sat_mode: str | None = None) -> None:
     ub_size = options.pop("_ub_size", None)
     core_num = options.pop("_core_num", None)
-    _ascend_sim.configure(soc, ub_size, core_num)
+    _ascend_sim.configure(soc, ub_size, core_num, sat_mode)
 
 
-def run(op: str, *args, soc: str = "Ascend910B", **kwargs):
-    """Forward op `op` (one of _FORWARD_OPS) on the simulated `soc`."""
-    _configure(soc, kwargs)
+def run(op: str, *args, soc: str = "Ascend910B", sat_mode: str | None = None, **kwargs):
+    """Forward op `op` (one of _FORWARD_OPS) on the simulated `soc`.
+
+    `sat_mode`: the device's float overflow mode, as aclrtSetDeviceSatMode sets it:
+    "saturation" (float16/bfloat16 results: inf -> +-max, NaN -> 0) or "inf_nan";
+    None is the SoC's default (Ascend910B: inf_nan; Ascend310P: saturation, its only mode).
+    """
+    _configure(soc, kwargs, sat_mode)
     if op not in _FORWARD_OPS:
         raise ValueError(f"ascend_sim: no Ascend kernel for op {op!r} (available: {', '.join(_FORWARD_OPS)})")
     if op == "add" and len(args) >= 2 and not isinstance(args[1], torch.Tensor):
@@ -108,9 +113,9 @@ def run(op: str, *args, soc: str = "Ascend910B", **kwargs):
     return _ascend_sim.rms_norm(x, _shape_list(op, a["normalized_shape"]), a["weight"], _rms_norm_eps(a["eps"], x))
 
 
-def run_backward(op: str, *args, soc: str = "Ascend910B", **kwargs):
-    """Backward op of `op` (custom::<op>_backward's arguments) on the simulated `soc`."""
-    _configure(soc, kwargs)
+def run_backward(op: str, *args, soc: str = "Ascend910B", sat_mode: str | None = None, **kwargs):
+    """Backward op of `op` (custom::<op>_backward's arguments) on the simulated `soc` (`sat_mode`: as run)."""
+    _configure(soc, kwargs, sat_mode)
     if op not in _OPS:
         raise ValueError(f"ascend_sim: no Ascend backward kernel for op {op!r} (available: {', '.join(_OPS)})")
     a = _bind(f"{op}_backward", args, kwargs)
@@ -123,10 +128,10 @@ def run_backward(op: str, *args, soc: str = "Ascend910B", **kwargs):
                                          _rms_norm_eps(a["eps"], x))
 
 
-def _run_misuse(name: str, soc: str = "Ascend910B") -> None:
+def _run_misuse(name: str, soc: str = "Ascend910B", sat_mode: str | None = None) -> None:
     """Runs one of the simulator's planted-mistake kernels (csrc/ascendc_sim/misuse);
     raises RuntimeError with the simulator's report. "clean" runs without error."""
-    _ascend_sim.configure(soc, None, None)
+    _ascend_sim.configure(soc, None, None, sat_mode)
     _ascend_sim._run_misuse(name)
 
 

@@ -393,6 +393,9 @@ def test_layer_norm_eps0_constant_row_gives_nan(options, dtype, soc):
     x = constants.expand(32, cols).contiguous().to(dtype)
     out = ascend_sim.run("layer_norm", x, [cols], None, None, 0.0, soc=soc, **options)
     assert torch.isnan(torch.nn.functional.layer_norm(x.float(), [cols], eps=0.0)).all()
+    if soc == "Ascend310P" and dtype != torch.float32:
+        assert (out == 0).all(), out[:, :4]  # saturation mode: a NaN float16 result is 0 (docs/ascend.md)
+        return
     assert torch.isnan(out).all(), out[:, :4]
     if soc == "Ascend910B" and not options:
         three = ascend_sim.run("layer_norm", torch.full((1, 3), 0.1, dtype=dtype), [3], None, None, 0.0, soc=soc)
@@ -550,6 +553,15 @@ MISUSE = [
     ("core_race", r"core 1 overwrites byte \d+ of GM buffer 'aclrtMalloc buffer' that core 0 wrote with a different "
                   r"value in the same launch"),
     ("padding_read", r"wrote NaN to element 5 \(it computed on undefined UB bytes\)"),
+    # Issue 12: API rules the kernels had broken.
+    ("reduce_max_small_work", r"ReduceMax: work tensor \(sharedTmpBuffer\) has 8 elements; reducing 320 elements of "
+                              r"float on Ascend910B needs at least 16 \(rule: reduce work size"),
+    ("reduce_work_overlaps_source", r"ReduceMax: work tensor UB\+256\.\.288 partly overlaps the source UB\+0\.\.512 "
+                                    r"\(rule: reduce work aliasing"),
+    ("cast_none_to_bf16", r"Cast: RoundMode::CAST_NONE is not supported for float -> bfloat16_t on Ascend910B "
+                          r"\(rule: Cast round modes per SoC, Cast API page; supported: CAST_RINT, CAST_FLOOR, "
+                          r"CAST_CEIL, CAST_ROUND, CAST_TRUNC\); on hardware no instruction runs"),
+    ("rsqrt_rstd", r"kernel rsqrt_rstd: dst\[\d+\] = \S+ but 1/sqrt\(\d+\) = \S+: relative error \S+ > 1e-5"),
 ]
 
 
@@ -563,6 +575,70 @@ def test_misuse_is_reported(name, message):
 def test_misuse_control_kernel_runs():
     ascend_sim._run_misuse("clean", soc="Ascend910B")
     ascend_sim._run_misuse("clean", soc="Ascend310P")
+
+
+def test_inverse_square_root_by_sqrt_and_div_is_accurate():
+    # The control of "rsqrt_rstd": what the norm kernels do instead of Rsqrt.
+    for soc in ("Ascend910B", "Ascend310P"):
+        ascend_sim._run_misuse("sqrt_div_rstd", soc=soc)
+
+
+def test_cast_round_modes_are_per_soc():
+    # float -> half with CAST_RINT: fine on Atlas A2, an (empty) assert on Atlas inference.
+    ascend_sim._run_misuse("cast_rint_to_half", soc="Ascend910B")
+    with pytest.raises(RuntimeError, match=r"Cast: RoundMode::CAST_RINT is not supported for float -> half on "
+                                           r"Ascend310P \(rule: Cast round modes per SoC, Cast API page; supported: "
+                                           r"CAST_NONE, CAST_ODD\)"):
+        ascend_sim._run_misuse("cast_rint_to_half", soc="Ascend310P")
+
+
+def test_reduce_sum_work_is_needed_only_on_310p():
+    # 910B's first-n ReduceSum is one vcadd without the work tensor; 310P writes a partial per repeat.
+    ascend_sim._run_misuse("reduce_sum_small_work", soc="Ascend910B")
+    with pytest.raises(RuntimeError, match=r"ReduceSum: work tensor \(sharedTmpBuffer\) has 8 elements; reducing 1024 "
+                                           r"elements of float on Ascend310P needs at least 16"):
+        ascend_sim._run_misuse("reduce_sum_small_work", soc="Ascend310P")
+
+
+# ---------------------------------------------------------------------------
+# Overflow mode: Ascend310P saturates float16 results (inf -> +-max, NaN -> 0)
+# ---------------------------------------------------------------------------
+
+def test_310p_saturates_float16_results_910b_keeps_inf_nan():
+    # 16 elements: 310P moves whole 32-byte blocks only.
+    x = torch.tensor([60000.0, -60000.0, float("nan"), 1.0] * 4, dtype=torch.float16)
+    y = torch.tensor([60000.0, -60000.0, 1.0, float("inf")] * 4, dtype=torch.float16)
+    inf = float("inf")
+    a910 = ascend_sim.run("add", x, y)
+    torch.testing.assert_close(a910, torch.tensor([inf, -inf, float("nan"), inf] * 4, dtype=torch.float16),
+                               equal_nan=True)
+    expected = torch.tensor([65504.0, -65504.0, 0.0, 65504.0] * 4, dtype=torch.float16)
+    torch.testing.assert_close(ascend_sim.run("add", x, y, soc="Ascend310P"), expected)
+    # Selectable as on hardware (aclrtSetDeviceSatMode): 910B in saturation mode does the same.
+    torch.testing.assert_close(ascend_sim.run("add", x, y, sat_mode="saturation"), expected)
+    # float32 results are not saturated (CTRL[48] covers half and bfloat16 only).
+    f = ascend_sim.run("add", x.float() * 1e34, y.float() * 1e34, soc="Ascend310P")
+    assert f[0] == inf and f[1] == -inf and f[2].isnan()
+
+
+def test_310p_has_no_inf_nan_mode():
+    with pytest.raises(RuntimeError, match=r"Ascend310P supports only ACL_RT_OVERFLOW_MODE_SATURATION"):
+        ascend_sim.run("add", torch.ones(8), torch.ones(8), soc="Ascend310P", sat_mode="inf_nan")
+
+
+@pytest.mark.parametrize("soc,sat_mode", [("Ascend310P", None), ("Ascend910B", "saturation"), ("Ascend910B", None)])
+def test_gelu_float16_special_values_per_overflow_mode(soc, sat_mode):
+    # What the hardware returns, documented in docs/ascend.md: under saturation
+    # gelu(+inf) is 65504 (not inf) and the NaN results (gelu(-inf) = -inf * 0, a
+    # NaN input) are 0.
+    x = torch.tensor([float("inf"), float("-inf"), float("nan"), 1.0] * 4, dtype=torch.float16)
+    got = ascend_sim.run("gelu", x, soc=soc, sat_mode=sat_mode)
+    g1 = float(torch.nn.functional.gelu(torch.tensor(1.0)))
+    if soc == "Ascend310P" or sat_mode == "saturation":
+        expected = [65504.0, 0.0, 0.0, g1]
+    else:
+        expected = [float("inf"), float("nan"), float("nan"), g1]
+    torch.testing.assert_close(got, torch.tensor(expected * 4, dtype=torch.float16), equal_nan=True)
 
 
 def test_data_copy_pad_exists_only_on_910b():

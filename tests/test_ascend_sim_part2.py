@@ -226,6 +226,36 @@ def test_softmax_minus_inf_masks(dim, options):
     assert out.isnan().sum() == 64
 
 
+@pytest.mark.parametrize("soc", ["Ascend910B", "Ascend310P"])
+@pytest.mark.parametrize("cols", [320, 336, 1000, 4096])  # 310P: whole 32-byte rows
+def test_softmax_rows_reduce_max_work_is_large_enough(soc, cols):
+    # Issue 12: ReduceMax's work tensor was sized like ReduceSum's; from 320 floats
+    # ReduceMax's (value, index) pairs overran it (the simulator now refuses that).
+    x = rand(3, cols, scale=3)
+    torch.testing.assert_close(ascend_sim.run("softmax", x, -1, soc=soc), torch.softmax(x, -1))
+    (t,) = ascend_sim.tiling("softmax", [(3, cols, 1)], torch.float32, soc=soc)
+    assert t["reduceWorkLength"] >= 2 * (cols // 64) and t["reduceWorkLength"] % 8 == 0
+
+
+@pytest.mark.parametrize("dim", [-1, 0], ids=["rows", "columns"])
+def test_softmax_float16_masks_under_saturation(dim):
+    # Under saturation (Ascend310P's only mode) a 16-bit NaN result becomes 0. The
+    # rows path writes fully masked rows as NaN bits (torch's answer); the columns
+    # path does not, so on 310P a fully masked column is 0 (docs/ascend.md).
+    x = rand(64, 64, scale=2).half()
+    if dim == -1:
+        x[5] = float("-inf")
+    else:
+        x[:, 5] = float("-inf")
+    expected = torch.softmax(x.float(), dim).half()
+    for soc, sat_mode in [("Ascend310P", None), ("Ascend910B", "saturation")]:
+        out = ascend_sim.run("softmax", x, dim, soc=soc, sat_mode=sat_mode)
+        if dim == 0:
+            expected = expected.nan_to_num(0.0)
+        torch.testing.assert_close(out, expected, equal_nan=True, **ascend_tolerance(torch.float16, "softmax"))
+        assert out.isnan().sum() == (64 if dim == -1 else 0)
+
+
 def test_softmax_zero_dim_and_empty():
     x = torch.tensor(2.5)
     assert torch.equal(ascend_sim.run("softmax", x, 0), torch.tensor(1.0))

@@ -127,7 +127,8 @@ void CallAclnn(Prepare prepare, Run run) {
   if (status != ACLNN_SUCCESS) RaiseStatus(status);
 }
 
-void Configure(const std::string& soc, std::optional<int64_t> ubSize, std::optional<int64_t> coreNum) {
+void Configure(const std::string& soc, std::optional<int64_t> ubSize, std::optional<int64_t> coreNum,
+               std::optional<std::string> satMode) {
   const op_ext::ascend::SocSpec* spec = op_ext::ascend::FindSocSpec(soc);
   if (spec == nullptr || soc != spec->name) {
     std::string names;
@@ -142,6 +143,17 @@ void Configure(const std::string& soc, std::optional<int64_t> ubSize, std::optio
   dev.hasBfloat16 = spec->hasBfloat16;
   dev.reduceOrder = spec->reduceSumTree ? ascendc_sim::ReduceOrder::kRepeatsBinaryTree
                                         : ascendc_sim::ReduceOrder::kRepeatsSequential;
+  dev.npuArch = spec->npuArch;
+  dev.saturationOnly = spec->saturationOnly;
+  dev.saturation = spec->saturationOnly;  // the SoC's default overflow mode
+  if (satMode.has_value()) {
+    TORCH_CHECK(*satMode == "saturation" || *satMode == "inf_nan",
+                "ascend_sim: sat_mode must be 'saturation' or 'inf_nan', got '", *satMode, "'");
+    // As a program on the device would: the runtime call, which refuses modes the SoC lacks.
+    const aclError err = aclrtSetDeviceSatMode(*satMode == "saturation" ? ACL_RT_OVERFLOW_MODE_SATURATION
+                                                                          : ACL_RT_OVERFLOW_MODE_INFNAN);
+    TORCH_CHECK(err == ACL_SUCCESS, "ascend_sim: ", aclGetRecentErrMsg());
+  }
   if (ubSize.has_value()) {
     TORCH_CHECK(*ubSize >= 1024 && *ubSize <= (1 << 24) && *ubSize % 32 == 0,
                 "ascend_sim: ub_size must be a multiple of 32 in [1024, 16 MiB], got ", *ubSize);
@@ -350,7 +362,7 @@ void RunMisuse(const std::string& name) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "op_extension Ascend C kernels on the CPU simulator (see op_extension.ascend_sim)";
   m.def("configure", &Configure, pybind11::arg("soc"), pybind11::arg("ub_size") = pybind11::none(),
-        pybind11::arg("core_num") = pybind11::none());
+        pybind11::arg("core_num") = pybind11::none(), pybind11::arg("sat_mode") = pybind11::none());
   m.def("add", &Add);
   m.def("add_backward", &AddBackward);
   m.def("gelu", &Gelu);

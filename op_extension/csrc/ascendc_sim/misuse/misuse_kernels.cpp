@@ -4,6 +4,7 @@
 //
 // Each kernel copies 64 floats from `src` to `dst` (both 256 bytes of device
 // memory) the way a real kernel would, except for the one line marked MISTAKE.
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -178,6 +179,98 @@ void PaddingRead(GM_ADDR src, GM_ADDR dst) {
   que.FreeTensor(t);
 }
 
+// ---- API rules of issue 12 ------------------------------------------------------
+
+void ReduceMaxSmallWork(GM_ADDR, GM_ADDR) {
+  constexpr int32_t n = 320;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> data, work, stat;
+  pipe.InitBuffer(data, n * sizeof(float));
+  pipe.InitBuffer(work, 8 * sizeof(float));  // MISTAKE: ReduceSum's size; ReduceMax writes 2 x 5 floats
+  pipe.InitBuffer(stat, 32);
+  LocalTensor<float> x = data.Get<float>();
+  Duplicate(x, 1.0f, n);
+  ReduceMax(stat.Get<float>(), x, work.Get<float>(), n);
+}
+
+void ReduceWorkOverlapsSource(GM_ADDR, GM_ADDR) {
+  constexpr int32_t n = 128;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> data, stat;
+  pipe.InitBuffer(data, n * sizeof(float));
+  pipe.InitBuffer(stat, 32);
+  LocalTensor<float> x = data.Get<float>();
+  Duplicate(x, 1.0f, n);
+  ReduceMax(stat.Get<float>(), x, x[64], n);  // MISTAKE: work inside the source, past its start
+}
+
+void ReduceSumSmallWork(GM_ADDR, GM_ADDR) {
+  constexpr int32_t n = 1024;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> data, work, stat;
+  pipe.InitBuffer(data, n * sizeof(float));
+  // Fine on Ascend910B (its first-n ReduceSum is one vcadd, no work tensor);
+  // Ascend310P writes one partial per repeat: 16 floats.
+  pipe.InitBuffer(work, 8 * sizeof(float));
+  pipe.InitBuffer(stat, 32);
+  LocalTensor<float> x = data.Get<float>();
+  Duplicate(x, 1.0f, n);
+  ReduceSum(stat.Get<float>(), x, work.Get<float>(), n);
+}
+
+// Copies src to dst through a half (or bfloat16_t) tensor, narrowing with `mode`.
+template <typename Narrow>
+void CastThrough(GM_ADDR src, GM_ADDR dst, RoundMode mode) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  TBuf<TPosition::VECCALC> narrow;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  pipe.InitBuffer(narrow, kCount * sizeof(Narrow));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  que.EnQue(t);
+  t = que.DeQue<float>();
+  LocalTensor<Narrow> h = narrow.Get<Narrow>();
+  Cast(h, t, mode, kCount);
+  Cast(t, h, RoundMode::CAST_NONE, kCount);
+  DataCopy(b.dst, t, kCount);
+  que.FreeTensor(t);
+}
+
+// MISTAKE on Ascend310P: float -> half has CAST_NONE and CAST_ODD only there.
+void CastRintToHalf(GM_ADDR src, GM_ADDR dst) { CastThrough<half>(src, dst, RoundMode::CAST_RINT); }
+// MISTAKE on Ascend910B: float -> bfloat16_t has no CAST_NONE.
+void CastNoneToBf16(GM_ADDR src, GM_ADDR dst) { CastThrough<bfloat16_t>(src, dst, RoundMode::CAST_NONE); }
+
+// dst[i] = 1 / sqrt(src[i] + 1), the shape of a norm's rstd.
+void InvSqrtRows(GM_ADDR src, GM_ADDR dst, bool useRsqrt) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  TBuf<TPosition::VECCALC> ones;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  pipe.InitBuffer(ones, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  que.EnQue(t);
+  t = que.DeQue<float>();
+  Adds(t, t, 1.0f, kCount);
+  if (useRsqrt) {
+    Rsqrt(t, t, kCount);  // MISTAKE: Rsqrt misses a relative 1e-4 in float (Rsqrt API page)
+  } else {
+    Sqrt(t, t, kCount);
+    LocalTensor<float> one = ones.Get<float>();
+    Duplicate(one, 1.0f, kCount);
+    Div(t, one, t, kCount);
+  }
+  DataCopy(b.dst, t, kCount);
+  que.FreeTensor(t);
+}
+
+void RsqrtRstd(GM_ADDR src, GM_ADDR dst) { InvSqrtRows(src, dst, true); }
+void SqrtDivRstd(GM_ADDR src, GM_ADDR dst) { InvSqrtRows(src, dst, false); }
+
 #define OP_EXT_MISUSE_KERNEL(name, fn) \
   extern "C" __global__ __aicore__ void name(GM_ADDR src, GM_ADDR dst) { fn(src, dst); }
 
@@ -197,15 +290,25 @@ OP_EXT_MISUSE_KERNEL(misuse_global_out_of_bounds, GlobalOutOfBounds)
 OP_EXT_MISUSE_KERNEL(misuse_core_race, CoreRace)
 OP_EXT_MISUSE_KERNEL(misuse_data_copy_pad, DataCopyPadCall)
 OP_EXT_MISUSE_KERNEL(misuse_padding_read, PaddingRead)
+OP_EXT_MISUSE_KERNEL(misuse_reduce_max_small_work, ReduceMaxSmallWork)
+OP_EXT_MISUSE_KERNEL(misuse_reduce_work_overlaps_source, ReduceWorkOverlapsSource)
+OP_EXT_MISUSE_KERNEL(misuse_reduce_sum_small_work, ReduceSumSmallWork)
+OP_EXT_MISUSE_KERNEL(misuse_cast_rint_to_half, CastRintToHalf)
+OP_EXT_MISUSE_KERNEL(misuse_cast_none_to_bf16, CastNoneToBf16)
+OP_EXT_MISUSE_KERNEL(misuse_rsqrt_rstd, RsqrtRstd)
+OP_EXT_MISUSE_KERNEL(misuse_sqrt_div_rstd, SqrtDivRstd)
 
 // Runs misuse kernel `name` on 2 simulated cores over fresh device buffers;
 // returns the launch status (message in aclGetRecentErrMsg()). For
-// "padding_read" the check is on the result: fails if dst holds NaN.
+// "padding_read" the check is on the result: fails if dst holds NaN. For the
+// rstd kernels dst must hold 1 / sqrt(i + 1) to a relative 1e-5 (float32
+// reference tests ask for 1.3e-6).
 extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
   using Kernel = void (*)(GM_ADDR, GM_ADDR);
   struct Entry {
     const char* name;
     Kernel kernel;
+    bool rstd = false;  // dst[i] must be 1 / sqrt(i + 1)
   };
   static const Entry kEntries[] = {
       {"clean", misuse_clean},
@@ -222,10 +325,21 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
       {"core_race", misuse_core_race},
       {"data_copy_pad", misuse_data_copy_pad},
       {"padding_read", misuse_padding_read},
+      {"reduce_max_small_work", misuse_reduce_max_small_work},
+      {"reduce_work_overlaps_source", misuse_reduce_work_overlaps_source},
+      {"reduce_sum_small_work", misuse_reduce_sum_small_work},
+      {"cast_rint_to_half", misuse_cast_rint_to_half},
+      {"cast_none_to_bf16", misuse_cast_none_to_bf16},
+      {"rsqrt_rstd", misuse_rsqrt_rstd, true},
+      {"sqrt_div_rstd", misuse_sqrt_div_rstd, true},
   };
   Kernel kernel = nullptr;
+  bool rstd = false;
   for (const auto& e : kEntries) {
-    if (std::string(e.name) == name) kernel = e.kernel;
+    if (std::string(e.name) == name) {
+      kernel = e.kernel;
+      rstd = e.rstd;
+    }
   }
   if (kernel == nullptr) {
     ascendc_sim::HostState().lastError = std::string("unknown misuse kernel '") + name + "'";
@@ -245,7 +359,19 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
   if (err == ACL_SUCCESS) {
     float out[kCount];
     aclrtMemcpy(out, sizeof(out), dst, sizeof(out), ACL_MEMCPY_DEVICE_TO_HOST);
-    for (uint32_t i = 0; i < kCount; ++i) {
+    for (uint32_t i = 0; i < kCount && rstd; ++i) {
+      const double exact = 1.0 / std::sqrt(double(i) + 1.0);
+      const double rel = std::fabs(double(out[i]) - exact) / exact;
+      if (!(rel <= 1e-5)) {
+        ascendc_sim::HostState().lastError = std::string("kernel ") + name + ": dst[" + std::to_string(i) + "] = " +
+                                             std::to_string(out[i]) + " but 1/sqrt(" + std::to_string(i + 1) +
+                                             ") = " + std::to_string(exact) + ": relative error " +
+                                             std::to_string(rel) + " > 1e-5";
+        err = ACL_ERROR_FAILURE;
+        break;
+      }
+    }
+    for (uint32_t i = 0; i < kCount && err == ACL_SUCCESS; ++i) {
       if (out[i] != out[i]) {
         ascendc_sim::HostState().lastError = std::string("kernel ") + name + " wrote NaN to element " +
                                              std::to_string(i) + " (it computed on undefined UB bytes)";

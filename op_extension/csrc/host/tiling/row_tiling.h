@@ -41,11 +41,16 @@ RowPlan PlanRows(const char* op, uint64_t rows, uint64_t cols, uint32_t dtype, c
                  const std::function<uint64_t(uint64_t rowsPerTile, uint64_t rowStride)>& ubBytesForRows,
                  const std::function<uint64_t(uint64_t chunk)>& ubBytesForChunk);
 
-// Elements of the work tensor ReduceSum needs for `count` floats (CANN 8
-// ReduceSum page: one partial per 256-byte repeat, rounded up to whole blocks).
+// Elements of the work tensor (sharedTmpBuffer) that ReduceMax and ReduceSum of
+// `count` floats both fit in, on every SoC: ReduceMax's first pass writes a
+// (value, index) pair per 256-byte repeat even without calIndex (ReduceMax page,
+// "sharedTmpBuffer所需空间设置"), twice ReduceSum's one partial per repeat; rounded
+// up to 32-byte blocks. Repeats are counted rounded up, a little more than the
+// page's count / 64 (its tail repeat reuses the first pair). Sizing ReduceMax with
+// ReduceSum's formula overruns the work tensor from 320 floats on.
 inline uint64_t ReduceWorkFloats(uint64_t count) {
   const uint64_t repeats = count == 0 ? 1 : CeilDiv(count, 64);
-  return RoundUp(repeats, 8);
+  return RoundUp(2 * repeats, 8);
 }
 
 }  // namespace op_ext::ascend

@@ -11,14 +11,16 @@ namespace op_ext::ascend {
 
 const std::vector<SocSpec>& SocTable() {
   static const std::vector<SocSpec> table = {
-      {"Ascend910B", 48, 196608, true, true, false,
+      {"Ascend910B", 48, 196608, true, true, false, 2201, false,
        "CANN platform config Ascend910B2.ini ([SoCInfo] vector_core_cnt=48, [AICoreSpec] ub_size=196608); "
        "910B3/910B4 have 40 vector cores. DataCopyPad and bfloat16 casts: CANN 8 Ascend C API pages "
-       "(Atlas A2). ReduceSum adds repeat partials in order for the first-n form (ReduceSum page)."},
-      {"Ascend310P", 8, 262144, false, false, true,
+       "(Atlas A2). ReduceSum adds repeat partials in order for the first-n form (ReduceSum page). "
+       "Overflow mode: inf/NaN by default, saturation selectable (aclrtFloatOverflowMode page)."},
+      {"Ascend310P", 8, 262144, false, false, true, 2002, true,
        "CANN platform config Ascend310P3.ini ([SoCInfo] ai_core_cnt=8, [AICoreSpec] ub_size=262144), as quoted "
        "in public CANN-based projects; not checked on hardware here. No DataCopyPad and no bfloat16 on Atlas "
-       "inference AI Core (CANN 8 DataCopyPad / Cast pages); ReduceSum adds repeat partials as a binary tree."},
+       "inference AI Core (CANN 8 DataCopyPad / Cast pages); ReduceSum adds repeat partials as a binary tree. "
+       "Saturation mode only (aclrtFloatOverflowMode page: Atlas inference supports only saturation)."},
   };
   return table;
 }

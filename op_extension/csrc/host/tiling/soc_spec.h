@@ -17,6 +17,8 @@ struct SocSpec {
   bool hasDataCopyPad = false; // unaligned GM<->UB copies (DataCopyPad)
   bool hasBfloat16 = false;    // bfloat16_t moves and casts
   bool reduceSumTree = false;  // ReduceSum adds repeat partials as a tree (else in order)
+  uint32_t npuArch = 0;        // __NPU_ARCH__ of its AI core: 2201 (dav_c220), 2002 (dav_m200)
+  bool saturationOnly = false; // float16 results saturate (inf -> +-max, NaN -> 0); no inf/NaN mode
   std::string source;          // where the figures come from
 };
 

@@ -70,7 +70,7 @@ class KernelAdd {
       Cast(yf, y, RoundMode::CAST_NONE, count);
       if (alpha_ != 1.0f) Muls(yf, yf, alpha_, n);
       Add(xf, xf, yf, n);
-      Cast(z, xf, RoundMode::CAST_RINT, count);
+      Cast(z, xf, op_ext_kernel::NarrowRound<T>(), count);
     } else {
       if (alpha_ != 1.0f) {
         Muls(y, y, static_cast<T>(alpha_), n);

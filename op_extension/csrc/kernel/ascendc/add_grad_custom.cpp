@@ -151,7 +151,7 @@ class KernelAddGrad {
       Muls(out, acc, t_.alpha, n);
     } else {
       Muls(acc, acc, t_.alpha, n);
-      Cast(out, acc, RoundMode::CAST_RINT, width);
+      Cast(out, acc, op_ext_kernel::NarrowRound<T>(), width);
     }
     outQueue_.EnQue(out);
     out = outQueue_.template DeQue<T>();
@@ -204,7 +204,7 @@ class KernelAddGrad {
       Muls(out, outF, t_.alpha, n);
     } else {
       Muls(outF, outF, t_.alpha, n);
-      Cast(out, outF, RoundMode::CAST_RINT, m);
+      Cast(out, outF, op_ext_kernel::NarrowRound<T>(), m);
     }
     outQueue_.EnQue(out);
     out = outQueue_.template DeQue<T>();

@@ -218,7 +218,7 @@ class KernelFusedAddRmsNorm {
       Cast(zf, x, RoundMode::CAST_NONE, count);
       Cast(sq, r, RoundMode::CAST_NONE, count);
       Add(zf, zf, sq, n);
-      Cast(z, zf, RoundMode::CAST_RINT, count);
+      Cast(z, zf, op_ext_kernel::NarrowRound<T>(), count);
       Cast(zf, z, RoundMode::CAST_NONE, count);
       return zf;
     }
@@ -236,7 +236,7 @@ class KernelFusedAddRmsNorm {
     } else {
       Muls(sq, zf, rstd, n);
       if (hasWeight) Mul(sq, sq, wf, n);
-      Cast(y, sq, RoundMode::CAST_RINT, count);
+      Cast(y, sq, op_ext_kernel::NarrowRound<T>(), count);
     }
   }
 
@@ -250,11 +250,11 @@ class KernelFusedAddRmsNorm {
     return stat;
   }
 
-  // rsqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
+  // 1 / sqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
   __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq, float eps) {
     Muls(sumSq, sumSq, t_.invCols, 1);
     Adds(sumSq, sumSq, eps, 1);
-    Rsqrt(sumSq, sumSq, 1);
+    op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
     return op_ext_kernel::ReadScalarAfterVector(sumSq);
   }
 

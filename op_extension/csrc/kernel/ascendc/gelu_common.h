@@ -73,8 +73,11 @@ __aicore__ inline void ErfcParts(const AscendC::LocalTensor<float>& ec, const As
   Exp(e1, e1, n);            // e1 = exp(-hi^2 / 2)
   Muls(t, a, 0.5f * kSqrtHalf, n);
   Adds(t, t, 1.0f, n);
-  Reciprocal(t, t, n);       // t = 1 / (1 + z / 2), z = a / sqrt2
-  // a is free from here: P(t) by Horner.
+  // a is free from here. t = 1 / (1 + z / 2), z = a / sqrt2, by Div: Reciprocal
+  // misses a relative 1e-4 in float (its API page), erfc needs 1e-7.
+  Duplicate(a, 1.0f, n);
+  Div(t, a, t, n);
+  // P(t) by Horner.
   Muls(a, t, kErfcP9, n);
   HornerStep(a, t, kErfcP8, n);
   HornerStep(a, t, kErfcP7, n);
@@ -168,7 +171,8 @@ __aicore__ inline void GeluTanhGrad(const AscendC::LocalTensor<float>& dx, const
   Muls(s1, s1, -2.0f * kTanhScale, n);
   Exp(s1, s1, n);
   Adds(s1, s1, 1.0f, n);
-  Reciprocal(s1, s1, n);  // s
+  Duplicate(s2, 1.0f, n);
+  Div(s1, s2, s1, n);     // s (Div, not Reciprocal: see ErfcParts)
   Muls(s2, s1, -1.0f, n);
   Adds(s2, s2, 1.0f, n);
   Mul(s2, s2, s1, n);     // s (1 - s)

@@ -65,7 +65,7 @@ class KernelGelu {
       LocalTensor<float> yf = s[5 * tileLength_];
       Cast(xf, x, RoundMode::CAST_NONE, count);
       Run(yf, xf, s0, s1, s2, s3, n);
-      Cast(y, yf, RoundMode::CAST_RINT, count);
+      Cast(y, yf, op_ext_kernel::NarrowRound<T>(), count);
     }
     outQueueY_.EnQue(y);
     inQueueX_.FreeTensor(x);

@@ -73,7 +73,7 @@ class KernelGeluGrad {
       Cast(dyf, dy, RoundMode::CAST_NONE, count);
       Cast(xf, x, RoundMode::CAST_NONE, count);
       Run(dyf, dyf, xf, s0, s1, s2, s3, n);  // in place: dyf is read last, as the final factor
-      Cast(dx, dyf, RoundMode::CAST_RINT, count);
+      Cast(dx, dyf, op_ext_kernel::NarrowRound<T>(), count);
     }
     outQueueDx_.EnQue(dx);
     inQueueDy_.FreeTensor(dy);

@@ -81,7 +81,7 @@ class KernelGlu {
       Cast(uf, u, RoundMode::CAST_NONE, count);
       Activate(gf, gf, s, n);
       Mul(gf, gf, uf, n);
-      Cast(y, gf, RoundMode::CAST_RINT, count);
+      Cast(y, gf, op_ext_kernel::NarrowRound<T>(), count);
     }
     outQueue_.EnQue(y);
     inQueueGate_.FreeTensor(g);

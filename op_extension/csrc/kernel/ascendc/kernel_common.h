@@ -29,6 +29,16 @@ constexpr uint32_t kDTypeBf16 = 2;
 constexpr uint32_t kTailPad = 0;        // TailMode of host/tiling/elementwise_tiling.h
 constexpr uint32_t kTailOverlap = 1;
 
+// The Cast round mode that rounds float to T (half or bfloat16_t) to nearest even
+// on every SoC. The Cast page's per-SoC tables: float -> half takes CAST_NONE
+// everywhere (nearest even when inexact) but CAST_RINT only on Atlas A2 -- on
+// Ascend310P the RINT branch is an assert, empty in device builds, so nothing is
+// written; float -> bfloat16_t (Atlas A2 only) takes CAST_RINT but not CAST_NONE.
+template <typename T>
+__aicore__ inline constexpr AscendC::RoundMode NarrowRound() {
+  return AscendC::IsSameType<T, half>::value ? AscendC::RoundMode::CAST_NONE : AscendC::RoundMode::CAST_RINT;
+}
+
 template <typename T>
 __aicore__ inline constexpr uint32_t BlockElems() {
   return kBlockBytes / sizeof(T);
@@ -187,6 +197,17 @@ __aicore__ inline float ReadScalarAfterVector(const AscendC::LocalTensor<float>&
   AscendC::SetFlag<AscendC::HardEvent::V_S>(eventVS);
   AscendC::WaitFlag<AscendC::HardEvent::V_S>(eventVS);
   return t.GetValue(0);
+}
+
+// v[0] = 1 / sqrt(v[0]) on the vector unit, as Sqrt then Div. Not Rsqrt: its API
+// page says float results miss a relative 1e-4 and advises Div and Sqrt where
+// precision matters; those two stay within an ulp each. `one` is scratch: a free
+// 32-byte-aligned float block not overlapping v (the norm kernels pass their
+// reduce work tensor, idle between reductions).
+__aicore__ inline void InvSqrt(const AscendC::LocalTensor<float>& v, const AscendC::LocalTensor<float>& one) {
+  AscendC::Sqrt(v, v, 1);
+  AscendC::Duplicate(one, 1.0f, 1);
+  AscendC::Div(v, one, v, 1);
 }
 
 // ---- rows whose statistics overflow float --------------------------------------

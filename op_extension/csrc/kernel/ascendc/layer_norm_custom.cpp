@@ -130,7 +130,7 @@ class KernelLayerNorm {
       Muls(out, c, rstd, n);
       if (t_.hasWeight) Mul(out, out, wf, n);
       if (t_.hasBias) Add(out, out, bf, n);
-      if constexpr (!kIsFloat) Cast(y[at], out, RoundMode::CAST_RINT, t_.cols);
+      if constexpr (!kIsFloat) Cast(y[at], out, op_ext_kernel::NarrowRound<T>(), t_.cols);
     }
     outQueueY_.EnQue(y);
     inQueueX_.FreeTensor(x);
@@ -201,7 +201,7 @@ class KernelLayerNorm {
           Cast(pf, b, RoundMode::CAST_NONE, len);
           Add(xf, xf, pf, n);
         }
-        Cast(y, xf, RoundMode::CAST_RINT, len);
+        Cast(y, xf, op_ext_kernel::NarrowRound<T>(), len);
       }
       outQueueY_.EnQue(y);
       if (t_.hasWeight) inQueueWB_.FreeTensor(w);
@@ -263,11 +263,11 @@ class KernelLayerNorm {
     return op_ext_kernel::ReadScalarAfterVector(stat);
   }
 
-  // rsqrt(sumSq / cols + eps) on the vector unit, from stat[0] = sumSq, read as a scalar.
+  // 1 / sqrt(sumSq / cols + eps) on the vector unit, from stat[0] = sumSq, read as a scalar.
   __aicore__ inline float Rstd(const LocalTensor<float>& sumSq, float eps) {
     Muls(sumSq, sumSq, t_.invCols, 1);
     Adds(sumSq, sumSq, eps, 1);
-    Rsqrt(sumSq, sumSq, 1);
+    op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
     return op_ext_kernel::ReadScalarAfterVector(sumSq);
   }
 

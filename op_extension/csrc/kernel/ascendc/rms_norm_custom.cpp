@@ -104,7 +104,7 @@ class KernelRmsNorm {
       } else {
         Muls(sq, xf, rstd, n);
         if (t_.hasWeight) Mul(sq, sq, wf, n);
-        Cast(y[at], sq, RoundMode::CAST_RINT, t_.cols);
+        Cast(y[at], sq, op_ext_kernel::NarrowRound<T>(), t_.cols);
       }
     }
     outQueueY_.EnQue(y);
@@ -180,7 +180,7 @@ class KernelRmsNorm {
           Cast(wf, w, RoundMode::CAST_NONE, len);
           Mul(sq, sq, wf, n);
         }
-        Cast(y, sq, RoundMode::CAST_RINT, len);
+        Cast(y, sq, op_ext_kernel::NarrowRound<T>(), len);
       }
       outQueueY_.EnQue(y);
       if (t_.hasWeight) inQueueX_.FreeTensor(w);
@@ -215,11 +215,11 @@ class KernelRmsNorm {
     return stat;
   }
 
-  // rsqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
+  // 1 / sqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
   __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq, float eps) {
     Muls(sumSq, sumSq, t_.invCols, 1);
     Adds(sumSq, sumSq, eps, 1);
-    Rsqrt(sumSq, sumSq, 1);
+    op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
     return op_ext_kernel::ReadScalarAfterVector(sumSq);
   }
 

@@ -273,7 +273,7 @@ class KernelRmsNormGrad {
     LocalTensor<float> dot = sums[8];
     Muls(sums, sums, t_.invCols, 1);
     Adds(sums, sums, eps, 1);
-    Rsqrt(sums, sums, 1);
+    op_ext_kernel::InvSqrt(sums, work_.template Get<float>());
     Muls(dot, dot, t_.invCols, 1);
     Mul(dot, dot, sums, 1);
     Mul(dot, dot, sums, 1);
@@ -298,7 +298,7 @@ class KernelRmsNormGrad {
     } else {
       Muls(tmp, tmp, rstd, n);
       if (scale != 1.0f) Muls(tmp, tmp, scale, n);
-      Cast(dx, tmp, RoundMode::CAST_RINT, static_cast<uint32_t>(n));
+      Cast(dx, tmp, op_ext_kernel::NarrowRound<T>(), static_cast<uint32_t>(n));
     }
   }
 
@@ -418,7 +418,7 @@ class KernelRmsNormGrad {
     if constexpr (kIsFloat) {
       DataCopy(dw, acc, (width + 7) / 8 * 8);
     } else {
-      Cast(dw, acc, RoundMode::CAST_RINT, width);
+      Cast(dw, acc, op_ext_kernel::NarrowRound<T>(), width);
     }
     outQueue_.EnQue(dw);
     dw = outQueue_.template DeQue<T>();

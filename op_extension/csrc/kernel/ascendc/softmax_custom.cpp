@@ -11,7 +11,9 @@
 //   slab's rows; out = exp(x - max) / sum by Div. A slab is dimSize rows, or --
 //   when dim is split -- read three times in chunks of dim rows.
 // A -inf input contributes exp(-inf) = 0; a row (column) of only -inf gives NaN,
-// as torch.softmax (its max is -inf and -inf - -inf is NaN).
+// as torch.softmax (its max is -inf and -inf - -inf is NaN). 16-bit rows whose max
+// is not finite are written as NaN bits (saturation mode would make them 0); 16-bit
+// columns are not: on Ascend310P a fully masked column gives 0 (docs/ascend.md).
 // Tiling: host/tiling/softmax_custom_tiling.h (the UB plan there mirrors Init).
 #include "kernel_common.h"
 #include "kernel_operator.h"
@@ -93,7 +95,10 @@ class KernelSoftmax {
       Exp(e, e, n);
       const float sum = ReadReduce(e, n, false);
       Muls(e, e, 1.0f / sum, n);
-      if constexpr (!kIsFloat) Cast(y[at], e, RoundMode::CAST_RINT, t_.dimSize);
+      if constexpr (!kIsFloat) {
+        Cast(y[at], e, op_ext_kernel::NarrowRound<T>(), t_.dimSize);
+        if (!IsFinite(rowMax)) WriteNanRow(y[at], t_.dimSize);
+      }
     }
     outQueueY_.EnQue(y);
     inQueueX_.FreeTensor(x);
@@ -142,7 +147,10 @@ class KernelSoftmax {
       Adds(e, xf, -rowMax, n);
       Exp(e, e, n);
       Muls(e, e, scale, n);
-      if constexpr (!kIsFloat) Cast(y, e, RoundMode::CAST_RINT, len);
+      if constexpr (!kIsFloat) {
+        Cast(y, e, op_ext_kernel::NarrowRound<T>(), len);
+        if (!IsFinite(rowMax)) WriteNanRow(y, len);
+      }
       outQueueY_.EnQue(y);
       inQueueX_.FreeTensor(x);
       y = outQueueY_.template DeQue<T>();
@@ -171,6 +179,18 @@ class KernelSoftmax {
       Cast(xf, x, RoundMode::CAST_NONE, count);
       return xf;
     }
+  }
+
+  // A row whose max is not finite (all -inf, or holding +inf or NaN) is NaN
+  // throughout, as torch.softmax. In float the arithmetic gives that; a 16-bit
+  // result under saturation mode (Ascend310P's only mode) would turn each NaN into 0
+  // (Cast saturates NaN to 0), so such rows are written as NaN bits by an integer
+  // Duplicate, which does not saturate.
+  __aicore__ static inline bool IsFinite(float v) { return v - v == 0.0f; }
+
+  __aicore__ inline void WriteNanRow(const LocalTensor<T>& y, uint32_t count) {
+    constexpr uint16_t kNanBits = IsSameType<T, half>::value ? 0x7E00 : 0x7FC0;  // quiet NaN of half / bfloat16
+    Duplicate(y.template ReinterpretCast<uint16_t>(), kNanBits, static_cast<int32_t>(count));
   }
 
   // max (or sum) of src[0..n), read as a scalar.
@@ -335,7 +355,7 @@ class KernelSoftmax {
     const int32_t n = static_cast<int32_t>(len);
     for (uint32_t d = 0; d < rows; ++d) {
       Div(e[d * t_.innerTile], e[d * t_.innerTile], sumRow, n);
-      if constexpr (!kIsFloat) Cast(y[d * t_.innerTile], e[d * t_.innerTile], RoundMode::CAST_RINT, len);
+      if constexpr (!kIsFloat) Cast(y[d * t_.innerTile], e[d * t_.innerTile], op_ext_kernel::NarrowRound<T>(), len);
     }
     outQueueY_.EnQue(y);
   }

@@ -29,6 +29,39 @@ typedef enum aclrtMemMallocPolicy {
 
 inline const char *aclrtGetSocName() { return ascendc_sim::Device().spec.socName.c_str(); }
 
+// Float overflow mode of the device (CANN runtime API, aclrtFloatOverflowMode
+// page): in saturation mode an inf result is +-max and a NaN result is 0 (for
+// float16 / bfloat16 results, CTRL[48] of the SetCtrlSpr page). Atlas A2 defaults
+// to inf/NaN mode; Atlas inference (310P) supports only saturation mode.
+typedef enum aclrtFloatOverflowMode {
+  ACL_RT_OVERFLOW_MODE_SATURATION = 0,
+  ACL_RT_OVERFLOW_MODE_INFNAN,
+  ACL_RT_OVERFLOW_MODE_UNDEF,
+} aclrtFloatOverflowMode;
+
+inline aclError aclrtSetDeviceSatMode(aclrtFloatOverflowMode mode) {
+  auto &spec = ascendc_sim::Device().spec;
+  if (mode == ACL_RT_OVERFLOW_MODE_SATURATION) {
+    spec.saturation = true;
+    return ACL_SUCCESS;
+  }
+  if (mode == ACL_RT_OVERFLOW_MODE_INFNAN && !spec.saturationOnly) {
+    spec.saturation = false;
+    return ACL_SUCCESS;
+  }
+  ascendc_sim::HostState().lastError =
+      mode == ACL_RT_OVERFLOW_MODE_INFNAN
+          ? "aclrtSetDeviceSatMode: " + spec.socName + " supports only ACL_RT_OVERFLOW_MODE_SATURATION"
+          : std::string("aclrtSetDeviceSatMode: invalid mode");
+  return ACL_ERROR_INVALID_PARAM;
+}
+
+inline aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode) {
+  if (mode == nullptr) return ACL_ERROR_INVALID_PARAM;
+  *mode = ascendc_sim::Device().spec.saturation ? ACL_RT_OVERFLOW_MODE_SATURATION : ACL_RT_OVERFLOW_MODE_INFNAN;
+  return ACL_SUCCESS;
+}
+
 inline aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy /*policy*/) {
   if (devPtr == nullptr || size == 0) return ACL_ERROR_INVALID_PARAM;
   // 512-byte aligned, as the device allocator returns.

@@ -40,6 +40,17 @@ struct DeviceSpec {
   bool hasDataCopyPad = true;   // DataCopyPad exists (Atlas A2 and later)
   bool hasBfloat16 = true;      // bfloat16_t moves and casts exist
   ReduceOrder reduceOrder = ReduceOrder::kRepeatsSequential;
+  // __NPU_ARCH__ of the SoC's AI core (2201: Atlas A2 / dav_c220; 2002: Atlas
+  // inference / dav_m200): the devkit picks each API's implementation by it, and
+  // so does the simulator for the per-SoC API rules (Cast round modes, ReduceSum's
+  // work tensor).
+  uint32_t npuArch = 2201;
+  // Float overflow mode (aclrtSetDeviceSatMode): in saturation mode a float16 or
+  // bfloat16 result of a vector instruction or conversion that is +-inf becomes
+  // +-max and one that is NaN becomes 0. Atlas inference supports only saturation
+  // mode; Atlas A2 defaults to inf/NaN mode.
+  bool saturation = false;
+  bool saturationOnly = false;  // the inf/NaN mode cannot be selected
 };
 
 inline constexpr uint32_t kUbBlockBytes = 32;   // alignment unit of UB addresses and DataCopy

@@ -17,7 +17,8 @@ namespace ascendc_sim {
 
 // Rounding of a double to a binary format with `mant_bits` stored mantissa bits
 // and `exp_bits` exponent bits, returning the bit pattern. `mode`: 0 nearest-even,
-// 1 toward -inf, 2 toward +inf, 3 toward zero.
+// 1 toward -inf, 2 toward +inf, 3 toward zero, 4 nearest with ties away from zero,
+// 5 round to odd (an inexact result takes the neighbour with an odd last bit).
 template <int kExpBits, int kMantBits>
 inline uint16_t EncodeFloat(double x, int mode) {
   constexpr int kBias = (1 << (kExpBits - 1)) - 1;
@@ -50,6 +51,12 @@ inline uint16_t EncodeFloat(double x, int mode) {
     case 2:
       up = !negative && frac > 0.0;
       break;
+    case 4:
+      up = frac >= 0.5;
+      break;
+    case 5:
+      up = frac > 0.0 && std::fmod(lower, 2.0) == 0.0;
+      break;
     default:
       up = false;
   }
@@ -60,7 +67,7 @@ inline uint16_t EncodeFloat(double x, int mode) {
   if (me > kBias) {
     // Overflow: nearest-even and away-from-zero directions give inf, the others
     // the largest finite value (IEEE 754 overflow rules).
-    const bool to_inf = mode == 0 || (mode == 1 && negative) || (mode == 2 && !negative);
+    const bool to_inf = mode == 0 || mode == 4 || (mode == 1 && negative) || (mode == 2 && !negative);
     return to_inf ? inf : max_finite;
   }
   if (me < min_exp) {
