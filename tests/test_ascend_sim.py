@@ -502,10 +502,10 @@ BAD_INPUT = [
      r"GeluCustom: approximate must be 'none' or 'tanh', got 'fast'"),
     ("gelu_backward_shapes", lambda: ascend_sim.run_backward("gelu", torch.ones(3, 4), torch.ones(3, 5)),
      r"GeluGradCustom: gradOutput has shape \[3, 4\] but input has \[3, 5\]"),
-    ("rms_norm_normalized_shape", lambda: ascend_sim.run("rms_norm", torch.ones(3, 769), [768]),
-     r"RmsNormCustom: normalizedShape \[768\] does not match the trailing dims of input \[3, 769\]"),
+    ("rms_norm_normalized_shape", lambda: ascend_sim.run("rms_norm", torch.ones(769), [3, 769]),
+     r"RmsNormCustom: normalizedShape has 2 dims, more than input \[769\]"),
     ("rms_norm_weight_shape", lambda: ascend_sim.run("rms_norm", torch.ones(3, 769), [769], torch.ones(768)),
-     r"RmsNormCustom: weightOptional has shape \[768\] but normalizedShape is \[769\]"),
+     r"RmsNormCustom: weightOptional has shape \[768\] but normalizedShape \(input's trailing 1 dims\) is \[769\]"),
     ("rms_norm_weight_dtype", lambda: ascend_sim.run("rms_norm", torch.ones(3, 8), [8], torch.ones(8).half()),
      r"RmsNormCustom: weightOptional has dtype float16 but input has float32"),
     ("rms_norm_backward_float64", lambda: ascend_sim.run_backward(

@@ -147,10 +147,10 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 // Makes the simulated device the SoC `name` of the tilings' table, as
 // op_extension.ascend_sim.run(..., soc=name) does for its own copy of the simulator.
 void use_soc(const std::string& name) {
-  const op_ext::ascend::SocSpec* spec = op_ext::ascend::FindSocSpec(name);
-  TORCH_CHECK(spec != nullptr && spec->name == name, "npu_sim: unknown SoC ", name);
+  const op_ext::ascend::SocSpec* spec = op_ext::ascend::FindSimulatedSoc(name);
+  TORCH_CHECK(spec != nullptr, "npu_sim: unknown SoC ", name);
   auto& device = ascendc_sim::Device().spec;
-  device.socName = spec->name;
+  device.socName = spec->socVersion;
   device.coreNum = spec->vectorCoreNum;
   device.ubSize = spec->ubSize;
   device.hasDataCopyPad = spec->hasDataCopyPad;

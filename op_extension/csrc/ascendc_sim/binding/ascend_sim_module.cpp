@@ -129,14 +129,15 @@ void CallAclnn(Prepare prepare, Run run) {
 
 void Configure(const std::string& soc, std::optional<int64_t> ubSize, std::optional<int64_t> coreNum,
                std::optional<std::string> satMode) {
-  const op_ext::ascend::SocSpec* spec = op_ext::ascend::FindSocSpec(soc);
-  if (spec == nullptr || soc != spec->name) {
-    std::string names;
-    for (const auto& s : op_ext::ascend::SocTable()) names += (names.empty() ? "" : ", ") + s.name;
+  // A SoC version of the table, or a short SoC version for the one the simulator stands in for it.
+  const op_ext::ascend::SocSpec* spec = op_ext::ascend::FindSimulatedSoc(soc);
+  if (spec == nullptr) {
+    std::string names = "Ascend910B, Ascend910_93, Ascend310P";
+    for (const auto& s : op_ext::ascend::SocTable()) names += ", " + s.socVersion;
     throw std::invalid_argument("ascend_sim: unknown soc '" + soc + "' (known: " + names + ")");
   }
   auto& dev = ascendc_sim::Device().spec;
-  dev.socName = spec->name;
+  dev.socName = spec->socVersion;
   dev.coreNum = spec->vectorCoreNum;
   dev.ubSize = spec->ubSize;
   dev.hasDataCopyPad = spec->hasDataCopyPad;
@@ -353,6 +354,56 @@ pybind11::list Tiling(const std::string& op, const std::vector<std::vector<int64
   return out;
 }
 
+// The SoC table, and the entry for one SoC version (the message of an unknown one).
+pybind11::list SocTableRows() {
+  pybind11::list out;
+  for (const auto& s : op_ext::ascend::SocTable()) {
+    pybind11::dict d;
+    d["name"] = s.name;
+    d["soc_version"] = s.socVersion;
+    d["vector_core_num"] = s.vectorCoreNum;
+    d["ub_size"] = s.ubSize;
+    d["has_data_copy_pad"] = s.hasDataCopyPad;
+    d["has_bfloat16"] = s.hasBfloat16;
+    d["reduce_sum_tree"] = s.reduceSumTree;
+    d["source"] = s.source;
+    out.append(d);
+  }
+  return out;
+}
+
+// What the aclnn entry points see: CurrentSocSpec() on the configured device.
+pybind11::dict CurrentSoc() {
+  const auto s = op_ext::ascend::CurrentSocSpec();
+  pybind11::dict d;
+  d["name"] = s.name;
+  d["soc_version"] = s.socVersion;
+  d["vector_core_num"] = s.vectorCoreNum;
+  d["ub_size"] = s.ubSize;
+  return d;
+}
+
+// Calls of the simulated ACL runtime so far (ascendc_sim::RuntimeCounters).
+pybind11::dict RuntimeCounters() {
+  const auto& c = ascendc_sim::RuntimeCounters();
+  pybind11::dict d;
+  d["aclrtMalloc"] = c.aclrtMalloc;
+  d["aclrtFree"] = c.aclrtFree;
+  d["aclrtMallocHost"] = c.aclrtMallocHost;
+  d["aclrtFreeHost"] = c.aclrtFreeHost;
+  d["aclrtMemcpy"] = c.aclrtMemcpy;
+  d["aclrtMemcpyAsync"] = c.aclrtMemcpyAsync;
+  d["aclrtCreateEvent"] = c.aclrtCreateEvent;
+  d["aclrtDestroyEvent"] = c.aclrtDestroyEvent;
+  d["aclrtRecordEvent"] = c.aclrtRecordEvent;
+  d["aclrtSynchronizeEvent"] = c.aclrtSynchronizeEvent;
+  d["aclrtSynchronizeStream"] = c.aclrtSynchronizeStream;
+  d["kernelLaunches"] = c.kernelLaunches;
+  return d;
+}
+
+std::string UnsupportedSocMessage(const std::string& name) { return op_ext::ascend::UnsupportedSocMessage(name); }
+
 void RunMisuse(const std::string& name) {
   if (op_ext_sim_run_misuse_kernel(name.c_str()) != ACL_SUCCESS) throw std::runtime_error(aclGetRecentErrMsg());
 }
@@ -363,6 +414,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "op_extension Ascend C kernels on the CPU simulator (see op_extension.ascend_sim)";
   m.def("configure", &Configure, pybind11::arg("soc"), pybind11::arg("ub_size") = pybind11::none(),
         pybind11::arg("core_num") = pybind11::none(), pybind11::arg("sat_mode") = pybind11::none());
+  m.def("soc_table", &SocTableRows);
+  m.def("runtime_counters", &RuntimeCounters);
+  m.def("current_soc", &CurrentSoc);
+  m.def("unsupported_soc_message", &UnsupportedSocMessage);
   m.def("add", &Add);
   m.def("add_backward", &AddBackward);
   m.def("gelu", &Gelu);

@@ -31,7 +31,7 @@ extern "C" aclnnStatus aclnnAddGradCustomGetWorkspaceSize(const aclTensor* gradO
     const auto soc = op_ext::ascend::CurrentSocSpec();
     const TensorDesc g = DescribeTensor(kOp, "gradOutput", gradOutput);
     const TensorDesc o = DescribeTensor(kOp, "out", out);
-    const std::vector<int64_t> size = IntArrayValues(kOp, "inputSize", inputSize);
+    const std::vector<int64_t> size = InputSizeFromOut(kOp, inputSize, o);
     const uint32_t dtype = KernelDType(kOp, "gradOutput", g.dtype, soc);
     if (size.size() > g.shape.size()) {
       Invalid(kOp, "inputSize " + ShapeString(size) + " has more dims than gradOutput " + ShapeString(g.shape));

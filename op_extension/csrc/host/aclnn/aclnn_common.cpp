@@ -1,6 +1,7 @@
 #include "aclnn_common.h"
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -10,16 +11,23 @@
 
 #ifdef OP_EXT_ASCEND_SIM
 #include "ascendc_sim/host_state.h"
-#else
-// CANN: aclIntArray's accessors (Size(), operator[]) come from the opdev headers.
-#include "opdev/common_types.h"
 #endif
 
 namespace op_ext::aclnn {
 
 namespace {
 
+// Workspace layout: the TilingData of each launch at a 64-byte aligned offset
+// (CANN's async copies want 64-byte aligned addresses; kernels read the
+// TilingData in 32-bit words), then the kernel workspace at a 512-byte offset.
+constexpr uint64_t kTilingAlign = 64;
 constexpr uint64_t kWorkspaceAlign = 512;
+
+uint64_t TilingImageBytes(const LaunchPlan& plan) {
+  uint64_t bytes = 0;
+  for (const auto& l : plan.launches) bytes += ascend::RoundUp(l.tiling.size(), kTilingAlign);
+  return bytes;
+}
 
 std::string& LastErrorStorage() {
   static thread_local std::string message;
@@ -33,49 +41,86 @@ void SetLastError(const std::string& message) {
 #endif
 }
 
-// Copies `bytes` of host data to device memory in stream order.
-aclError UploadToDevice(void* device, const void* host, uint64_t bytes, aclrtStream stream) {
-#ifdef OP_EXT_ASCEND_SIM
-  return aclrtMemcpyAsync(device, bytes, host, bytes, ACL_MEMCPY_HOST_TO_DEVICE, stream);
-#else
-  // CANN 8.0: an asynchronous host-to-device copy must read page-locked memory
-  // (aclrtMallocHost) that stays valid until the copy has run. Stage the bytes
-  // there and release each staging buffer once an event recorded after its copy
-  // has completed. (Not exercised in this repository's CI: no NPU.)
-  struct Staged {
-    void* host;
-    aclrtEvent done;
+// The host side of the tiling upload: one aclrtMemcpyAsync per aclnn call, of
+// every launch's TilingData at once, from page-locked memory (CANN's
+// aclrtMemcpyAsync reads host memory when the copy runs, so the source must be
+// pinned and stay untouched until then).
+//
+// Per stream, a ring of kSegments segments of pinned memory, allocated with one
+// aclrtMallocHost, each with an event created once. Calls fill the current
+// segment; when it is full its event is recorded on the stream (after its last
+// copy) and the next segment is taken, first waiting for that segment's event
+// from its previous lap -- copies kSegments - 1 segments ago, long finished in
+// practice. So once a stream has its ring (the first call on it), a call costs
+// a memcpy into pinned memory and one aclrtMemcpyAsync; an event record comes
+// once per segment (hundreds of calls); nothing is allocated or created.
+// Copies on one stream run in order, hence one ring per stream. The rings live
+// as long as the process (never freed: CANN may be finalised before static
+// destructors run).
+class TilingStaging {
+ public:
+  static constexpr uint64_t kSegmentBytes = 64 * 1024;
+  static constexpr uint32_t kSegments = 4;
+
+  aclError Upload(void* device, const void* host, uint64_t bytes, aclrtStream stream) {
+    if (bytes > kSegmentBytes) return ACL_ERROR_INVALID_PARAM;  // PrepareLaunch keeps images far smaller
+    std::lock_guard<std::mutex> lock(mutex_);
+    Ring& ring = rings_[stream];
+    aclError err = ring.base == nullptr ? Init(ring) : ACL_SUCCESS;
+    if (err == ACL_SUCCESS && ring.used + bytes > kSegmentBytes) err = Advance(ring, stream);
+    if (err != ACL_SUCCESS) return err;
+    uint8_t* slot = ring.base + ring.current * kSegmentBytes + ring.used;
+    std::memcpy(slot, host, bytes);
+    ring.used += ascend::RoundUp(bytes, 64);
+    return aclrtMemcpyAsync(device, bytes, slot, bytes, ACL_MEMCPY_HOST_TO_DEVICE, stream);
+  }
+
+ private:
+  struct Ring {
+    uint8_t* base = nullptr;
+    aclrtEvent done[kSegments] = {};
+    bool pending[kSegments] = {};
+    uint32_t current = 0;
+    uint64_t used = 0;
   };
-  static std::mutex mutex;
-  static std::vector<Staged> staged;
-  std::lock_guard<std::mutex> lock(mutex);
-  for (auto it = staged.begin(); it != staged.end();) {
-    aclrtEventRecordedStatus status = ACL_EVENT_RECORDED_STATUS_NOT_READY;
-    if (aclrtQueryEventStatus(it->done, &status) == ACL_SUCCESS && status == ACL_EVENT_RECORDED_STATUS_COMPLETE) {
-      aclrtDestroyEvent(it->done);
-      aclrtFreeHost(it->host);
-      it = staged.erase(it);
-    } else {
-      ++it;
+
+  static aclError Init(Ring& ring) {
+    void* base = nullptr;
+    aclError err = aclrtMallocHost(&base, kSegments * kSegmentBytes);
+    for (uint32_t i = 0; err == ACL_SUCCESS && i < kSegments; ++i) err = aclrtCreateEvent(&ring.done[i]);
+    if (err != ACL_SUCCESS) {
+      for (aclrtEvent& e : ring.done) {
+        if (e != nullptr) aclrtDestroyEvent(e);
+        e = nullptr;
+      }
+      if (base != nullptr) aclrtFreeHost(base);
+      return err;
     }
+    ring.base = static_cast<uint8_t*>(base);
+    return ACL_SUCCESS;
   }
-  void* pinned = nullptr;
-  aclError err = aclrtMallocHost(&pinned, bytes);
-  if (err != ACL_SUCCESS) return err;
-  std::memcpy(pinned, host, bytes);
-  err = aclrtMemcpyAsync(device, bytes, pinned, bytes, ACL_MEMCPY_HOST_TO_DEVICE, stream);
-  aclrtEvent done = nullptr;
-  if (err == ACL_SUCCESS) err = aclrtCreateEvent(&done);
-  if (err == ACL_SUCCESS) err = aclrtRecordEvent(done, stream);
-  if (err != ACL_SUCCESS) {
-    aclrtSynchronizeStream(stream);
-    if (done != nullptr) aclrtDestroyEvent(done);
-    aclrtFreeHost(pinned);
-    return err;
+
+  static aclError Advance(Ring& ring, aclrtStream stream) {
+    aclError err = aclrtRecordEvent(ring.done[ring.current], stream);
+    if (err != ACL_SUCCESS) return err;
+    ring.pending[ring.current] = true;
+    ring.current = (ring.current + 1) % kSegments;
+    ring.used = 0;
+    if (ring.pending[ring.current]) {
+      err = aclrtSynchronizeEvent(ring.done[ring.current]);
+      if (err != ACL_SUCCESS) return err;
+      ring.pending[ring.current] = false;
+    }
+    return ACL_SUCCESS;
   }
-  staged.push_back({pinned, done});
-  return ACL_SUCCESS;
-#endif
+
+  std::mutex mutex_;
+  std::map<aclrtStream, Ring> rings_;
+};
+
+TilingStaging& Staging() {
+  static TilingStaging* staging = new TilingStaging;  // never destroyed (see above)
+  return *staging;
 }
 
 }  // namespace
@@ -186,11 +231,31 @@ TensorDesc DescribeTensor(const char* op, const char* name, const aclTensor* ten
   return d;
 }
 
-std::vector<int64_t> IntArrayValues(const char* op, const char* name, const aclIntArray* array) {
+uint64_t IntArraySize(const char* op, const char* name, const aclIntArray* array) {
   if (array == nullptr) throw ArgError(ACLNN_ERR_PARAM_NULLPTR, std::string(op) + ": " + name + " is null");
-  std::vector<int64_t> v(array->Size());
-  for (uint64_t i = 0; i < v.size(); ++i) v[i] = (*array)[i];
-  return v;
+  uint64_t size = 0;
+  if (aclGetIntArraySize(array, &size) != ACLNN_SUCCESS) {
+    throw ArgError(ACLNN_ERR_PARAM_INVALID, std::string(op) + ": cannot read the size of " + name);
+  }
+  return size;
+}
+
+std::vector<int64_t> NormalizedShape(const char* op, const TensorDesc& input, const aclIntArray* normalizedShape) {
+  const uint64_t n = IntArraySize(op, "normalizedShape", normalizedShape);
+  if (n == 0) Invalid(op, "normalizedShape is empty (it names at least one trailing dim)");
+  if (n > input.shape.size()) {
+    Invalid(op, "normalizedShape has " + std::to_string(n) + " dims, more than input " + ShapeString(input.shape));
+  }
+  return std::vector<int64_t>(input.shape.end() - static_cast<std::ptrdiff_t>(n), input.shape.end());
+}
+
+std::vector<int64_t> InputSizeFromOut(const char* op, const aclIntArray* inputSize, const TensorDesc& out) {
+  const uint64_t n = IntArraySize(op, "inputSize", inputSize);
+  if (n != out.shape.size()) {
+    Invalid(op, "inputSize has " + std::to_string(n) + " dims but out has shape " + ShapeString(out.shape) +
+                    " (out must have shape inputSize)");
+  }
+  return out.shape;
 }
 
 uint32_t KernelDType(const char* op, const char* name, aclDataType dtype, const ascend::SocSpec& soc) {
@@ -240,8 +305,8 @@ RowShape NormRows(const char* op, const TensorDesc& input, const std::vector<int
 void CheckAffine(const char* op, const char* name, const TensorDesc& param, const TensorDesc& input,
                  const std::vector<int64_t>& normalizedShape) {
   if (param.shape != normalizedShape) {
-    Invalid(op, std::string(name) + " has shape " + ShapeString(param.shape) + " but normalizedShape is " +
-                    ShapeString(normalizedShape));
+    Invalid(op, std::string(name) + " has shape " + ShapeString(param.shape) + " but normalizedShape (input's trailing " +
+                    std::to_string(normalizedShape.size()) + " dims) is " + ShapeString(normalizedShape));
   }
   CheckSameDType(op, "input", input, name, param);
   CheckContiguous(op, name, param);
@@ -269,10 +334,9 @@ void CheckSameDType(const char* op, const char* nameA, const TensorDesc& a, cons
 }
 
 uint64_t WorkspaceBytes(const LaunchPlan& plan) {
-  uint64_t bytes = 0;
-  for (const auto& l : plan.launches) bytes += ascend::RoundUp(l.tiling.size(), kWorkspaceAlign);
   if (plan.launches.empty()) return 0;
-  return bytes + ascend::RoundUp(plan.kernelWorkspaceBytes, kWorkspaceAlign);
+  return ascend::RoundUp(TilingImageBytes(plan), kWorkspaceAlign) +
+         ascend::RoundUp(plan.kernelWorkspaceBytes, kWorkspaceAlign);
 }
 
 aclnnStatus PrepareLaunch(const char* op, uint64_t* workspaceSize, aclOpExecutor** executor,
@@ -283,6 +347,17 @@ aclnnStatus PrepareLaunch(const char* op, uint64_t* workspaceSize, aclOpExecutor
     }
     auto plan = std::make_unique<LaunchPlan>(build());
     plan->op = op;
+    // The TilingData of every launch, laid out as in the workspace head, so the
+    // second phase uploads it with one copy.
+    plan->tilingImage.assign(TilingImageBytes(*plan), 0);
+    uint64_t offset = 0;
+    for (const auto& l : plan->launches) {
+      std::memcpy(plan->tilingImage.data() + offset, l.tiling.data(), l.tiling.size());
+      offset += ascend::RoundUp(l.tiling.size(), kTilingAlign);
+    }
+    if (plan->tilingImage.size() > TilingStaging::kSegmentBytes) {
+      throw std::runtime_error("the TilingData of the launches exceed the staging segment");
+    }
     *workspaceSize = WorkspaceBytes(*plan);
     *executor = reinterpret_cast<aclOpExecutor*>(plan.release());
     SetLastError("");
@@ -313,19 +388,19 @@ aclnnStatus RunLaunch(const char* op, void* workspace, uint64_t workspaceSize, a
     return ACLNN_ERR_PARAM_INVALID;
   }
   auto* base = static_cast<uint8_t*>(workspace);
-  uint64_t tilingOffset = 0;
-  for (const auto& l : plan->launches) tilingOffset += ascend::RoundUp(l.tiling.size(), kWorkspaceAlign);
-  uint8_t* kernelWorkspace = base + tilingOffset;
-  uint64_t offset = 0;
-  for (const auto& l : plan->launches) {
-    uint8_t* tilingDevice = base + offset;
-    offset += ascend::RoundUp(l.tiling.size(), kWorkspaceAlign);
-    aclError err = UploadToDevice(tilingDevice, l.tiling.data(), l.tiling.size(), stream);
+  uint8_t* kernelWorkspace = base + ascend::RoundUp(plan->tilingImage.size(), kWorkspaceAlign);
+  if (!plan->tilingImage.empty()) {
+    const aclError err = Staging().Upload(base, plan->tilingImage.data(), plan->tilingImage.size(), stream);
     if (err != ACL_SUCCESS) {
       SetLastError(std::string(op) + ": copying the tiling data to the device failed (error " + std::to_string(err) + ")");
       return ACLNN_ERR_RUNTIME_ERROR;
     }
-    err = l.launch(tilingDevice, kernelWorkspace, stream);
+  }
+  uint64_t offset = 0;
+  for (const auto& l : plan->launches) {
+    uint8_t* tilingDevice = base + offset;
+    offset += ascend::RoundUp(l.tiling.size(), kTilingAlign);
+    const aclError err = l.launch(tilingDevice, kernelWorkspace, stream);
     if (err != ACL_SUCCESS) {
       const char* detail = aclGetRecentErrMsg();
       SetLastError(std::string(op) + ": kernel launch failed (error " + std::to_string(err) + ")" +

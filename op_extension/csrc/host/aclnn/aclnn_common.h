@@ -2,14 +2,15 @@
 //
 // Each op's first phase (aclnn<Op>CustomGetWorkspaceSize) reads and checks its
 // arguments, runs the tiling function and returns a LaunchPlan as the executor;
-// the second phase (aclnn<Op>Custom) copies the TilingData into the head of the
-// workspace and launches the kernel(s) on the stream. Argument problems become
+// the second phase (aclnn<Op>Custom) copies the TilingData of all its launches
+// into the head of the workspace with one asynchronous copy and launches the
+// kernel(s) on the stream (docs/ascend_npu_glue.md, "Per-launch cost"). Argument problems become
 // ACLNN_ERR_PARAM_* statuses with a message naming the op
 // (aclnnOpExtGetLastErrorMessage); nothing is launched then.
 //
 // Workspace layout: [TilingData of launch 0][TilingData of launch 1]...[kernel
-// workspace], each part 512-byte aligned (device allocations are; CANN's async
-// copy wants 64).
+// workspace]; each TilingData 64-byte aligned (CANN's async copy wants 64), the
+// kernel workspace 512-byte aligned (as device allocations are).
 #ifndef OP_EXT_ACLNN_ACLNN_COMMON_H_
 #define OP_EXT_ACLNN_ACLNN_COMMON_H_
 
@@ -53,7 +54,20 @@ const char* DataTypeName(aclDataType dtype);
 
 // Reads a tensor argument (null: ACLNN_ERR_PARAM_NULLPTR naming it).
 TensorDesc DescribeTensor(const char* op, const char* name, const aclTensor* tensor);
-std::vector<int64_t> IntArrayValues(const char* op, const char* name, const aclIntArray* array);
+
+// aclIntArray arguments. CANN's public aclnn API (aclnn/acl_meta.h) gives an
+// aclIntArray's length (aclGetIntArraySize) but not its values, which only the
+// internal opdev headers reach (opdev/common_types.h, which needs securec and
+// the graph-engine headers a custom-op build does not have). So each int array
+// of our contracts names a shape that a tensor argument also carries, and the
+// values are read from that tensor; the array's length is checked against it.
+// Callers (the torch glue) pass arrays equal to those shapes and check them
+// before calling.
+uint64_t IntArraySize(const char* op, const char* name, const aclIntArray* array);
+// normalizedShape: the trailing IntArraySize(normalizedShape) dims of input.
+std::vector<int64_t> NormalizedShape(const char* op, const TensorDesc& input, const aclIntArray* normalizedShape);
+// inputSize of AddGradCustom: the shape of out (as many dims as inputSize has).
+std::vector<int64_t> InputSizeFromOut(const char* op, const aclIntArray* inputSize, const TensorDesc& out);
 
 // The kernel dtype code (KernelDType) for a float16 / float32 / bfloat16 tensor;
 // anything else, or bfloat16 on a SoC without it, is an error naming the op.
@@ -90,6 +104,7 @@ struct LaunchPlan {
   std::string op;
   std::vector<KernelLaunch> launches;  // run in order on the stream
   uint64_t kernelWorkspaceBytes = 0;
+  std::vector<uint8_t> tilingImage;  // every launch's TilingData as laid out in the workspace (PrepareLaunch)
 };
 
 uint64_t WorkspaceBytes(const LaunchPlan& plan);

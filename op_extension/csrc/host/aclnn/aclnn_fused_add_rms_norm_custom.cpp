@@ -36,7 +36,7 @@ extern "C" aclnnStatus aclnnFusedAddRmsNormCustomGetWorkspaceSize(
     const TensorDesc r = DescribeTensor(kOp, "residual", residual);
     const TensorDesc y = DescribeTensor(kOp, "outputOut", outputOut);
     const TensorDesc z = DescribeTensor(kOp, "residualOutOut", residualOutOut);
-    const std::vector<int64_t> shape = IntArrayValues(kOp, "normalizedShape", normalizedShape);
+    const std::vector<int64_t> shape = NormalizedShape(kOp, x, normalizedShape);
     const uint32_t dtype = KernelDType(kOp, "input", x.dtype, soc);
     CheckSameDType(kOp, "input", x, "residual", r);
     CheckSameShape(kOp, "input", x, "residual", r);

@@ -33,7 +33,7 @@ extern "C" aclnnStatus aclnnLayerNormCustomGetWorkspaceSize(const aclTensor* inp
     const auto soc = op_ext::ascend::CurrentSocSpec();
     const TensorDesc x = DescribeTensor(kOp, "input", input);
     const TensorDesc y = DescribeTensor(kOp, "out", out);
-    const std::vector<int64_t> shape = IntArrayValues(kOp, "normalizedShape", normalizedShape);
+    const std::vector<int64_t> shape = NormalizedShape(kOp, x, normalizedShape);
     const uint32_t dtype = KernelDType(kOp, "input", x.dtype, soc);
     const RowShape rs = NormRows(kOp, x, shape);
     uint8_t* wd = nullptr;

@@ -11,7 +11,13 @@
 namespace op_ext::ascend {
 
 struct SocSpec {
-  std::string name;            // short SoC version, as in CANN's platform config ("Ascend910B")
+  // Short SoC version, CANN platform config's Short_SoC_version ("Ascend910B",
+  // "Ascend910_93", "Ascend310P"): the instruction set, and the SoC named in
+  // messages about what it lacks.
+  std::string name;
+  // SoC version as aclrtGetSocName() returns it and platform_config/<SoC>.ini is
+  // named ("Ascend910B4", "Ascend910_9391").
+  std::string socVersion;
   uint32_t vectorCoreNum = 0;  // cores a vector kernel runs on (blockDim limit used by the tilings)
   uint32_t ubSize = 0;         // Unified Buffer bytes per core
   bool hasDataCopyPad = false; // unaligned GM<->UB copies (DataCopyPad)
@@ -22,16 +28,27 @@ struct SocSpec {
   std::string source;          // where the figures come from
 };
 
-// The built-in table (Ascend910B, Ascend310P).
+// The built-in table, one entry per SoC version.
 const std::vector<SocSpec>& SocTable();
 
-// The table entry whose name is a prefix of `socName` ("Ascend910B2" -> Ascend910B),
-// or nullptr.
-const SocSpec* FindSocSpec(const std::string& socName);
+// The entry for SoC version `socVersion` (exact name, as aclrtGetSocName()
+// returns it), or nullptr.
+const SocSpec* FindSocSpec(const std::string& socVersion);
 
-// The SoC the current process runs on: aclrtGetSocName() looked up in the table
-// (on the simulator: the simulated device, including test overrides of the core
-// count and UB size). Throws std::runtime_error for an unknown SoC.
+// For the simulator: FindSocSpec, or for a short SoC version ("Ascend910B",
+// "Ascend310P") the SoC version the simulator stands in for it (Ascend910B2,
+// Ascend310P3), or nullptr.
+const SocSpec* FindSimulatedSoc(const std::string& name);
+
+// "op_extension Ascend kernels: unsupported SoC '<name>' (supported: ...)".
+std::string UnsupportedSocMessage(const std::string& socVersion);
+
+// The SoC the current process runs on: aclrtGetSocName() looked up in the
+// table. With CANN, the vector core count and UB size are then read from the
+// platform API (platform_ascendc::PlatformAscendCManager), which knows the
+// machine, when it answers; on the simulator they are the simulated device's
+// (the table's, or a test's override). Throws std::runtime_error for an
+// unknown SoC.
 SocSpec CurrentSocSpec();
 
 }  // namespace op_ext::ascend

@@ -23,6 +23,13 @@
 
 #if defined(__CCE_AICORE__) || defined(__CCE_KT_TEST__)
 // ---- CANN device compiler: fields only ------------------------------------
+// The field types (uint32_t, uint64_t, float) come from kernel_operator.h: the
+// device compile has no host C++ headers such as <cstdint>, so this branch must
+// not include any, and including kernel_operator.h here keeps a tiling header
+// self-contained whatever a kernel includes first
+// (tests/test_device_compile.py compiles it that way).
+#include "kernel_operator.h"
+
 #define BEGIN_TILING_DATA_DEF(class_name) struct class_name {
 #define TILING_DATA_FIELD_DEF(data_type, field_name) data_type field_name;
 #define END_TILING_DATA_DEF \

@@ -1,10 +1,10 @@
 // AddGradCustom: out = alpha * (gradOutput summed down to out's shape), the sums
 // accumulated in float in a fixed order (deterministic, independent of the core
 // count). Modes and split: host/tiling/add_grad_custom_tiling.h.
-#include "add_grad_custom_tiling.h"
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "add_grad_custom_tiling.h"
 
 namespace {
 

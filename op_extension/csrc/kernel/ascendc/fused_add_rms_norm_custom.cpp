@@ -14,10 +14,10 @@
 // on z * s (kernel_common.h, PowerOfTwoScale): y = (z * s) * rstd_s * w with
 // rstd_s = rsqrt(mean((z s)^2) + eps s^2); split rows then take two more reads.
 // Tiling: host/tiling/fused_add_rms_norm_custom_tiling.h (the UB plan there mirrors Init*).
-#include "fused_add_rms_norm_custom_tiling.h"
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "fused_add_rms_norm_custom_tiling.h"
 
 namespace {
 

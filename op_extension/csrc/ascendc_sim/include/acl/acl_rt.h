@@ -66,6 +66,7 @@ inline aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy /*p
   if (devPtr == nullptr || size == 0) return ACL_ERROR_INVALID_PARAM;
   // 512-byte aligned, as the device allocator returns.
   const size_t rounded = (size + 511) / 512 * 512;
+  ++ascendc_sim::RuntimeCounters().aclrtMalloc;
   void *p = std::aligned_alloc(512, rounded);
   if (p == nullptr) return ACL_ERROR_BAD_ALLOC;
   std::memset(p, ascendc_sim::kGarbageByte, rounded);
@@ -76,6 +77,7 @@ inline aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy /*p
 
 inline aclError aclrtFree(void *devPtr) {
   if (devPtr == nullptr) return ACL_ERROR_INVALID_PARAM;
+  ++ascendc_sim::RuntimeCounters().aclrtFree;
   ascendc_sim::UnregisterGm(devPtr);
   std::free(devPtr);
   return ACL_SUCCESS;
@@ -83,16 +85,23 @@ inline aclError aclrtFree(void *devPtr) {
 
 inline aclError aclrtMallocHost(void **hostPtr, size_t size) {
   if (hostPtr == nullptr || size == 0) return ACL_ERROR_INVALID_PARAM;
+  ++ascendc_sim::RuntimeCounters().aclrtMallocHost;
   *hostPtr = std::aligned_alloc(64, (size + 63) / 64 * 64);
   return *hostPtr == nullptr ? ACL_ERROR_BAD_ALLOC : ACL_SUCCESS;
 }
 
 inline aclError aclrtFreeHost(void *hostPtr) {
+  ++ascendc_sim::RuntimeCounters().aclrtFreeHost;
   std::free(hostPtr);
   return ACL_SUCCESS;
 }
 
-inline aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) {
+#ifdef __cplusplus
+}
+#endif
+
+namespace ascendc_sim {
+inline aclError Memcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) {
   if (dst == nullptr || src == nullptr || count > destMax) return ACL_ERROR_INVALID_PARAM;
   try {
     if (kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE) {
@@ -109,13 +118,80 @@ inline aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t c
   }
   return ACL_SUCCESS;
 }
+}  // namespace ascendc_sim
 
-inline aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
-                                 aclrtStream /*stream*/) {
-  return aclrtMemcpy(dst, destMax, src, count, kind);
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+inline aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) {
+  ++ascendc_sim::RuntimeCounters().aclrtMemcpy;
+  return ascendc_sim::Memcpy(dst, destMax, src, count, kind);
 }
 
-inline aclError aclrtSynchronizeStream(aclrtStream /*stream*/) { return ACL_SUCCESS; }
+// Runs at once: the simulated stream has nothing queued before it.
+inline aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
+                                 aclrtStream /*stream*/) {
+  ++ascendc_sim::RuntimeCounters().aclrtMemcpyAsync;
+  return ascendc_sim::Memcpy(dst, destMax, src, count, kind);
+}
+
+inline aclError aclrtSynchronizeStream(aclrtStream /*stream*/) {
+  ++ascendc_sim::RuntimeCounters().aclrtSynchronizeStream;
+  return ACL_SUCCESS;
+}
+
+// Events: everything on a simulated stream has run when the next call starts,
+// so an event is complete as soon as it is recorded. What is checked is the
+// protocol: only created, not destroyed events are recorded or waited for.
+#ifdef __cplusplus
+}
+#endif
+
+namespace ascendc_sim {
+struct SimEvent {
+  uint32_t magic = 0x45564e54;  // "EVNT"; cleared on destroy
+  bool recorded = false;
+};
+inline SimEvent *AsEvent(aclrtEvent event) {
+  auto *e = static_cast<SimEvent *>(event);
+  return e != nullptr && e->magic == 0x45564e54 ? e : nullptr;
+}
+}  // namespace ascendc_sim
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+inline aclError aclrtCreateEvent(aclrtEvent *event) {
+  if (event == nullptr) return ACL_ERROR_INVALID_PARAM;
+  ++ascendc_sim::RuntimeCounters().aclrtCreateEvent;
+  *event = new ascendc_sim::SimEvent;
+  return ACL_SUCCESS;
+}
+
+inline aclError aclrtDestroyEvent(aclrtEvent event) {
+  auto *e = ascendc_sim::AsEvent(event);
+  if (e == nullptr) return ACL_ERROR_INVALID_PARAM;
+  ++ascendc_sim::RuntimeCounters().aclrtDestroyEvent;
+  e->magic = 0;
+  delete e;
+  return ACL_SUCCESS;
+}
+
+inline aclError aclrtRecordEvent(aclrtEvent event, aclrtStream /*stream*/) {
+  auto *e = ascendc_sim::AsEvent(event);
+  if (e == nullptr) return ACL_ERROR_INVALID_PARAM;
+  ++ascendc_sim::RuntimeCounters().aclrtRecordEvent;
+  e->recorded = true;
+  return ACL_SUCCESS;
+}
+
+inline aclError aclrtSynchronizeEvent(aclrtEvent event) {
+  if (ascendc_sim::AsEvent(event) == nullptr) return ACL_ERROR_INVALID_PARAM;
+  ++ascendc_sim::RuntimeCounters().aclrtSynchronizeEvent;
+  return ACL_SUCCESS;
+}
 
 #ifdef __cplusplus
 }

@@ -31,12 +31,11 @@ struct aclTensor {
   void *storage = nullptr;
 };
 
-// On CANN the class of opdev/common_types.h; the same accessors here.
+// Opaque on CANN (a class of the internal opdev/common_types.h). Here it has no
+// accessors, so host code can only use the public functions below, as a
+// custom-op build against CANN's aclnn/acl_meta.h must.
 struct aclIntArray {
-  std::vector<int64_t> values;
-  uint64_t Size() const { return values.size(); }
-  int64_t operator[](uint64_t i) const { return values.at(i); }
-  const int64_t *GetData() const { return values.data(); }
+  std::vector<int64_t> simValues;
 };
 
 // Created by each op's first-phase call, consumed by its second phase.
@@ -115,7 +114,7 @@ inline aclnnStatus aclDestroyTensor(const aclTensor *tensor) {
 inline aclIntArray *aclCreateIntArray(const int64_t *value, uint64_t size) {
   if (size > 0 && value == nullptr) return nullptr;
   auto *a = new aclIntArray;
-  a->values.assign(value, value + size);
+  a->simValues.assign(value, value + size);
   return a;
 }
 
@@ -126,7 +125,7 @@ inline aclnnStatus aclDestroyIntArray(const aclIntArray *array) {
 
 inline aclnnStatus aclGetIntArraySize(const aclIntArray *array, uint64_t *size) {
   if (array == nullptr || size == nullptr) return ACLNN_ERR_PARAM_NULLPTR;
-  *size = array->values.size();
+  *size = array->simValues.size();
   return ACLNN_SUCCESS;
 }
 

@@ -34,7 +34,7 @@ enum class ReduceOrder { kRepeatsSequential, kRepeatsBinaryTree };
 // What the simulator models of one SoC. Filled by whoever starts the simulation
 // (the Python binding) from the host-side SoC table.
 struct DeviceSpec {
-  std::string socName = "Ascend910B";
+  std::string socName = "Ascend910B2";  // SoC version, as aclrtGetSocName() returns it
   uint32_t coreNum = 48;        // vector cores a kernel can be launched on
   uint32_t ubSize = 196608;     // Unified Buffer bytes per core
   bool hasDataCopyPad = true;   // DataCopyPad exists (Atlas A2 and later)

@@ -28,6 +28,7 @@ inline aclError LaunchKernel(const char* kernelName, uint32_t blockDim, Body&& b
   };
   if (dev.core != nullptr) return fail("launched from inside another kernel");
   if (blockDim == 0 || blockDim > 65535) return fail("blockDim must be in [1, 65535]");
+  ++RuntimeCounters().kernelLaunches;
   ResetGmWriters();
   for (uint32_t i = 0; i < blockDim; ++i) {
     CoreState core;
