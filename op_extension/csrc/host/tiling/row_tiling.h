@@ -48,6 +48,9 @@ inline uint64_t ReduceWorkFloats(uint64_t count) {
   return RoundUp(repeats, 8);
 }
 
+// ReduceMax's work tensor holds (value, index) pairs: twice ReduceSum's.
+inline uint64_t ReduceMaxWorkFloats(uint64_t count) { return 2 * ReduceWorkFloats(count); }
+
 }  // namespace op_ext::ascend
 
 #endif  // OP_EXT_HOST_TILING_ROW_TILING_H_
