@@ -32,8 +32,8 @@ __all__ = ["SOCS", "run", "run_backward", "tiling"]
 SOCS = ("Ascend910B", "Ascend310P")
 
 # Ops whose Ascend kernels exist: forward and backward, and forward only.
-_OPS = ("add", "gelu", "rms_norm")
-_FORWARD_OPS = _OPS + ("fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu")
+_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm")
+_FORWARD_OPS = _OPS + ("softmax", "swiglu", "geglu")
 
 
 def _bind(op_name: str, args: tuple, kwargs: dict) -> dict:
@@ -123,7 +123,15 @@ def run_backward(op: str, *args, soc: str = "Ascend910B", sat_mode: str | None =
         return _ascend_sim.add_backward(a["grad_output"], _shape_list(op, a["input_size"]), float(a["alpha"]))
     if op == "gelu":
         return _ascend_sim.gelu_backward(a["grad_output"], a["input"], a["approximate"])
+    if op == "fused_add_rms_norm":
+        z = a["residual_out"]
+        return _ascend_sim.fused_add_rms_norm_backward(a["grad_output"], a["grad_residual_out"], z,
+                                                       _shape_list(op, a["normalized_shape"]), a["weight"],
+                                                       _rms_norm_eps(a["eps"], z))
     x = a["input"]
+    if op == "layer_norm":
+        return _ascend_sim.layer_norm_backward(a["grad_output"], x, _shape_list(op, a["normalized_shape"]),
+                                               a["weight"], a["bias"], float(a["eps"]))
     return _ascend_sim.rms_norm_backward(a["grad_output"], x, _shape_list(op, a["normalized_shape"]), a["weight"],
                                          _rms_norm_eps(a["eps"], x))
 

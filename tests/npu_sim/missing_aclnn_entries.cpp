@@ -8,10 +8,12 @@
 #include "aclnn_add_custom.h"
 #include "aclnn_add_grad_custom.h"
 #include "aclnn_fused_add_rms_norm_custom.h"
+#include "aclnn_fused_add_rms_norm_grad_custom.h"
 #include "aclnn_geglu_custom.h"
 #include "aclnn_gelu_custom.h"
 #include "aclnn_gelu_grad_custom.h"
 #include "aclnn_layer_norm_custom.h"
+#include "aclnn_layer_norm_grad_custom.h"
 #include "aclnn_rms_norm_custom.h"
 #include "aclnn_rms_norm_grad_custom.h"
 #include "aclnn_softmax_custom.h"
@@ -83,6 +85,16 @@ __attribute__((weak)) aclnnStatus aclnnLayerNormCustomGetWorkspaceSize(const acl
                                                                        aclOpExecutor**) {
   return missing("aclnnLayerNormCustom");
 }
+__attribute__((weak)) aclnnStatus aclnnFusedAddRmsNormGradCustomGetWorkspaceSize(
+    const aclTensor*, const aclTensor*, const aclTensor*, const aclTensor*, const aclIntArray*, double,
+    const aclTensor*, const aclTensor*, uint64_t*, aclOpExecutor**) {
+  return missing("aclnnFusedAddRmsNormGradCustom");
+}
+__attribute__((weak)) aclnnStatus aclnnLayerNormGradCustomGetWorkspaceSize(
+    const aclTensor*, const aclTensor*, const aclTensor*, const aclTensor*, const aclIntArray*, double,
+    const aclTensor*, const aclTensor*, const aclTensor*, uint64_t*, aclOpExecutor**) {
+  return missing("aclnnLayerNormGradCustom");
+}
 __attribute__((weak)) aclnnStatus aclnnSoftmaxCustomGetWorkspaceSize(const aclTensor*, int64_t, const aclTensor*,
                                                                      uint64_t*, aclOpExecutor**) {
   return missing("aclnnSoftmaxCustom");
@@ -99,5 +111,7 @@ OP_EXT_MISSING_LAUNCH(GeGluCustom)
 OP_EXT_MISSING_LAUNCH(RmsNormCustom)
 OP_EXT_MISSING_LAUNCH(RmsNormGradCustom)
 OP_EXT_MISSING_LAUNCH(FusedAddRmsNormCustom)
+OP_EXT_MISSING_LAUNCH(FusedAddRmsNormGradCustom)
 OP_EXT_MISSING_LAUNCH(LayerNormCustom)
+OP_EXT_MISSING_LAUNCH(LayerNormGradCustom)
 OP_EXT_MISSING_LAUNCH(SoftmaxCustom)

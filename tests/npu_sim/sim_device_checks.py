@@ -45,9 +45,9 @@ ACLNN_FILE = {
     "add": "add", "add_backward": "add_grad", "gelu": "gelu", "gelu_backward": "gelu_grad",
     "rms_norm": "rms_norm", "rms_norm_backward": "rms_norm_grad", "fused_add_rms_norm": "fused_add_rms_norm",
     "layer_norm": "layer_norm", "softmax": "softmax", "swiglu": "swiglu", "geglu": "geglu",
+    "fused_add_rms_norm_backward": "fused_add_rms_norm_grad", "layer_norm_backward": "layer_norm_grad",
 }
-FALLBACK_OPS = ("fused_add_rms_norm_backward", "layer_norm_backward", "softmax_backward", "swiglu_backward",
-                "geglu_backward")
+FALLBACK_OPS = ("softmax_backward", "swiglu_backward", "geglu_backward")
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -261,6 +261,43 @@ def test_mixed_devices_are_rejected():
 
 
 # ---- backward -----------------------------------------------------------------------
+
+def _backward_cases(dtype):
+    """(backward op, CPU args) pairs of the norm backward ops with Ascend kernels."""
+    g, x, u = rand(6, 40, dtype=dtype), rand(6, 40, dtype=dtype), rand(6, 40, dtype=dtype)
+    w, b = rand(40, dtype=dtype), rand(40, dtype=dtype)
+    return [
+        ("fused_add_rms_norm_backward", (g, u, x, [40], w, 1e-6)),
+        ("fused_add_rms_norm_backward", (g, None, x.t().contiguous().t(), [40], None, None)),
+        ("layer_norm_backward", (g, x, [40], w, b, 1e-5)),
+        ("layer_norm_backward", (g, x, [40], None, b, 1e-5)),
+        ("layer_norm_backward", (g[:, ::2], x[:, ::2], [20], None, None, 1e-5)),  # strided columns
+    ]
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+def test_norm_backward_ops_match_the_simulator_and_the_cpu(dtype):
+    for op, args in _backward_cases(dtype):
+        npu_args = [npu(a) if isinstance(a, torch.Tensor) else a for a in args]
+        outs = tuple(out.cpu() for out in getattr(torch.ops.custom, op)(*npu_args))
+        expected = getattr(torch.ops.custom, op)(*args)
+        simulated = ascend_sim.run_backward(op[: -len("_backward")], *args)
+        for i, (out, want, sim) in enumerate(zip(outs, expected, simulated, strict=True)):
+            kind = op[: -len("_backward")] if i == 0 else "row_sum"  # parameter grads: sums over rows
+            assert out.shape == want.shape, f"{op} output {i}"
+            torch.testing.assert_close(out, want, **ascend_tolerance(dtype, kind, "backward"),
+                                       msg=lambda m: f"{op} output {i}: {m}")
+            torch.testing.assert_close(out, sim, atol=0, rtol=0, msg=lambda m: f"{op} output {i} vs ascend_sim: {m}")
+
+
+def test_norm_backward_ops_with_no_rows():
+    empty, w = npu(rand(0, 8)), npu(rand(8))
+    dx, dw, db = torch.ops.custom.layer_norm_backward(empty, empty, [8], w, w, 1e-5)
+    assert dx.shape == (0, 8) and torch.equal(dw.cpu(), torch.zeros(8)) and torch.equal(db.cpu(), torch.zeros(8))
+    dx, dw = torch.ops.custom.fused_add_rms_norm_backward(empty, empty, empty, [8], w, 1e-6)
+    assert dx.shape == (0, 8) and torch.equal(dw.cpu(), torch.zeros(8))
+    assert torch.ops.npu_sim.queued_launches() == 0
+
 
 def _fallback_call(op, d):
     g, u, x, w = rand(4, 8), rand(4, 8), rand(4, 8), rand(8)

@@ -416,13 +416,11 @@ std::tuple<Tensor, Tensor> fused_add_rms_norm(const Tensor& input, const Tensor&
   return {out, residual_out};
 }
 
-template <typename Kernels>
-std::tuple<Tensor, Tensor> fused_add_rms_norm_backward(
-    const Tensor& grad_output, const std::optional<Tensor>& grad_residual_out,
-    const Tensor& residual_out, IntArrayRef normalized_shape, const std::optional<Tensor>& weight,
-    std::optional<double> eps) {
-  constexpr const char* op = "custom::fused_add_rms_norm_backward";
-  const Kernels kernels(residual_out);
+inline RowShape check_fused_add_rms_norm_backward(const char* op, const Tensor& grad_output,
+                                                  const std::optional<Tensor>& grad_residual_out,
+                                                  const Tensor& residual_out,
+                                                  IntArrayRef normalized_shape,
+                                                  const std::optional<Tensor>& weight) {
   check_dtype(op, residual_out, "residual_out", gen::kFusedAddRmsNormBackwardDtypes);
   check_same(op, residual_out, "residual_out", grad_output, "grad_output");
   check_same_shape(op, residual_out, "residual_out", grad_output, "grad_output");
@@ -432,6 +430,18 @@ std::tuple<Tensor, Tensor> fused_add_rms_norm_backward(
   }
   const RowShape rs = check_normalized_shape(op, residual_out, normalized_shape);
   check_affine(op, weight, "weight", residual_out, normalized_shape);
+  return rs;
+}
+
+template <typename Kernels>
+std::tuple<Tensor, Tensor> fused_add_rms_norm_backward(
+    const Tensor& grad_output, const std::optional<Tensor>& grad_residual_out,
+    const Tensor& residual_out, IntArrayRef normalized_shape, const std::optional<Tensor>& weight,
+    std::optional<double> eps) {
+  constexpr const char* op = "custom::fused_add_rms_norm_backward";
+  const Kernels kernels(residual_out);
+  const RowShape rs = check_fused_add_rms_norm_backward(op, grad_output, grad_residual_out,
+                                                        residual_out, normalized_shape, weight);
   const Tensor z = residual_out.contiguous();
   const Tensor dy = grad_output.contiguous();
   Tensor w_holder, gr_holder;
@@ -462,6 +472,19 @@ Tensor layer_norm(const Tensor& input, IntArrayRef normalized_shape,
   return out;
 }
 
+inline RowShape check_layer_norm_backward(const char* op, const Tensor& grad_output,
+                                          const Tensor& input, IntArrayRef normalized_shape,
+                                          const std::optional<Tensor>& weight,
+                                          const std::optional<Tensor>& bias) {
+  check_dtype(op, input, "input", gen::kLayerNormBackwardDtypes);
+  check_same(op, input, "input", grad_output, "grad_output");
+  check_same_shape(op, input, "input", grad_output, "grad_output");
+  const RowShape rs = check_normalized_shape(op, input, normalized_shape);
+  check_affine(op, weight, "weight", input, normalized_shape);
+  check_affine(op, bias, "bias", input, normalized_shape);
+  return rs;
+}
+
 template <typename Kernels>
 std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& grad_output,
                                                        const Tensor& input,
@@ -471,12 +494,7 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& grad_output
                                                        double eps) {
   constexpr const char* op = "custom::layer_norm_backward";
   const Kernels kernels(input);
-  check_dtype(op, input, "input", gen::kLayerNormBackwardDtypes);
-  check_same(op, input, "input", grad_output, "grad_output");
-  check_same_shape(op, input, "input", grad_output, "grad_output");
-  const RowShape rs = check_normalized_shape(op, input, normalized_shape);
-  check_affine(op, weight, "weight", input, normalized_shape);
-  check_affine(op, bias, "bias", input, normalized_shape);
+  const RowShape rs = check_layer_norm_backward(op, grad_output, input, normalized_shape, weight, bias);
   const Tensor x = input.contiguous();
   const Tensor dy = grad_output.contiguous();
   Tensor w_holder;

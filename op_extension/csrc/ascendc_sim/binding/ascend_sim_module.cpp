@@ -7,8 +7,9 @@
 //   * every tensor argument is made contiguous (.contiguous());
 //   * add: input and other are expanded to the broadcast shape and made
 //     contiguous (materialised), since AddCustom takes same-shape tensors;
-//   * outputs are allocated here (rms_norm_backward without weight gets an
-//     empty [0] grad_weight and passes gradWeightOut = nullptr);
+//   * outputs are allocated here (rms_norm_backward, fused_add_rms_norm_backward
+//     and layer_norm_backward without weight (bias) get an empty [0] grad_weight
+//     (grad_bias) and pass a null output for it);
 //   * rms_norm's and fused_add_rms_norm's eps=None is resolved by the Python
 //     wrapper (ascend_sim.py);
 //   * softmax: a 0-dim input is passed as [1]; `dim` goes to aclnn unchanged
@@ -28,9 +29,11 @@
 #include "aclnn_add_custom.h"
 #include "aclnn_add_grad_custom.h"
 #include "aclnn_fused_add_rms_norm_custom.h"
+#include "aclnn_fused_add_rms_norm_grad_custom.h"
 #include "aclnn_gelu_custom.h"
 #include "aclnn_gelu_grad_custom.h"
 #include "aclnn_layer_norm_custom.h"
+#include "aclnn_layer_norm_grad_custom.h"
 #include "aclnn_geglu_custom.h"
 #include "aclnn_op_ext_error.h"
 #include "aclnn_rms_norm_custom.h"
@@ -289,6 +292,63 @@ std::tuple<Tensor, Tensor> FusedAddRmsNorm(const Tensor& input, const Tensor& re
   return {out, residualOut};
 }
 
+std::optional<Tensor> ContiguousOrNone(const std::optional<Tensor>& t) {
+  if (t.has_value() && t->defined()) return t->contiguous();
+  return std::nullopt;
+}
+
+// A parameter's gradient: NaN-filled of the parameter's shape, or an empty [0]
+// placeholder (and no aclnn output) when the op ran without that parameter.
+std::pair<Tensor, std::optional<Tensor>> ParamGrad(const std::optional<Tensor>& param, const Tensor& like) {
+  if (!param.has_value()) return {Unwritten({0}, like.options()), std::nullopt};
+  Tensor grad = Unwritten(param->sizes(), like.options());
+  return {grad, grad};
+}
+
+std::tuple<Tensor, Tensor> FusedAddRmsNormBackward(const Tensor& gradOutput,
+                                                   const std::optional<Tensor>& gradResidualOut,
+                                                   const Tensor& residualOut,
+                                                   const std::vector<int64_t>& normalizedShape,
+                                                   const std::optional<Tensor>& weight, double eps) {
+  const Tensor g = gradOutput.contiguous();
+  const Tensor z = residualOut.contiguous();
+  const std::optional<Tensor> gr = ContiguousOrNone(gradResidualOut);
+  const std::optional<Tensor> w = ContiguousOrNone(weight);
+  Tensor dx = Unwritten(z.sizes(), z.options());
+  auto [dw, dwArg] = ParamGrad(w, z);
+  AclTensor ag(g), agr(gr), az(z), aw(w), adx(dx), adw(dwArg);
+  AclIntArray shape(normalizedShape);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
+              return aclnnFusedAddRmsNormGradCustomGetWorkspaceSize(ag.get(), agr.get(), az.get(), aw.get(),
+                                                                    shape.get(), eps, adx.get(), adw.get(), ws, ex);
+            },
+            [&](void* wsp, uint64_t n, aclOpExecutor* ex) {
+              return aclnnFusedAddRmsNormGradCustom(wsp, n, ex, nullptr);
+            });
+  return {dx, dw};
+}
+
+std::tuple<Tensor, Tensor, Tensor> LayerNormBackward(const Tensor& gradOutput, const Tensor& input,
+                                                     const std::vector<int64_t>& normalizedShape,
+                                                     const std::optional<Tensor>& weight,
+                                                     const std::optional<Tensor>& bias, double eps) {
+  const Tensor g = gradOutput.contiguous();
+  const Tensor x = input.contiguous();
+  const std::optional<Tensor> w = ContiguousOrNone(weight);
+  const std::optional<Tensor> b = ContiguousOrNone(bias);
+  Tensor dx = Unwritten(x.sizes(), x.options());
+  auto [dw, dwArg] = ParamGrad(w, x);
+  auto [db, dbArg] = ParamGrad(b, x);
+  AclTensor ag(g), ax(x), aw(w), ab(b), adx(dx), adw(dwArg), adb(dbArg);
+  AclIntArray shape(normalizedShape);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
+              return aclnnLayerNormGradCustomGetWorkspaceSize(ag.get(), ax.get(), aw.get(), ab.get(), shape.get(),
+                                                              eps, adx.get(), adw.get(), adb.get(), ws, ex);
+            },
+            [&](void* wsp, uint64_t n, aclOpExecutor* ex) { return aclnnLayerNormGradCustom(wsp, n, ex, nullptr); });
+  return {dx, dw, db};
+}
+
 Tensor LayerNorm(const Tensor& input, const std::vector<int64_t>& normalizedShape, const std::optional<Tensor>& weight,
                  const std::optional<Tensor>& bias, double eps) {
   const Tensor x = input.contiguous();
@@ -427,7 +487,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("swiglu", &SwiGlu);
   m.def("geglu", &GeGlu);
   m.def("fused_add_rms_norm", &FusedAddRmsNorm);
+  m.def("fused_add_rms_norm_backward", &FusedAddRmsNormBackward);
   m.def("layer_norm", &LayerNorm);
+  m.def("layer_norm_backward", &LayerNormBackward);
   m.def("softmax", &Softmax);
   m.def("tiling", &Tiling);
   m.def("_run_misuse", &RunMisuse);

@@ -19,7 +19,7 @@
 #endif
 
 OP_EXT_DECLARE_KERNEL(rms_norm_grad_custom, OP_EXT_GM_ADDR gradOutput, OP_EXT_GM_ADDR x, OP_EXT_GM_ADDR weight,
-                      OP_EXT_GM_ADDR gradInput, OP_EXT_GM_ADDR gradWeight, OP_EXT_GM_ADDR workspace,
+                      OP_EXT_GM_ADDR gradResidual, OP_EXT_GM_ADDR gradInput, OP_EXT_GM_ADDR gradWeight, OP_EXT_GM_ADDR workspace,
                       OP_EXT_GM_ADDR tiling);
 
 namespace {
@@ -74,8 +74,8 @@ extern "C" aclnnStatus aclnnRmsNormGradCustomGetWorkspaceSize(
       launch.tiling.resize(t.GetDataSize());
       t.SaveToBuffer(launch.tiling.data(), launch.tiling.size());
       launch.launch = [=](uint8_t* tilingDevice, uint8_t* kernelWorkspace, aclrtStream stream) {
-        return OP_EXT_LAUNCH_KERNEL(rms_norm_grad_custom, blockDim, stream, dyd, xd, wd, dxd, dwd, kernelWorkspace,
-                                    tilingDevice);
+        return OP_EXT_LAUNCH_KERNEL(rms_norm_grad_custom, blockDim, stream, dyd, xd, wd, nullptr, dxd, dwd,
+                                    kernelWorkspace, tilingDevice);
       };
       plan.launches.push_back(std::move(launch));
     };

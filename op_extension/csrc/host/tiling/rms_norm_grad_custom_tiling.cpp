@@ -8,15 +8,16 @@
 
 namespace op_ext::ascend {
 
-uint64_t RmsNormGradUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols) {
+uint64_t RmsNormGradUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols, bool gradResidual) {
   const uint64_t e = DTypeBytes(dtype);
-  return 6 * k * stride * e + 4 * stride * (dtype == kDTypeFloat ? 2 : 4) + 4 * ReduceWorkFloats(cols) + 64 +
-         4 * RoundUp(k, 8);
+  return (gradResidual ? 8 : 6) * k * stride * e + 4 * stride * (dtype == kDTypeFloat ? 2 : 4) +
+         4 * ReduceWorkFloats(cols) + 64 + 4 * RoundUp(k, 8);
 }
 
-uint64_t RmsNormGradUbBytesChunk(uint32_t dtype, uint64_t chunk) {
+uint64_t RmsNormGradUbBytesChunk(uint32_t dtype, uint64_t chunk, bool gradResidual) {
   const uint64_t e = DTypeBytes(dtype);
-  return 6 * chunk * e + 4 * chunk * (dtype == kDTypeFloat ? 1 : 4) + 4 * ReduceWorkFloats(chunk) + 160;
+  return (gradResidual ? 8 : 6) * chunk * e + 4 * chunk * (dtype == kDTypeFloat ? 1 : 4) +
+         4 * ReduceWorkFloats(chunk) + 160;
 }
 
 uint64_t RmsNormGradUbBytesColumns(uint32_t dtype, uint64_t chunk) {
@@ -29,13 +30,15 @@ uint64_t RmsNormGradWorkspaceBytes(const optiling::RmsNormGradCustomTilingData& 
   return uint64_t(t.usedCoreNum) * t.rstdTilesPerCore * t.rstdPitch * sizeof(float);
 }
 
-optiling::RmsNormGradCustomTilingData ComputeRmsNormGradTiling(uint64_t rows, uint64_t cols, uint32_t dtype,
-                                                               bool hasWeight, double eps, const SocSpec& soc) {
-  const char* op = "RmsNormGradCustom";
+namespace {
+
+optiling::RmsNormGradCustomTilingData PlanRmsNormGrad(const char* op, uint64_t rows, uint64_t cols, uint32_t dtype,
+                                                      bool hasWeight, bool gradResidual, double eps,
+                                                      const SocSpec& soc) {
   const RowPlan plan = PlanRows(
       op, rows, cols, dtype, soc,
-      [&](uint64_t k, uint64_t stride) { return RmsNormGradUbBytesRows(dtype, k, stride, cols); },
-      [&](uint64_t chunk) { return RmsNormGradUbBytesChunk(dtype, chunk); });
+      [&](uint64_t k, uint64_t stride) { return RmsNormGradUbBytesRows(dtype, k, stride, cols, gradResidual); },
+      [&](uint64_t chunk) { return RmsNormGradUbBytesChunk(dtype, chunk, gradResidual); });
   optiling::RmsNormGradCustomTilingData t;
   t.set_pass(0);
   t.set_rows(plan.rows);
@@ -49,6 +52,7 @@ optiling::RmsNormGradCustomTilingData ComputeRmsNormGradTiling(uint64_t rows, ui
   t.set_chunkLength(plan.chunkLength);
   t.set_reduceWorkLength(uint32_t(ReduceWorkFloats(plan.splitRow ? plan.chunkLength : cols)));
   t.set_hasWeight(hasWeight ? 1 : 0);
+  t.set_hasGradResidual(gradResidual ? 1 : 0);
   t.set_dataType(dtype);
   t.set_eps(float(eps));
   t.set_invCols(cols == 0 ? 0.0f : float(1.0 / double(cols)));
@@ -83,7 +87,32 @@ optiling::RmsNormGradCustomTilingData ComputeRmsNormGradTiling(uint64_t rows, ui
   return t;
 }
 
+}  // namespace
+
+optiling::RmsNormGradCustomTilingData ComputeRmsNormGradTiling(uint64_t rows, uint64_t cols, uint32_t dtype,
+                                                               bool hasWeight, double eps, const SocSpec& soc) {
+  return PlanRmsNormGrad("RmsNormGradCustom", rows, cols, dtype, hasWeight, false, eps, soc);
+}
+
+optiling::RmsNormGradCustomTilingData ComputeFusedAddRmsNormGradTiling(uint64_t rows, uint64_t cols, uint32_t dtype,
+                                                                       bool hasWeight, bool hasGradResidual,
+                                                                       double eps, const SocSpec& soc) {
+  return PlanRmsNormGrad("FusedAddRmsNormGradCustom", rows, cols, dtype, hasWeight, hasGradResidual, eps, soc);
+}
+
 namespace {
+
+TilingFields InspectRmsNormGrad(const optiling::RmsNormGradCustomTilingData& t, uint32_t dtype) {
+  TilingFields fields = DumpTiling(t);
+  const bool gr = t.hasGradResidual != 0;
+  const uint64_t ub = t.usedCoreNum == 0 ? 0
+                      : t.splitRow       ? RmsNormGradUbBytesChunk(dtype, t.chunkLength, gr)
+                                         : RmsNormGradUbBytesRows(dtype, t.rowsPerTile, t.rowStride, t.cols, gr);
+  fields.emplace_back("_ubBytes", double(ub));
+  fields.emplace_back("_dwUbBytes", double(t.dwUsedCoreNum ? RmsNormGradUbBytesColumns(dtype, t.dwChunkCols) : 0));
+  fields.emplace_back("_workspaceBytes", double(RmsNormGradWorkspaceBytes(t)));
+  return fields;
+}
 
 const RegisterTilingInspector kInspectRmsNormGrad("rms_norm_backward", [](const TilingQuery& q, const SocSpec& soc) {
   // shapes: [rows, cols]; attrs: eps, hasWeight. Returns the pass-0 tiling (with
@@ -92,15 +121,20 @@ const RegisterTilingInspector kInspectRmsNormGrad("rms_norm_backward", [](const 
   const double eps = q.attrs.count("eps") ? q.attrs.at("eps") : 1e-6;
   const bool weight = !q.attrs.count("hasWeight") || q.attrs.at("hasWeight") != 0;
   const auto t = ComputeRmsNormGradTiling(uint64_t(s.at(0)), uint64_t(s.at(1)), q.dtype, weight, eps, soc);
-  TilingFields fields = DumpTiling(t);
-  const uint64_t ub = t.usedCoreNum == 0 ? 0
-                      : t.splitRow       ? RmsNormGradUbBytesChunk(q.dtype, t.chunkLength)
-                                         : RmsNormGradUbBytesRows(q.dtype, t.rowsPerTile, t.rowStride, t.cols);
-  fields.emplace_back("_ubBytes", double(ub));
-  fields.emplace_back("_dwUbBytes", double(t.dwUsedCoreNum ? RmsNormGradUbBytesColumns(q.dtype, t.dwChunkCols) : 0));
-  fields.emplace_back("_workspaceBytes", double(RmsNormGradWorkspaceBytes(t)));
-  return std::vector<TilingFields>{fields};
+  return std::vector<TilingFields>{InspectRmsNormGrad(t, q.dtype)};
 });
+
+const RegisterTilingInspector kInspectFusedAddRmsNormGrad(
+    "fused_add_rms_norm_backward", [](const TilingQuery& q, const SocSpec& soc) {
+      // shapes: [rows, cols]; attrs: eps, hasWeight, hasGradResidual (both default 1). As rms_norm_backward.
+      const auto& s = q.shapes.at(0);
+      const double eps = q.attrs.count("eps") ? q.attrs.at("eps") : 1e-6;
+      const bool weight = !q.attrs.count("hasWeight") || q.attrs.at("hasWeight") != 0;
+      const bool gr = !q.attrs.count("hasGradResidual") || q.attrs.at("hasGradResidual") != 0;
+      const auto t =
+          ComputeFusedAddRmsNormGradTiling(uint64_t(s.at(0)), uint64_t(s.at(1)), q.dtype, weight, gr, eps, soc);
+      return std::vector<TilingFields>{InspectRmsNormGrad(t, q.dtype)};
+    });
 
 }  // namespace
 

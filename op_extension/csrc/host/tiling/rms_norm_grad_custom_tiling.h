@@ -1,7 +1,12 @@
 // RmsNormGradCustom: with y = x * rstd * w, rstd = rsqrt(mean(x^2) + eps) per row,
-//   gradInput  = rstd * (dy * w) - x * rstd^3 * mean(dy * w * x)
+//   gradInput  = rstd * (dy * w) - x * rstd^3 * mean(dy * w * x)   (+ gradResidualOut)
 //   gradWeight = sum over rows of dy * x * rstd
 // in float, input viewed as [rows, cols], contiguous.
+//
+// FusedAddRmsNormGradCustom runs the same kernel with this same TilingData
+// (hasGradResidual = 1, input = the forward's residualOut): its gradient is
+// RMSNorm's of residualOut plus gradResidualOut passed through, so one kernel
+// keeps one copy of the overflow rescue and of the deterministic gradWeight pass.
 //
 // Two launches of rms_norm_grad_custom, each with its own copy of this struct
 // (`pass` differs):
@@ -44,6 +49,7 @@ TILING_DATA_FIELD_DEF(uint32_t, dwBigCoreNum)
 TILING_DATA_FIELD_DEF(uint32_t, dwUsedCoreNum)     // pass 1 blockDim
 TILING_DATA_FIELD_DEF(uint32_t, dwChunkCols)
 TILING_DATA_FIELD_DEF(uint32_t, hasWeight)
+TILING_DATA_FIELD_DEF(uint32_t, hasGradResidual)   // 1: gradInput += gradResidualOut (FusedAddRmsNormGradCustom)
 TILING_DATA_FIELD_DEF(uint32_t, dataType)
 TILING_DATA_FIELD_DEF(float, eps)
 TILING_DATA_FIELD_DEF(float, invCols)
@@ -59,16 +65,17 @@ REGISTER_TILING_DATA_CLASS(RmsNormGradCustom, RmsNormGradCustomTilingData)
 namespace op_ext::ascend {
 
 // Kernel UB plans (rms_norm_grad_custom.cpp), element size e:
-//   pass 0, k whole rows of stride P: x, dy, dx queues 2*k*P*e each; float rows weight
-//     and scratch (+ x and g = dy*w in float for 16-bit types); ReduceSum work; two
-//     statistic blocks; the tile's rstd (k rounded up to a block).
-//   pass 0, chunks of C: x (also weight chunks), dy, dx queues 2*C*e each; float
-//     scratch (+ x, g, weight for 16-bit); work; two statistic and two accumulator
-//     blocks; one rstd block.
+//   pass 0, k whole rows of stride P: x, dy, dx (+ gradResidualOut) queues 2*k*P*e each;
+//     float rows weight and scratch (+ x and g = dy*w in float for 16-bit types);
+//     ReduceMax work (twice ReduceSum's: value, index pairs); two statistic blocks;
+//     the tile's rstd (k rounded up to a block).
+//   pass 0, chunks of C: x (also weight chunks), dy, dx (+ gradResidualOut) queues
+//     2*C*e each; float scratch (+ x, g, weight for 16-bit); work; two statistic and
+//     two accumulator blocks; one rstd block.
 //   pass 1, chunks of C columns: x, dy, dw queues 2*C*e each; float accumulator and
 //     scratch (+ x and dy in float for 16-bit).
-uint64_t RmsNormGradUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols);
-uint64_t RmsNormGradUbBytesChunk(uint32_t dtype, uint64_t chunk);
+uint64_t RmsNormGradUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols, bool gradResidual);
+uint64_t RmsNormGradUbBytesChunk(uint32_t dtype, uint64_t chunk, bool gradResidual);
 uint64_t RmsNormGradUbBytesColumns(uint32_t dtype, uint64_t chunk);
 
 // Bytes of kernel workspace (the rows' rstd) the tiling needs.
@@ -77,6 +84,12 @@ uint64_t RmsNormGradWorkspaceBytes(const optiling::RmsNormGradCustomTilingData& 
 // The pass-0 tiling; the pass-1 copy is the same with pass = 1.
 optiling::RmsNormGradCustomTilingData ComputeRmsNormGradTiling(uint64_t rows, uint64_t cols, uint32_t dtype,
                                                                bool hasWeight, double eps, const SocSpec& soc);
+
+// FusedAddRmsNormGradCustom's tiling (rows, cols of residualOut): the same plan with
+// hasGradResidual set and room for the gradResidualOut queue; errors name that op.
+optiling::RmsNormGradCustomTilingData ComputeFusedAddRmsNormGradTiling(uint64_t rows, uint64_t cols, uint32_t dtype,
+                                                                       bool hasWeight, bool hasGradResidual,
+                                                                       double eps, const SocSpec& soc);
 
 }  // namespace op_ext::ascend
 #endif

@@ -10,6 +10,9 @@
 // x * s (kernel_common.h, PowerOfTwoScale): rstd_s, c2_s from x * s, and
 // gradInput = ((g - (x s) * c2_s) * rstd_s) * s; its stored rstd is rstd_s * s
 // (subnormal when rms(x) > 2^126). Split rows then take two more reads.
+// FusedAddRmsNormGradCustom is this kernel with hasGradResidual: x is the forward's
+// residualOut, and gradResidualOut is added to gradInput before its one rounding.
+// rstd is 1 / Sqrt(...) by Div, not the vector Rsqrt (an approximation on hardware).
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
@@ -25,8 +28,8 @@ class KernelRmsNormGrad {
  public:
   __aicore__ inline KernelRmsNormGrad() {}
 
-  __aicore__ inline void Init(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR dx, GM_ADDR dw, GM_ADDR workspace,
-                              const optiling::RmsNormGradCustomTilingData& tiling, TPipe* pipe) {
+  __aicore__ inline void Init(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR gr, GM_ADDR dx, GM_ADDR dw,
+                              GM_ADDR workspace, const optiling::RmsNormGradCustomTilingData& tiling, TPipe* pipe) {
     t_ = tiling;
     const uint64_t total = t_.rows * t_.cols;
     dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), total);
@@ -39,6 +42,7 @@ class KernelRmsNormGrad {
     }
     if (t_.pass == 0) {
       dxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx), total);
+      if (t_.hasGradResidual) grGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gr), total);
       const uint64_t core = GetBlockIdx();
       coreIdx_ = core;
       firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
@@ -80,6 +84,7 @@ class KernelRmsNormGrad {
     pipe->InitBuffer(inQueueX_, kBufferNum, tileBytes);
     pipe->InitBuffer(inQueueDy_, kBufferNum, tileBytes);
     pipe->InitBuffer(outQueue_, kBufferNum, tileBytes);
+    if (t_.hasGradResidual) pipe->InitBuffer(inQueueGr_, kBufferNum, tileBytes);
     pipe->InitBuffer(weightF_, t_.rowStride * sizeof(float));
     pipe->InitBuffer(tmp_, t_.rowStride * sizeof(float));
     if constexpr (!kIsFloat) {
@@ -104,12 +109,19 @@ class KernelRmsNormGrad {
     op_ext_kernel::CopyRowsGmToUb(dy, dyGm_[row * t_.cols], k, t_.cols);
     inQueueX_.EnQue(x);
     inQueueDy_.EnQue(dy);
+    if (t_.hasGradResidual) {
+      LocalTensor<T> gr = inQueueGr_.template AllocTensor<T>();
+      op_ext_kernel::CopyRowsGmToUb(gr, grGm_[row * t_.cols], k, t_.cols);
+      inQueueGr_.EnQue(gr);
+    }
   }
 
   __aicore__ inline void ComputeRows(uint32_t k) {
     LocalTensor<T> x = inQueueX_.template DeQue<T>();
     LocalTensor<T> dy = inQueueDy_.template DeQue<T>();
     LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
+    LocalTensor<T> gr;
+    if (t_.hasGradResidual) gr = inQueueGr_.template DeQue<T>();
     LocalTensor<float> rstdTile = rstd_.template Get<float>();
     const int32_t n = static_cast<int32_t>(t_.cols);
     for (uint32_t j = 0; j < k; ++j) {
@@ -134,12 +146,13 @@ class KernelRmsNormGrad {
           RstdAndCoeff(stat, t_.eps * scale * scale, rstd, coeff);
         }
       }
-      WriteGradInput(dx[at], xf, g, rstd, coeff, scale, n);
+      WriteGradInput(dx[at], xf, g, rstd, coeff, scale, n, t_.hasGradResidual ? gr[at] : gr);
       if (t_.hasWeight) rstdTile.SetValue(j, rstd * scale);
     }
     outQueue_.EnQue(dx);
     inQueueX_.FreeTensor(x);
     inQueueDy_.FreeTensor(dy);
+    if (t_.hasGradResidual) inQueueGr_.FreeTensor(gr);
   }
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k, uint32_t tile) {
@@ -168,6 +181,7 @@ class KernelRmsNormGrad {
     pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
     pipe->InitBuffer(inQueueDy_, kBufferNum, chunkBytes);
     pipe->InitBuffer(outQueue_, kBufferNum, chunkBytes);
+    if (t_.hasGradResidual) pipe->InitBuffer(inQueueGr_, kBufferNum, chunkBytes);
     pipe->InitBuffer(tmp_, t_.chunkLength * sizeof(float));
     if constexpr (!kIsFloat) {
       pipe->InitBuffer(inputF_, t_.chunkLength * sizeof(float));
@@ -237,11 +251,19 @@ class KernelRmsNormGrad {
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
       LoadChunk(row, c, len, w, x, dy, xf, g);
+      LocalTensor<T> gr;
+      if (t_.hasGradResidual) {
+        gr = inQueueGr_.template AllocTensor<T>();
+        op_ext_kernel::CopyGmToUb(gr, grGm_[row * t_.cols + c], len);
+        inQueueGr_.EnQue(gr);
+        gr = inQueueGr_.template DeQue<T>();
+      }
       LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
       if (scale != 1.0f) Muls(xf, xf, scale, static_cast<int32_t>(len));
-      WriteGradInput(dx, xf, g, rstd, coeff, scale, static_cast<int32_t>(len));
+      WriteGradInput(dx, xf, g, rstd, coeff, scale, static_cast<int32_t>(len), gr);
       outQueue_.EnQue(dx);
       ReleaseChunk(w, x, dy);
+      if (t_.hasGradResidual) inQueueGr_.FreeTensor(gr);
       dx = outQueue_.template DeQue<T>();
       op_ext_kernel::CopyUbToGm(dxGm_[row * t_.cols + c], dx, len);
       outQueue_.FreeTensor(dx);
@@ -266,30 +288,38 @@ class KernelRmsNormGrad {
     ReduceSum(dot, tmp, work, n);
   }
 
-  // From sums[0] = sum x^2 and sums[8] = sum g x: rstd = rsqrt(mean x^2 + eps) and
+  // From sums[0] = sum x^2 and sums[8] = sum g x: rstd = 1 / sqrt(mean x^2 + eps) and
   // coeff = rstd * (rstd * mean(g x)) = rstd * mean(g * xhat), computed by the vector
-  // unit, read as scalars.
+  // unit (Sqrt, then Div: no Rsqrt), read as scalars. Overwrites both sums.
   __aicore__ inline void RstdAndCoeff(const LocalTensor<float>& sums, float eps, float& rstd, float& coeff) {
     LocalTensor<float> dot = sums[8];
     Muls(sums, sums, t_.invCols, 1);
     Adds(sums, sums, eps, 1);
-    op_ext_kernel::InvSqrt(sums, work_.template Get<float>());
+    Sqrt(sums, sums, 1);
     Muls(dot, dot, t_.invCols, 1);
-    Mul(dot, dot, sums, 1);
-    Mul(dot, dot, sums, 1);
+    Div(dot, dot, sums, 1);
+    Div(dot, dot, sums, 1);
+    coeff = op_ext_kernel::ReadScalarAfterVector(dot);
+    Duplicate(dot, 1.0f, 1);
+    Div(sums, dot, sums, 1);
     rstd = op_ext_kernel::ReadScalarAfterVector(sums);
-    coeff = sums.GetValue(8);
   }
 
-  // dx = (g - x * coeff) * rstd (* scale, for a rescaled row), into `dx` (n elements).
+  // dx = (g - x * coeff) * rstd (* scale, for a rescaled row) (+ gr, with
+  // hasGradResidual), into `dx` (n elements). xf is dead afterwards (its float
+  // buffer takes gr for 16-bit types).
   __aicore__ inline void WriteGradInput(const LocalTensor<T>& dx, const LocalTensor<float>& xf,
                                         const LocalTensor<float>& g, float rstd, float coeff, float scale,
-                                        int32_t n) {
+                                        int32_t n, const LocalTensor<T>& gr) {
     LocalTensor<float> tmp = tmp_.template Get<float>();
     Muls(tmp, xf, -coeff, n);
     Add(tmp, tmp, g, n);
     if constexpr (kIsFloat) {
-      if (scale != 1.0f) {
+      if (t_.hasGradResidual) {
+        Muls(tmp, tmp, rstd, n);
+        if (scale != 1.0f) Muls(tmp, tmp, scale, n);
+        Add(dx, tmp, gr, n);
+      } else if (scale != 1.0f) {
         Muls(tmp, tmp, rstd, n);
         Muls(dx, tmp, scale, n);  // last: the only step that may land on subnormals
       } else {
@@ -298,7 +328,8 @@ class KernelRmsNormGrad {
     } else {
       Muls(tmp, tmp, rstd, n);
       if (scale != 1.0f) Muls(tmp, tmp, scale, n);
-      Cast(dx, tmp, op_ext_kernel::NarrowRound<T>(), static_cast<uint32_t>(n));
+      if (t_.hasGradResidual) Add(tmp, tmp, AsFloat(gr, inputF_, static_cast<uint32_t>(n)), n);
+      CastToT(dx, tmp, static_cast<uint32_t>(n));
     }
   }
 
@@ -334,6 +365,11 @@ class KernelRmsNormGrad {
     }
     RstdAndCoeff(acc, t_.eps * s * s, rstd, coeff);
     scale = s;
+  }
+
+  // Every float -> T narrowing of this kernel: one place for the round mode.
+  __aicore__ inline void CastToT(const LocalTensor<T>& dst, const LocalTensor<float>& src, uint32_t count) {
+    Cast(dst, src, op_ext_kernel::NarrowRound<T>(), count);
   }
 
   // `count` elements of `t` in float: `t` itself for float, else cast into `buf`.
@@ -418,7 +454,7 @@ class KernelRmsNormGrad {
     if constexpr (kIsFloat) {
       DataCopy(dw, acc, (width + 7) / 8 * 8);
     } else {
-      Cast(dw, acc, op_ext_kernel::NarrowRound<T>(), width);
+      CastToT(dw, acc, width);
     }
     outQueue_.EnQue(dw);
     dw = outQueue_.template DeQue<T>();
@@ -432,6 +468,7 @@ class KernelRmsNormGrad {
   uint64_t rowCount_ = 0;
   TQue<TPosition::VECIN, kBufferNum> inQueueX_;
   TQue<TPosition::VECIN, kBufferNum> inQueueDy_;
+  TQue<TPosition::VECIN, kBufferNum> inQueueGr_;
   TQue<TPosition::VECOUT, kBufferNum> outQueue_;
   TBuf<TPosition::VECCALC> weightF_;
   TBuf<TPosition::VECCALC> tmp_;
@@ -444,33 +481,35 @@ class KernelRmsNormGrad {
   GlobalTensor<T> dyGm_;
   GlobalTensor<T> xGm_;
   GlobalTensor<T> wGm_;
+  GlobalTensor<T> grGm_;
   GlobalTensor<T> dxGm_;
   GlobalTensor<T> dwGm_;
   GlobalTensor<float> rstdGm_;
 };
 
 template <typename T>
-__aicore__ inline void RunRmsNormGrad(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR dx, GM_ADDR dw, GM_ADDR workspace,
-                                      const optiling::RmsNormGradCustomTilingData& tiling) {
+__aicore__ inline void RunRmsNormGrad(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR gr, GM_ADDR dx, GM_ADDR dw,
+                                      GM_ADDR workspace, const optiling::RmsNormGradCustomTilingData& tiling) {
   TPipe pipe;
   KernelRmsNormGrad<T> op;
-  op.Init(dy, x, w, dx, dw, workspace, tiling, &pipe);
+  op.Init(dy, x, w, gr, dx, dw, workspace, tiling, &pipe);
   op.Process();
 }
 
 }  // namespace
 
+// gradResidual: FusedAddRmsNormGradCustom's gradResidualOut (null unless hasGradResidual).
 extern "C" __global__ __aicore__ void rms_norm_grad_custom(GM_ADDR gradOutput, GM_ADDR x, GM_ADDR weight,
-                                                           GM_ADDR gradInput, GM_ADDR gradWeight, GM_ADDR workspace,
-                                                           GM_ADDR tiling) {
+                                                           GM_ADDR gradResidual, GM_ADDR gradInput,
+                                                           GM_ADDR gradWeight, GM_ADDR workspace, GM_ADDR tiling) {
   GET_TILING_DATA(tilingData, tiling);
   if (tilingData.dataType == op_ext_kernel::kDTypeFloat) {
-    RunRmsNormGrad<float>(gradOutput, x, weight, gradInput, gradWeight, workspace, tilingData);
+    RunRmsNormGrad<float>(gradOutput, x, weight, gradResidual, gradInput, gradWeight, workspace, tilingData);
   } else if (tilingData.dataType == op_ext_kernel::kDTypeHalf) {
-    RunRmsNormGrad<half>(gradOutput, x, weight, gradInput, gradWeight, workspace, tilingData);
+    RunRmsNormGrad<half>(gradOutput, x, weight, gradResidual, gradInput, gradWeight, workspace, tilingData);
 #if OP_EXT_HAS_BF16
   } else if (tilingData.dataType == op_ext_kernel::kDTypeBf16) {
-    RunRmsNormGrad<bfloat16_t>(gradOutput, x, weight, gradInput, gradWeight, workspace, tilingData);
+    RunRmsNormGrad<bfloat16_t>(gradOutput, x, weight, gradResidual, gradInput, gradWeight, workspace, tilingData);
 #endif
   }
 }

@@ -8,9 +8,8 @@
 // - AddCustom adds two tensors of one shape: broadcasting is materialised with
 //   expand().contiguous() first;
 // - they compute float16, bfloat16 and float32 only: float64 is a TypeError;
-// - five backward ops have no Ascend kernel (fused_add_rms_norm, layer_norm,
-//   softmax, swiglu, geglu): they run on the CPU, with a warning once per op
-//   (see cpu_fallback below).
+// - three backward ops have no Ascend kernel (softmax, swiglu, geglu): they run
+//   on the CPU, with a warning once per op (see cpu_fallback below).
 // Empty tensors never reach a kernel.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -33,10 +32,12 @@
 #include "aclnn_add_grad_custom.h"
 #include "aclnn_call.h"
 #include "aclnn_fused_add_rms_norm_custom.h"
+#include "aclnn_fused_add_rms_norm_grad_custom.h"
 #include "aclnn_geglu_custom.h"
 #include "aclnn_gelu_custom.h"
 #include "aclnn_gelu_grad_custom.h"
 #include "aclnn_layer_norm_custom.h"
+#include "aclnn_layer_norm_grad_custom.h"
 #include "aclnn_rms_norm_custom.h"
 #include "aclnn_rms_norm_grad_custom.h"
 #include "aclnn_softmax_custom.h"
@@ -235,6 +236,30 @@ std::tuple<Tensor, Tensor> fused_add_rms_norm_npu(const Tensor& input, const Ten
   return {out, residual_out};
 }
 
+std::tuple<Tensor, Tensor> fused_add_rms_norm_backward_npu(const Tensor& grad_output,
+                                                           const OptTensor& grad_residual_out,
+                                                           const Tensor& residual_out,
+                                                           IntArrayRef normalized_shape, const OptTensor& weight,
+                                                           std::optional<double> eps) {
+  constexpr const char* op = "custom::fused_add_rms_norm_backward";
+  glue::check_fused_add_rms_norm_backward(op, grad_output, grad_residual_out, residual_out, normalized_shape,
+                                          weight);
+  check_npu_dtype(op, residual_out, "residual_out");
+  const c10::DeviceGuard guard(residual_out.device());
+  const Tensor z = dense(residual_out);
+  const Tensor dy = dense(grad_output);
+  const OptTensor gr = dense(grad_residual_out);
+  const OptTensor w = dense(weight);
+  Tensor dx = at::empty(z.sizes(), z.options());
+  Tensor dw = glue::param_grad(weight, z);
+  if (z.numel() == 0) return {dx, dw.zero_()};  // no rows: the weight gradient is a sum of nothing
+  const OptTensor dw_out = w.has_value() ? OptTensor(dw) : std::nullopt;
+  call_aclnn(op, "aclnnFusedAddRmsNormGradCustom", z.device(), aclnnFusedAddRmsNormGradCustomGetWorkspaceSize,
+             aclnnFusedAddRmsNormGradCustom, dy, gr, z, w, normalized_shape, rms_norm_eps(residual_out, eps), dx,
+             dw_out);
+  return {dx, dw};
+}
+
 Tensor layer_norm_npu(const Tensor& input, IntArrayRef normalized_shape, const OptTensor& weight,
                       const OptTensor& bias, double eps) {
   constexpr const char* op = "custom::layer_norm";
@@ -249,6 +274,29 @@ Tensor layer_norm_npu(const Tensor& input, IntArrayRef normalized_shape, const O
   call_aclnn(op, "aclnnLayerNormCustom", x.device(), aclnnLayerNormCustomGetWorkspaceSize,
              aclnnLayerNormCustom, x, w, b, normalized_shape, eps, out);
   return out;
+}
+
+std::tuple<Tensor, Tensor, Tensor> layer_norm_backward_npu(const Tensor& grad_output, const Tensor& input,
+                                                           IntArrayRef normalized_shape, const OptTensor& weight,
+                                                           const OptTensor& bias, double eps) {
+  constexpr const char* op = "custom::layer_norm_backward";
+  glue::check_layer_norm_backward(op, grad_output, input, normalized_shape, weight, bias);
+  check_npu_dtype(op, input, "input");
+  const c10::DeviceGuard guard(input.device());
+  const Tensor x = dense(input);
+  const Tensor dy = dense(grad_output);
+  const OptTensor w = dense(weight);
+  const OptTensor b = dense(bias);
+  Tensor dx = at::empty(x.sizes(), x.options());
+  // As on CPU: empty placeholders for the parameters the op ran without.
+  Tensor dw = glue::param_grad(weight, x);
+  Tensor db = glue::param_grad(bias, x);
+  if (x.numel() == 0) return {dx, dw.zero_(), db.zero_()};  // sums over no rows
+  const OptTensor dw_out = w.has_value() ? OptTensor(dw) : std::nullopt;
+  const OptTensor db_out = b.has_value() ? OptTensor(db) : std::nullopt;
+  call_aclnn(op, "aclnnLayerNormGradCustom", x.device(), aclnnLayerNormGradCustomGetWorkspaceSize,
+             aclnnLayerNormGradCustom, dy, x, w, b, normalized_shape, eps, dx, dw_out, db_out);
+  return {dx, dw, db};
 }
 
 // ---- softmax --------------------------------------------------------------------
@@ -273,7 +321,7 @@ Tensor softmax_npu(const Tensor& input, int64_t dim) {
 // Runs the op's CPU kernel on CPU copies of its npu tensors and copies the
 // results back to the npu device, warning once per op. This keeps training on
 // npu correct for every op (these backward ops cost a device round trip each);
-// the alternative, an error, would make `.backward()` unusable for five ops.
+// the alternative, an error, would make `.backward()` unusable for three ops.
 //
 // A call that mixes devices is invalid: then the CPU kernel is called on the
 // tensors as they are, only for its checks, which reject mixed devices (with
@@ -336,10 +384,11 @@ TORCH_LIBRARY_IMPL(custom, PrivateUse1, m) {
   m.impl("rms_norm", &rms_norm_npu);
   m.impl("rms_norm_backward", &rms_norm_backward_npu);
   m.impl("fused_add_rms_norm", &fused_add_rms_norm_npu);
+  m.impl("fused_add_rms_norm_backward", &fused_add_rms_norm_backward_npu);
   m.impl("layer_norm", &layer_norm_npu);
+  m.impl("layer_norm_backward", &layer_norm_backward_npu);
   m.impl("softmax", &softmax_npu);
-  for (const char* name : {"swiglu_backward", "geglu_backward", "fused_add_rms_norm_backward",
-                           "layer_norm_backward", "softmax_backward"}) {
+  for (const char* name : {"swiglu_backward", "geglu_backward", "softmax_backward"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
   }
 }

@@ -1,0 +1,604 @@
+// LayerNormGradCustom: gradInput over rows (pass 0), gradWeight and gradBias over
+// columns (pass 1), all in float. Passes, split and workspace layout:
+// host/tiling/layer_norm_grad_custom_tiling.h (its UB plans mirror the Init* here).
+//
+// With g = dy * w, c = x - mean (centred), xhat = c * rstd:
+//   gradInput = rstd * ((g - mean(g)) - xhat * mean(g * xhat)),  mean(g * xhat) = rstd * mean(g * c),
+// never rstd^2 or rstd^3 alone (which underflow for rows with a large spread).
+// gradWeight sums dy * xhat (xhat first: dy * c may overflow), gradBias sums dy.
+// The statistics are the forward's (layer_norm_custom.cpp), decided from the
+// scalars the kernel reads anyway, so ordinary rows pay nothing more:
+//   * statistics overflow (mean, sum((x - mean)^2) or sum(g * c) not finite) while
+//     max|x| is finite: redone on x * s (kernel_common.h, PowerOfTwoScale), and
+//     gradInput = (rstd_s * (...)) * s;
+//   * |mean| * rstd > kMeanCorrectionRatio: mean += mean(x - mean), then the sums are
+//     taken again. A constant row then centres to exact zeros, so eps = 0 gives
+//     0 * inf = NaN as torch and the CPU op do.
+// rstd is 1 / Sqrt(var + eps) by Div, not the vector Rsqrt (an approximation on hardware).
+#include "kernel_common.h"
+#include "kernel_operator.h"
+#include "kernel_tiling.h"
+#include "layer_norm_grad_custom_tiling.h"
+
+namespace {
+
+using namespace AscendC;
+using op_ext_kernel::kBufferNum;
+
+// As layer_norm_custom.cpp: above this |mean| * rstd the mean is corrected.
+constexpr float kMeanCorrectionRatio = 16.0f;
+constexpr uint32_t kStatFloats = 4;  // per row in the workspace: mean_s, rstd_s, s, unused
+
+// The sums one pass over a row gives, for c = x * s - mean.
+struct RowSums {
+  float sumSq;  // sum c^2
+  float sumG;   // sum g
+  float sumGc;  // sum g * c
+};
+
+template <typename T>
+class KernelLayerNormGrad {
+ public:
+  __aicore__ inline KernelLayerNormGrad() {}
+
+  __aicore__ inline void Init(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR dx, GM_ADDR dw, GM_ADDR db,
+                              GM_ADDR workspace, const optiling::LayerNormGradCustomTilingData& tiling, TPipe* pipe) {
+    t_ = tiling;
+    const uint64_t total = t_.rows * t_.cols;
+    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), total);
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), total);
+    if (t_.hasWeight) {
+      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), t_.cols);
+      dwGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dw), t_.cols);
+      const uint64_t statFloats = uint64_t(t_.usedCoreNum) * t_.statTilesPerCore * t_.statPitch;
+      if (statFloats > 0) statGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(workspace), statFloats);
+    }
+    if (t_.hasBias) dbGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(db), t_.cols);
+    if (t_.pass == 0) {
+      dxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx), total);
+      const uint64_t core = GetBlockIdx();
+      coreIdx_ = core;
+      firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
+      rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
+      if (t_.splitRow) {
+        InitChunks(pipe);
+      } else {
+        InitRows(pipe);
+      }
+    } else {
+      InitColumns(pipe);
+    }
+  }
+
+  __aicore__ inline void Process() {
+    if (t_.pass == 1) {
+      ProcessColumns();
+    } else if (t_.splitRow) {
+      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(r);
+    } else {
+      if (t_.hasWeight) {
+        op_ext_kernel::LoadParamRowAsFloat(inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
+      }
+      uint32_t tile = 0;
+      for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile, ++tile) {
+        const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
+        CopyInRows(firstRow_ + r, k);
+        ComputeRows(k);
+        CopyOutRows(firstRow_ + r, k, tile);
+      }
+    }
+  }
+
+ private:
+  static constexpr bool kIsFloat = IsSameType<T, float>::value;
+
+  // ---- pass 0, whole rows ---------------------------------------------------------
+
+  __aicore__ inline void InitRows(TPipe* pipe) {
+    const uint32_t tileBytes = t_.rowsPerTile * t_.rowStride * sizeof(T);
+    pipe->InitBuffer(inQueueX_, kBufferNum, tileBytes);
+    pipe->InitBuffer(inQueueDy_, kBufferNum, tileBytes);
+    pipe->InitBuffer(outQueue_, kBufferNum, tileBytes);
+    pipe->InitBuffer(weightF_, t_.rowStride * sizeof(float));
+    pipe->InitBuffer(cen_, t_.rowStride * sizeof(float));
+    pipe->InitBuffer(tmp_, t_.rowStride * sizeof(float));
+    if constexpr (!kIsFloat) {
+      pipe->InitBuffer(inputF_, t_.rowStride * sizeof(float));
+      pipe->InitBuffer(gradF_, t_.rowStride * sizeof(float));
+    }
+    pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
+    pipe->InitBuffer(stat_, 2 * op_ext_kernel::kBlockBytes);
+    pipe->InitBuffer(statTile_, (kStatFloats * t_.rowsPerTile + 7) / 8 * 8 * sizeof(float));
+  }
+
+  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
+    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
+    op_ext_kernel::CopyRowsGmToUb(x, xGm_[row * t_.cols], k, t_.cols);
+    op_ext_kernel::CopyRowsGmToUb(dy, dyGm_[row * t_.cols], k, t_.cols);
+    inQueueX_.EnQue(x);
+    inQueueDy_.EnQue(dy);
+  }
+
+  __aicore__ inline void ComputeRows(uint32_t k) {
+    LocalTensor<T> x = inQueueX_.template DeQue<T>();
+    LocalTensor<T> dy = inQueueDy_.template DeQue<T>();
+    LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
+    LocalTensor<float> statTile = statTile_.template Get<float>();
+    LocalTensor<float> c = cen_.template Get<float>();
+    LocalTensor<float> tmp = tmp_.template Get<float>();
+    const int32_t n = static_cast<int32_t>(t_.cols);
+    for (uint32_t j = 0; j < k; ++j) {
+      const uint32_t at = j * t_.rowStride;
+      LocalTensor<float> xf = AsFloat(x[at], inputF_, t_.cols);
+      LocalTensor<float> g = AsFloat(dy[at], gradF_, t_.cols);
+      if (t_.hasWeight) Mul(g, g, weightF_.template Get<float>(), n);
+      float s = 1.0f;
+      float eps = t_.eps;
+      float mean = ScaledSum(xf, s, 0.0f, n) * t_.invCols;
+      RowSums sums = CentredSums(xf, g, s, mean, n);
+      float rstd = Rstd(sums.sumSq, eps);
+      if (Overflowed(mean, rstd, sums)) {
+        const float maxAbs = op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, tmp, work_.template Get<float>(), n);
+        // inf or NaN in the row: s stays 1 and the row gives the plain path's NaN.
+        if (maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f) {
+          s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+          eps = t_.eps * s * s;
+          mean = ScaledSum(xf, s, 0.0f, n) * t_.invCols;
+          sums = CentredSums(xf, g, s, mean, n);
+          rstd = Rstd(sums.sumSq, eps);
+        }
+      }
+      if (NeedsMeanCorrection(mean, rstd)) {
+        mean += ReadSum(c, n) * t_.invCols;  // c = x * s - mean from the last CentredSums
+        sums = CentredSums(xf, g, s, mean, n);
+        rstd = Rstd(sums.sumSq, eps);
+      }
+      WriteGradInput(dx[at], c, g, sums, rstd, s, n);
+      if (t_.hasWeight) {
+        statTile.SetValue(kStatFloats * j, mean);
+        statTile.SetValue(kStatFloats * j + 1, rstd);
+        statTile.SetValue(kStatFloats * j + 2, s);
+        statTile.SetValue(kStatFloats * j + 3, 0.0f);
+      }
+    }
+    outQueue_.EnQue(dx);
+    inQueueX_.FreeTensor(x);
+    inQueueDy_.FreeTensor(dy);
+  }
+
+  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k, uint32_t tile) {
+    LocalTensor<T> dx = outQueue_.template DeQue<T>();
+    op_ext_kernel::CopyRowsUbToGm(dxGm_[row * t_.cols], dx, k, t_.cols);
+    outQueue_.FreeTensor(dx);
+    if (t_.hasWeight) StoreStats(tile);
+  }
+
+  // The slot's statistics (scalar writes into statTile_) to their workspace slot.
+  __aicore__ inline void StoreStats(uint32_t slot) {
+    event_t eventSMte3 = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_MTE3));
+    SetFlag<HardEvent::S_MTE3>(eventSMte3);
+    WaitFlag<HardEvent::S_MTE3>(eventSMte3);
+    const uint64_t at = (coreIdx_ * t_.statTilesPerCore + slot) * t_.statPitch;
+    DataCopy(statGm_[at], statTile_.template Get<float>(), t_.statPitch);
+    event_t eventMte3S = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE3_S));
+    SetFlag<HardEvent::MTE3_S>(eventMte3S);
+    WaitFlag<HardEvent::MTE3_S>(eventMte3S);
+  }
+
+  // ---- pass 0, rows in chunks -------------------------------------------------------
+
+  __aicore__ inline void InitChunks(TPipe* pipe) {
+    const uint32_t chunkBytes = t_.chunkLength * sizeof(T);
+    pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(inQueueDy_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(outQueue_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(cen_, t_.chunkLength * sizeof(float));
+    pipe->InitBuffer(tmp_, t_.chunkLength * sizeof(float));
+    if constexpr (!kIsFloat) {
+      pipe->InitBuffer(inputF_, t_.chunkLength * sizeof(float));
+      pipe->InitBuffer(gradF_, t_.chunkLength * sizeof(float));
+      pipe->InitBuffer(weightF_, t_.chunkLength * sizeof(float));
+    }
+    pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
+    pipe->InitBuffer(stat_, 2 * op_ext_kernel::kBlockBytes);
+    pipe->InitBuffer(statTile_, op_ext_kernel::kBlockBytes);
+  }
+
+  __aicore__ inline uint32_t ChunkLen(uint32_t c) const {
+    return t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+  }
+
+  // Chunk [c, c + len) of row `row`: x in float, and (withGrad) g = dy * w in float.
+  // The caller releases it with ReleaseChunk.
+  __aicore__ inline void LoadChunk(uint64_t row, uint32_t c, uint32_t len, bool withGrad, LocalTensor<T>& w,
+                                   LocalTensor<T>& x, LocalTensor<T>& dy, LocalTensor<float>& xf,
+                                   LocalTensor<float>& g) {
+    const uint64_t base = row * t_.cols + c;
+    const bool withWeight = withGrad && t_.hasWeight;
+    if (withWeight) {
+      w = inQueueX_.template AllocTensor<T>();
+      op_ext_kernel::CopyGmToUb(w, wGm_[c], len);
+      inQueueX_.EnQue(w);
+    }
+    x = inQueueX_.template AllocTensor<T>();
+    op_ext_kernel::CopyGmToUb(x, xGm_[base], len);
+    inQueueX_.EnQue(x);
+    if (withGrad) {
+      dy = inQueueDy_.template AllocTensor<T>();
+      op_ext_kernel::CopyGmToUb(dy, dyGm_[base], len);
+      inQueueDy_.EnQue(dy);
+    }
+    if (withWeight) w = inQueueX_.template DeQue<T>();
+    x = inQueueX_.template DeQue<T>();
+    xf = AsFloat(x, inputF_, len);
+    if (withGrad) {
+      dy = inQueueDy_.template DeQue<T>();
+      g = AsFloat(dy, gradF_, len);
+      if (withWeight) Mul(g, g, AsFloat(w, weightF_, len), static_cast<int32_t>(len));
+    }
+  }
+
+  __aicore__ inline void ReleaseChunk(bool withGrad, LocalTensor<T>& w, LocalTensor<T>& x, LocalTensor<T>& dy) {
+    if (withGrad && t_.hasWeight) inQueueX_.FreeTensor(w);
+    inQueueX_.FreeTensor(x);
+    if (withGrad) inQueueDy_.FreeTensor(dy);
+  }
+
+  // sum over the row of x * s - m (chunk sums added in chunk order): one read of x.
+  __aicore__ inline float SplitSum(uint64_t row, float s, float m) {
+    float acc = 0.0f;
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = ChunkLen(c);
+      LocalTensor<T> w, x, dy;
+      LocalTensor<float> xf, g;
+      LoadChunk(row, c, len, false, w, x, dy, xf, g);
+      acc += ScaledSum(xf, s, m, static_cast<int32_t>(len));
+      ReleaseChunk(false, w, x, dy);
+    }
+    return acc;
+  }
+
+  // The row's RowSums for c = x * s - mean: one read of x, dy (and w).
+  __aicore__ inline RowSums SplitSums(uint64_t row, float s, float mean) {
+    RowSums acc{0.0f, 0.0f, 0.0f};
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = ChunkLen(c);
+      LocalTensor<T> w, x, dy;
+      LocalTensor<float> xf, g;
+      LoadChunk(row, c, len, true, w, x, dy, xf, g);
+      const RowSums part = CentredSums(xf, g, s, mean, static_cast<int32_t>(len));
+      acc.sumSq += part.sumSq;
+      acc.sumG += part.sumG;
+      acc.sumGc += part.sumGc;
+      ReleaseChunk(true, w, x, dy);
+    }
+    return acc;
+  }
+
+  __aicore__ inline float SplitMaxAbs(uint64_t row) {
+    float maxAbs = 0.0f;
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = ChunkLen(c);
+      LocalTensor<T> w, x, dy;
+      LocalTensor<float> xf, g;
+      LoadChunk(row, c, len, false, w, x, dy, xf, g);
+      maxAbs = op_ext_kernel::MaxOrNan(
+          maxAbs, op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, tmp_.template Get<float>(),
+                                           work_.template Get<float>(), static_cast<int32_t>(len)));
+      ReleaseChunk(false, w, x, dy);
+    }
+    return maxAbs;
+  }
+
+  // A row in chunks: reads for the mean and the sums (more for careful statistics),
+  // then one to write gradInput.
+  __aicore__ inline void ProcessSplitRow(uint64_t local) {
+    const uint64_t row = firstRow_ + local;
+    float s = 1.0f;
+    float eps = t_.eps;
+    float mean = SplitSum(row, s, 0.0f) * t_.invCols;
+    RowSums sums = SplitSums(row, s, mean);
+    float rstd = Rstd(sums.sumSq, eps);
+    if (Overflowed(mean, rstd, sums)) {
+      const float maxAbs = SplitMaxAbs(row);
+      if (maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f) {
+        s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+        eps = t_.eps * s * s;
+        mean = SplitSum(row, s, 0.0f) * t_.invCols;
+        sums = SplitSums(row, s, mean);
+        rstd = Rstd(sums.sumSq, eps);
+      }
+    }
+    if (NeedsMeanCorrection(mean, rstd)) {
+      mean += SplitSum(row, s, mean) * t_.invCols;
+      sums = SplitSums(row, s, mean);
+      rstd = Rstd(sums.sumSq, eps);
+    }
+    LocalTensor<float> cen = cen_.template Get<float>();
+    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
+      const uint32_t len = ChunkLen(c);
+      const int32_t n = static_cast<int32_t>(len);
+      LocalTensor<T> w, x, dy;
+      LocalTensor<float> xf, g;
+      LoadChunk(row, c, len, true, w, x, dy, xf, g);
+      Centre(cen, xf, s, mean, n);
+      LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
+      WriteGradInput(dx, cen, g, sums, rstd, s, n);
+      outQueue_.EnQue(dx);
+      ReleaseChunk(true, w, x, dy);
+      dx = outQueue_.template DeQue<T>();
+      op_ext_kernel::CopyUbToGm(dxGm_[row * t_.cols + c], dx, len);
+      outQueue_.FreeTensor(dx);
+    }
+    if (t_.hasWeight) {
+      LocalTensor<float> statTile = statTile_.template Get<float>();
+      statTile.SetValue(0, mean);
+      statTile.SetValue(1, rstd);
+      statTile.SetValue(2, s);
+      for (uint32_t i = 3; i < t_.statPitch; ++i) statTile.SetValue(i, 0.0f);
+      StoreStats(static_cast<uint32_t>(local));
+    }
+  }
+
+  // ---- pass 0, shared ------------------------------------------------------------------
+
+  // dst = xf * s - m (n elements).
+  __aicore__ inline void Centre(const LocalTensor<float>& dst, const LocalTensor<float>& xf, float s, float m,
+                                int32_t n) {
+    if (s != 1.0f) {
+      Muls(dst, xf, s, n);
+      Adds(dst, dst, -m, n);
+    } else {
+      Adds(dst, xf, -m, n);
+    }
+  }
+
+  // sum of xf * s - m over n elements (cen_ is scratch).
+  __aicore__ inline float ScaledSum(const LocalTensor<float>& xf, float s, float m, int32_t n) {
+    if (s == 1.0f && m == 0.0f) return ReadSum(xf, n);
+    LocalTensor<float> c = cen_.template Get<float>();
+    Centre(c, xf, s, m, n);
+    return ReadSum(c, n);
+  }
+
+  // cen_ = xf * s - mean; the sums of cen^2, g and g * cen (tmp_ is scratch).
+  __aicore__ inline RowSums CentredSums(const LocalTensor<float>& xf, const LocalTensor<float>& g, float s,
+                                        float mean, int32_t n) {
+    LocalTensor<float> c = cen_.template Get<float>();
+    LocalTensor<float> tmp = tmp_.template Get<float>();
+    Centre(c, xf, s, mean, n);
+    RowSums sums;
+    Mul(tmp, c, c, n);
+    sums.sumSq = ReadSum(tmp, n);
+    sums.sumG = ReadSum(g, n);
+    Mul(tmp, g, c, n);
+    sums.sumGc = ReadSum(tmp, n);
+    return sums;
+  }
+
+  __aicore__ inline float ReadSum(const LocalTensor<float>& src, int32_t n) {
+    LocalTensor<float> stat = stat_.template Get<float>();
+    ReduceSum(stat, src, work_.template Get<float>(), n);
+    return op_ext_kernel::ReadScalarAfterVector(stat);
+  }
+
+  // 1 / sqrt(sumSq / cols + eps) on the vector unit (Sqrt, then Div), read as a scalar.
+  __aicore__ inline float Rstd(float sumSq, float eps) {
+    LocalTensor<float> stat = stat_.template Get<float>();
+    LocalTensor<float> one = stat[8];
+    stat.SetValue(0, sumSq);
+    event_t eventSV = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
+    SetFlag<HardEvent::S_V>(eventSV);
+    WaitFlag<HardEvent::S_V>(eventSV);
+    Muls(stat, stat, t_.invCols, 1);
+    Adds(stat, stat, eps, 1);
+    Sqrt(stat, stat, 1);
+    Duplicate(one, 1.0f, 1);
+    Div(stat, one, stat, 1);
+    return op_ext_kernel::ReadScalarAfterVector(stat);
+  }
+
+  __aicore__ static inline bool IsFinite(float v) {
+    return v <= op_ext_kernel::kFloatMax && v >= -op_ext_kernel::kFloatMax;
+  }
+  __aicore__ static inline bool Overflowed(float mean, float rstd, const RowSums& sums) {
+    return !IsFinite(mean) || rstd == 0.0f || !IsFinite(sums.sumGc);
+  }
+  __aicore__ static inline bool NeedsMeanCorrection(float mean, float rstd) {
+    return (mean < 0.0f ? -mean : mean) * rstd > kMeanCorrectionRatio;
+  }
+
+  // dx = ((g - mean(g)) - c * rstd * mg) * rstd (* s), mg = rstd * mean(g * c),
+  // into `dx` (n elements); c is the centred x * s - mean; g is overwritten.
+  __aicore__ inline void WriteGradInput(const LocalTensor<T>& dx, const LocalTensor<float>& c,
+                                        const LocalTensor<float>& g, const RowSums& sums, float rstd, float s,
+                                        int32_t n) {
+    LocalTensor<float> tmp = tmp_.template Get<float>();
+    const float meanG = sums.sumG * t_.invCols;
+    const float meanGxhat = rstd * (sums.sumGc * t_.invCols);
+    Adds(g, g, -meanG, n);
+    Muls(tmp, c, rstd, n);  // xhat
+    Muls(tmp, tmp, -meanGxhat, n);
+    Add(tmp, tmp, g, n);
+    if constexpr (kIsFloat) {
+      if (s != 1.0f) {
+        Muls(tmp, tmp, rstd, n);
+        Muls(dx, tmp, s, n);  // last: the only step that may land on subnormals
+      } else {
+        Muls(dx, tmp, rstd, n);
+      }
+    } else {
+      Muls(tmp, tmp, rstd, n);
+      if (s != 1.0f) Muls(tmp, tmp, s, n);
+      CastToT(dx, tmp, static_cast<uint32_t>(n));
+    }
+  }
+
+  // Every float -> T narrowing of this kernel: one place for the round mode.
+  __aicore__ inline void CastToT(const LocalTensor<T>& dst, const LocalTensor<float>& src, uint32_t count) {
+    Cast(dst, src, op_ext_kernel::NarrowRound<T>(), count);
+  }
+
+  // `count` elements of `t` in float: `t` itself for float, else cast into `buf`.
+  __aicore__ inline LocalTensor<float> AsFloat(const LocalTensor<T>& t, TBuf<TPosition::VECCALC>& buf,
+                                               uint32_t count) {
+    if constexpr (kIsFloat) {
+      return t.template ReinterpretCast<float>();
+    } else {
+      LocalTensor<float> f = buf.template Get<float>();
+      Cast(f, t, RoundMode::CAST_NONE, count);
+      return f;
+    }
+  }
+
+  // ---- pass 1: gradWeight and gradBias over columns -------------------------------------
+
+  __aicore__ inline void InitColumns(TPipe* pipe) {
+    const uint32_t chunkBytes = t_.dwChunkCols * sizeof(T);
+    pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(inQueueDy_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(outQueue_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(accW_, t_.dwChunkCols * sizeof(float));
+    pipe->InitBuffer(accB_, t_.dwChunkCols * sizeof(float));
+    pipe->InitBuffer(tmp_, t_.dwChunkCols * sizeof(float));
+    if constexpr (!kIsFloat) {
+      pipe->InitBuffer(inputF_, t_.dwChunkCols * sizeof(float));
+      pipe->InitBuffer(gradF_, t_.dwChunkCols * sizeof(float));
+    }
+  }
+
+  // Workspace index of row r's statistics (layout in the tiling header).
+  __aicore__ inline uint64_t StatIndex(uint64_t r) const {
+    const uint64_t per = t_.rowsPerCore;
+    const uint64_t big = t_.bigCoreNum;
+    uint64_t core;
+    uint64_t local;
+    if (r < big * (per + 1)) {
+      core = r / (per + 1);
+      local = r % (per + 1);
+    } else {
+      core = big + (r - big * (per + 1)) / per;
+      local = (r - big * (per + 1)) % per;
+    }
+    return (core * t_.statTilesPerCore + local / t_.statRowsPerSlot) * t_.statPitch +
+           (local % t_.statRowsPerSlot) * kStatFloats;
+  }
+
+  __aicore__ inline void ProcessColumns() {
+    const uint64_t core = GetBlockIdx();
+    const uint64_t blockElems = op_ext_kernel::BlockElems<T>();
+    const uint64_t firstBlock = core * t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? core : t_.dwBigCoreNum);
+    const uint64_t blocks = t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? 1 : 0);
+    const uint64_t begin = firstBlock * blockElems;
+    uint64_t end = begin + blocks * blockElems;
+    if (end > t_.cols) end = t_.cols;
+    for (uint64_t c = begin; c < end; c += t_.dwChunkCols) {
+      const uint32_t width = static_cast<uint32_t>(end - c < t_.dwChunkCols ? end - c : t_.dwChunkCols);
+      SumColumnChunk(c, width);
+    }
+  }
+
+  __aicore__ inline void SumColumnChunk(uint64_t col, uint32_t width) {
+    const int32_t n = static_cast<int32_t>(width);
+    LocalTensor<float> accW = accW_.template Get<float>();
+    LocalTensor<float> accB = accB_.template Get<float>();
+    LocalTensor<float> tmp = tmp_.template Get<float>();
+    if (t_.hasWeight) Duplicate(accW, 0.0f, n);
+    if (t_.hasBias) Duplicate(accB, 0.0f, n);
+    for (uint64_t r = 0; r < t_.rows; ++r) {
+      LocalTensor<T> x;
+      if (t_.hasWeight) {
+        x = inQueueX_.template AllocTensor<T>();
+        op_ext_kernel::CopyGmToUb(x, xGm_[r * t_.cols + col], width);
+        inQueueX_.EnQue(x);
+      }
+      LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
+      op_ext_kernel::CopyGmToUb(dy, dyGm_[r * t_.cols + col], width);
+      inQueueDy_.EnQue(dy);
+      dy = inQueueDy_.template DeQue<T>();
+      LocalTensor<float> dyf = AsFloat(dy, gradF_, width);
+      if (t_.hasWeight) {
+        x = inQueueX_.template DeQue<T>();
+        const uint64_t at = StatIndex(r);
+        const float mean = statGm_.GetValue(at);
+        const float rstd = statGm_.GetValue(at + 1);
+        const float s = statGm_.GetValue(at + 2);
+        Centre(tmp, AsFloat(x, inputF_, width), s, mean, n);
+        Muls(tmp, tmp, rstd, n);  // xhat first: dy * (x - mean) may overflow
+        Mul(tmp, tmp, dyf, n);
+        Add(accW, accW, tmp, n);
+        inQueueX_.FreeTensor(x);
+      }
+      if (t_.hasBias) Add(accB, accB, dyf, n);
+      inQueueDy_.FreeTensor(dy);
+    }
+    if (t_.hasWeight) StoreColumnSums(dwGm_, accW, col, width);
+    if (t_.hasBias) StoreColumnSums(dbGm_, accB, col, width);
+  }
+
+  __aicore__ inline void StoreColumnSums(const GlobalTensor<T>& gm, const LocalTensor<float>& acc, uint64_t col,
+                                         uint32_t width) {
+    LocalTensor<T> out = outQueue_.template AllocTensor<T>();
+    if constexpr (kIsFloat) {
+      DataCopy(out, acc, (width + 7) / 8 * 8);
+    } else {
+      CastToT(out, acc, width);
+    }
+    outQueue_.EnQue(out);
+    out = outQueue_.template DeQue<T>();
+    op_ext_kernel::CopyUbToGm(gm[col], out, width);
+    outQueue_.FreeTensor(out);
+  }
+
+  optiling::LayerNormGradCustomTilingData t_;
+  uint64_t coreIdx_ = 0;
+  uint64_t firstRow_ = 0;
+  uint64_t rowCount_ = 0;
+  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
+  TQue<TPosition::VECIN, kBufferNum> inQueueDy_;
+  TQue<TPosition::VECOUT, kBufferNum> outQueue_;
+  TBuf<TPosition::VECCALC> weightF_;
+  TBuf<TPosition::VECCALC> cen_;
+  TBuf<TPosition::VECCALC> tmp_;
+  TBuf<TPosition::VECCALC> inputF_;
+  TBuf<TPosition::VECCALC> gradF_;
+  TBuf<TPosition::VECCALC> work_;
+  TBuf<TPosition::VECCALC> stat_;
+  TBuf<TPosition::VECCALC> statTile_;
+  TBuf<TPosition::VECCALC> accW_;
+  TBuf<TPosition::VECCALC> accB_;
+  GlobalTensor<T> dyGm_;
+  GlobalTensor<T> xGm_;
+  GlobalTensor<T> wGm_;
+  GlobalTensor<T> dxGm_;
+  GlobalTensor<T> dwGm_;
+  GlobalTensor<T> dbGm_;
+  GlobalTensor<float> statGm_;
+};
+
+template <typename T>
+__aicore__ inline void RunLayerNormGrad(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR dx, GM_ADDR dw, GM_ADDR db,
+                                        GM_ADDR workspace, const optiling::LayerNormGradCustomTilingData& tiling) {
+  TPipe pipe;
+  KernelLayerNormGrad<T> op;
+  op.Init(dy, x, w, dx, dw, db, workspace, tiling, &pipe);
+  op.Process();
+}
+
+}  // namespace
+
+extern "C" __global__ __aicore__ void layer_norm_grad_custom(GM_ADDR gradOutput, GM_ADDR x, GM_ADDR weight,
+                                                             GM_ADDR gradInput, GM_ADDR gradWeight, GM_ADDR gradBias,
+                                                             GM_ADDR workspace, GM_ADDR tiling) {
+  GET_TILING_DATA(tilingData, tiling);
+  if (tilingData.dataType == op_ext_kernel::kDTypeFloat) {
+    RunLayerNormGrad<float>(gradOutput, x, weight, gradInput, gradWeight, gradBias, workspace, tilingData);
+  } else if (tilingData.dataType == op_ext_kernel::kDTypeHalf) {
+    RunLayerNormGrad<half>(gradOutput, x, weight, gradInput, gradWeight, gradBias, workspace, tilingData);
+#if OP_EXT_HAS_BF16
+  } else if (tilingData.dataType == op_ext_kernel::kDTypeBf16) {
+    RunLayerNormGrad<bfloat16_t>(gradOutput, x, weight, gradInput, gradWeight, gradBias, workspace, tilingData);
+#endif
+  }
+}
