@@ -44,7 +44,7 @@ extern "C" aclnnStatus aclnnFusedAddRmsNormGradCustomGetWorkspaceSize(
     const TensorDesc dy = DescribeTensor(kOp, "gradOutput", gradOutput);
     const TensorDesc z = DescribeTensor(kOp, "residualOut", residualOut);
     const TensorDesc dx = DescribeTensor(kOp, "gradInputOut", gradInputOut);
-    const std::vector<int64_t> shape = IntArrayValues(kOp, "normalizedShape", normalizedShape);
+    const std::vector<int64_t> shape = NormalizedShape(kOp, z, normalizedShape);
     const uint32_t dtype = KernelDType(kOp, "residualOut", z.dtype, soc);
     const RowShape rs = NormRows(kOp, z, shape);
     if ((weightOptional == nullptr) != (gradWeightOut == nullptr)) {

@@ -38,7 +38,7 @@ extern "C" aclnnStatus aclnnLayerNormGradCustomGetWorkspaceSize(
     const TensorDesc dy = DescribeTensor(kOp, "gradOutput", gradOutput);
     const TensorDesc x = DescribeTensor(kOp, "input", input);
     const TensorDesc dx = DescribeTensor(kOp, "gradInputOut", gradInputOut);
-    const std::vector<int64_t> shape = IntArrayValues(kOp, "normalizedShape", normalizedShape);
+    const std::vector<int64_t> shape = NormalizedShape(kOp, x, normalizedShape);
     const uint32_t dtype = KernelDType(kOp, "input", x.dtype, soc);
     const RowShape rs = NormRows(kOp, x, shape);
     if ((weightOptional == nullptr) != (gradWeightOut == nullptr)) {
