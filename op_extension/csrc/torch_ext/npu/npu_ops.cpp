@@ -8,9 +8,8 @@
 // - AddCustom adds two tensors of one shape: broadcasting is materialised with
 //   expand().contiguous() first;
 // - they compute float16, bfloat16 and float32 only: float64 is a TypeError;
-// - five backward ops have no Ascend kernel (fused_add_rms_norm, layer_norm,
-//   softmax, swiglu, geglu): they run on the CPU, with a warning once per op
-//   (see cpu_fallback below).
+// - two backward ops have no Ascend kernel (fused_add_rms_norm, layer_norm):
+//   they run on the CPU, with a warning once per op (see cpu_fallback below).
 // Empty tensors never reach a kernel.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -34,13 +33,16 @@
 #include "aclnn_call.h"
 #include "aclnn_fused_add_rms_norm_custom.h"
 #include "aclnn_geglu_custom.h"
+#include "aclnn_geglu_grad_custom.h"
 #include "aclnn_gelu_custom.h"
 #include "aclnn_gelu_grad_custom.h"
 #include "aclnn_layer_norm_custom.h"
 #include "aclnn_rms_norm_custom.h"
 #include "aclnn_rms_norm_grad_custom.h"
 #include "aclnn_softmax_custom.h"
+#include "aclnn_softmax_grad_custom.h"
 #include "aclnn_swiglu_custom.h"
+#include "aclnn_swiglu_grad_custom.h"
 #include "op_ext_schemas.h"
 #include "torch_npu/csrc/core/npu/NPUFormat.h"
 
@@ -176,6 +178,40 @@ Tensor geglu_npu(const Tensor& gate, const Tensor& up, c10::string_view approxim
   return out;
 }
 
+std::tuple<Tensor, Tensor> swiglu_backward_npu(const Tensor& grad_output, const Tensor& gate,
+                                               const Tensor& up) {
+  constexpr const char* op = "custom::swiglu_backward";
+  glue::check_swiglu_backward(op, grad_output, gate, up);
+  check_npu_dtype(op, gate, "gate");
+  const c10::DeviceGuard guard(gate.device());
+  const Tensor dy = dense(grad_output);
+  const Tensor g = dense(gate);
+  const Tensor u = dense(up);
+  Tensor grad_gate = at::empty(g.sizes(), g.options());
+  Tensor grad_up = at::empty(g.sizes(), g.options());
+  if (g.numel() == 0) return {grad_gate, grad_up};
+  call_aclnn(op, "aclnnSwiGluGradCustom", g.device(), aclnnSwiGluGradCustomGetWorkspaceSize,
+             aclnnSwiGluGradCustom, dy, g, u, grad_gate, grad_up);
+  return {grad_gate, grad_up};
+}
+
+std::tuple<Tensor, Tensor> geglu_backward_npu(const Tensor& grad_output, const Tensor& gate,
+                                              const Tensor& up, c10::string_view approximate) {
+  constexpr const char* op = "custom::geglu_backward";
+  glue::check_geglu_backward(op, grad_output, gate, up, approximate);
+  check_npu_dtype(op, gate, "gate");
+  const c10::DeviceGuard guard(gate.device());
+  const Tensor dy = dense(grad_output);
+  const Tensor g = dense(gate);
+  const Tensor u = dense(up);
+  Tensor grad_gate = at::empty(g.sizes(), g.options());
+  Tensor grad_up = at::empty(g.sizes(), g.options());
+  if (g.numel() == 0) return {grad_gate, grad_up};
+  call_aclnn(op, "aclnnGeGluGradCustom", g.device(), aclnnGeGluGradCustomGetWorkspaceSize,
+             aclnnGeGluGradCustom, dy, g, u, approximate, grad_gate, grad_up);
+  return {grad_gate, grad_up};
+}
+
 // ---- norms ----------------------------------------------------------------------
 
 Tensor rms_norm_npu(const Tensor& input, IntArrayRef normalized_shape, const OptTensor& weight,
@@ -268,12 +304,28 @@ Tensor softmax_npu(const Tensor& input, int64_t dim) {
   return out.view(input.sizes());
 }
 
+Tensor softmax_backward_npu(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+  constexpr const char* op = "custom::softmax_backward";
+  glue::check_softmax_backward(op, grad_output, output, dim);
+  const int64_t wrapped = wrap_dim(op, dim, output.dim());
+  check_npu_dtype(op, output, "output");
+  const c10::DeviceGuard guard(output.device());
+  // 0-dim tensors as the one-element vectors they hold, as in softmax_npu.
+  const Tensor y = dense(output.dim() == 0 ? output.reshape({1}) : output);
+  const Tensor dy = dense(grad_output.dim() == 0 ? grad_output.reshape({1}) : grad_output);
+  Tensor dx = at::empty(y.sizes(), y.options());
+  if (dx.numel() == 0) return dx.view(output.sizes());
+  call_aclnn(op, "aclnnSoftmaxGradCustom", y.device(), aclnnSoftmaxGradCustomGetWorkspaceSize,
+             aclnnSoftmaxGradCustom, dy, y, wrapped, dx);
+  return dx.view(output.sizes());
+}
+
 // ---- backward ops without an Ascend kernel: CPU fallback -------------------------
 
 // Runs the op's CPU kernel on CPU copies of its npu tensors and copies the
 // results back to the npu device, warning once per op. This keeps training on
 // npu correct for every op (these backward ops cost a device round trip each);
-// the alternative, an error, would make `.backward()` unusable for five ops.
+// the alternative, an error, would make `.backward()` unusable for those ops.
 //
 // A call that mixes devices is invalid: then the CPU kernel is called on the
 // tensors as they are, only for its checks, which reject mixed devices (with
@@ -332,14 +384,16 @@ TORCH_LIBRARY_IMPL(custom, PrivateUse1, m) {
   m.impl("gelu", &gelu_npu);
   m.impl("gelu_backward", &gelu_backward_npu);
   m.impl("swiglu", &swiglu_npu);
+  m.impl("swiglu_backward", &swiglu_backward_npu);
   m.impl("geglu", &geglu_npu);
+  m.impl("geglu_backward", &geglu_backward_npu);
   m.impl("rms_norm", &rms_norm_npu);
   m.impl("rms_norm_backward", &rms_norm_backward_npu);
   m.impl("fused_add_rms_norm", &fused_add_rms_norm_npu);
   m.impl("layer_norm", &layer_norm_npu);
   m.impl("softmax", &softmax_npu);
-  for (const char* name : {"swiglu_backward", "geglu_backward", "fused_add_rms_norm_backward",
-                           "layer_norm_backward", "softmax_backward"}) {
+  m.impl("softmax_backward", &softmax_backward_npu);
+  for (const char* name : {"fused_add_rms_norm_backward", "layer_norm_backward"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
   }
 }
