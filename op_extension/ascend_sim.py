@@ -31,9 +31,9 @@ __all__ = ["SOCS", "run", "run_backward", "tiling"]
 
 SOCS = ("Ascend910B", "Ascend310P")
 
-# Ops whose Ascend kernels exist: forward and backward, and forward only.
-_OPS = ("add", "gelu", "rms_norm")
-_FORWARD_OPS = _OPS + ("fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu")
+# Ops whose Ascend kernels exist: forward and backward (_OPS), and forward (_FORWARD_OPS).
+_OPS = ("add", "gelu", "rms_norm", "softmax", "swiglu", "geglu")
+_FORWARD_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu")
 
 
 def _bind(op_name: str, args: tuple, kwargs: dict) -> dict:
@@ -118,6 +118,12 @@ def run_backward(op: str, *args, soc: str = "Ascend910B", **kwargs):
         return _ascend_sim.add_backward(a["grad_output"], _shape_list(op, a["input_size"]), float(a["alpha"]))
     if op == "gelu":
         return _ascend_sim.gelu_backward(a["grad_output"], a["input"], a["approximate"])
+    if op == "softmax":
+        return _ascend_sim.softmax_backward(a["grad_output"], a["output"], int(a["dim"]))
+    if op == "swiglu":
+        return _ascend_sim.swiglu_backward(a["grad_output"], a["gate"], a["up"])
+    if op == "geglu":
+        return _ascend_sim.geglu_backward(a["grad_output"], a["gate"], a["up"], a["approximate"])
     x = a["input"]
     return _ascend_sim.rms_norm_backward(a["grad_output"], x, _shape_list(op, a["normalized_shape"]), a["weight"],
                                          _rms_norm_eps(a["eps"], x))
