@@ -44,10 +44,10 @@ from test_ascend_sim import ascend_tolerance  # noqa: E402  (the Ascend kernels'
 ACLNN_FILE = {
     "add": "add", "add_backward": "add_grad", "gelu": "gelu", "gelu_backward": "gelu_grad",
     "rms_norm": "rms_norm", "rms_norm_backward": "rms_norm_grad", "fused_add_rms_norm": "fused_add_rms_norm",
-    "layer_norm": "layer_norm", "softmax": "softmax", "swiglu": "swiglu", "geglu": "geglu",
+    "layer_norm": "layer_norm", "softmax": "softmax", "softmax_backward": "softmax_grad", "swiglu": "swiglu",
+    "swiglu_backward": "swiglu_grad", "geglu": "geglu", "geglu_backward": "geglu_grad",
 }
-FALLBACK_OPS = ("fused_add_rms_norm_backward", "layer_norm_backward", "softmax_backward", "swiglu_backward",
-                "geglu_backward")
+FALLBACK_OPS = ("fused_add_rms_norm_backward", "layer_norm_backward")
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -184,6 +184,57 @@ def test_forward_ops_match_the_simulator_and_the_cpu(dtype):
                 torch.testing.assert_close(out, sim, atol=0, rtol=0, msg=lambda m: f"{op} vs ascend_sim: {m}")
         checked.add(op)
     assert "add" in checked  # the one Ascend op committed with the simulator
+
+
+def _backward_cases(dtype):
+    """(backward op, CPU args) pairs for the backward ops with Ascend kernels written
+    after the first three, some inputs non-contiguous or offset into their storage."""
+    dy, g, u = rand(6, 40, dtype=dtype), rand(6, 40, dtype=dtype), rand(6, 40, dtype=dtype)
+    y_last = torch.softmax(rand(6, 40), -1).to(dtype)
+    y_mid = torch.softmax(rand(4, 6, 5), 1).to(dtype)
+    return [
+        ("swiglu_backward", (dy, g, u)),
+        ("swiglu_backward", (dy[1:], g[1:], u[:-1])),  # storage offsets
+        ("geglu_backward", (dy, g, u, "none")),
+        ("geglu_backward", (rand(40, 6, dtype=dtype).t(), g, u, "tanh")),  # transposed: densified by the glue
+        ("softmax_backward", (dy, y_last, -1)),
+        ("softmax_backward", (rand(4, 6, 5, dtype=dtype), y_mid, 1)),  # over a middle dim
+        ("softmax_backward", (rand(7, 40, dtype=dtype)[1:], y_last, 1)),  # storage offset of one row
+        ("softmax_backward", (rand(dtype=dtype), torch.ones((), dtype=dtype), 0)),  # 0-dim
+    ]
+
+
+def _sim_backward_reference(op, args):
+    return ascend_sim.run_backward(op.removesuffix("_backward"), *args)
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+def test_backward_ops_match_the_simulator_and_the_cpu(dtype):
+    for op, args in _backward_cases(dtype):
+        if not has_aclnn(op):
+            continue
+        npu_args = [npu(a) if isinstance(a, torch.Tensor) else a for a in args]
+        outs = _as_tuple(getattr(torch.ops.custom, op)(*npu_args))
+        assert all(out.device.type == "npu" for out in outs)
+        outs = tuple(out.cpu() for out in outs)
+        expected = _as_tuple(getattr(torch.ops.custom, op)(*args))
+        simulated = _as_tuple(_sim_backward_reference(op, args))
+        kind = op.removesuffix("_backward")
+        for out, want, sim in zip(outs, expected, simulated, strict=True):
+            assert out.shape == want.shape
+            torch.testing.assert_close(out, want, **ascend_tolerance(dtype, kind, "backward"),
+                                       msg=lambda m: f"{op}: {m}")
+            # Same kernels, same inputs: the same bits.
+            torch.testing.assert_close(out, sim, atol=0, rtol=0, msg=lambda m: f"{op} vs ascend_sim: {m}")
+
+
+def test_backward_ops_of_empty_tensors_launch_nothing():
+    empty = npu(rand(0, 8))
+    for grads in (torch.ops.custom.swiglu_backward(empty, empty, empty),
+                  torch.ops.custom.geglu_backward(empty, empty, empty, "tanh")):
+        assert [t.shape for t in grads] == [(0, 8), (0, 8)]
+    assert torch.ops.custom.softmax_backward(empty, empty, 0).shape == (0, 8)
+    assert torch.ops.npu_sim.queued_launches() == 0
 
 
 def test_an_aclnn_rejection_is_reported_with_the_entry_points_message():
@@ -335,7 +386,7 @@ def _autograd_case(op, d, dtype):
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
 def test_autograd_on_npu(op, dtype):
     """Backward on npu tensors runs the npu backward op: an Ascend kernel, or the
-    CPU fallback for the five backward ops without one."""
+    CPU fallback for the backward ops without one."""
     if not has_aclnn(op):
         pytest.skip(f"no aclnn entry point for custom::{op} yet")
     out, leaves = _autograd_case(op, lambda t: npu(t).detach(), dtype)
