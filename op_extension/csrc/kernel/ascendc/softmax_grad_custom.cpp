@@ -14,7 +14,8 @@
 // overwritten by the result next), in dy's own buffer (a sum pass, which needs
 // nothing else of dy), or in dy's float copy (16-bit), which is then cast again
 // from the input still held in its queue.
-// A NaN or infinity anywhere in a row's dy * y makes the whole row NaN, as on CPU.
+// Non-finite values follow from the formula, as on CPU: a NaN in a row's dy * y
+// makes the whole row NaN, an infinite one makes the others -inf * y (or NaN).
 // Tiling: host/tiling/softmax_grad_custom_tiling.h (the UB plan there mirrors Init).
 #include "kernel_common.h"
 #include "kernel_operator.h"
