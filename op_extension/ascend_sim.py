@@ -31,9 +31,9 @@ __all__ = ["SOCS", "run", "run_backward", "tiling"]
 
 SOCS = ("Ascend910B", "Ascend310P")
 
-# Ops whose Ascend kernels exist: forward and backward, and forward only.
-_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm")
-_FORWARD_OPS = _OPS + ("softmax", "swiglu", "geglu")
+# Ops whose Ascend kernels exist: forward and backward (every op).
+_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu")
+_FORWARD_OPS = _OPS
 
 
 def _bind(op_name: str, args: tuple, kwargs: dict) -> dict:
@@ -128,6 +128,12 @@ def run_backward(op: str, *args, soc: str = "Ascend910B", sat_mode: str | None =
         return _ascend_sim.fused_add_rms_norm_backward(a["grad_output"], a["grad_residual_out"], z,
                                                        _shape_list(op, a["normalized_shape"]), a["weight"],
                                                        _rms_norm_eps(a["eps"], z))
+    if op == "softmax":
+        return _ascend_sim.softmax_backward(a["grad_output"], a["output"], int(a["dim"]))
+    if op == "swiglu":
+        return _ascend_sim.swiglu_backward(a["grad_output"], a["gate"], a["up"])
+    if op == "geglu":
+        return _ascend_sim.geglu_backward(a["grad_output"], a["gate"], a["up"], a["approximate"])
     x = a["input"]
     if op == "layer_norm":
         return _ascend_sim.layer_norm_backward(a["grad_output"], x, _shape_list(op, a["normalized_shape"]),

@@ -712,7 +712,7 @@ def ascend_310p_rejects(case: Case, args) -> bool:
         # Checked for empty inputs too, as for any other shape (host/tiling/row_tiling.cpp).
         return cols > 0 and (cols * esize) % 32 != 0
     if op == "softmax":
-        x, dim = args[0], args[1]
+        x, dim = (args[1], args[2]) if case.backward else (args[0], args[1])  # backward: (dy, y, dim)
         shape = list(x.shape) if x.dim() else [1]
         dim = dim % len(shape)
         outer, size, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
@@ -720,7 +720,7 @@ def ascend_310p_rejects(case: Case, args) -> bool:
             return False
         cols = size if inner == 1 else inner
         return (cols * esize) % 32 != 0
-    # elementwise: add, gelu, swiglu, geglu (and gelu backward)
+    # elementwise: add, gelu, swiglu, geglu (and the backward of the last three)
     if op == "add":
         other = args[1]
         oshape = other.shape if isinstance(other, torch.Tensor) else ()

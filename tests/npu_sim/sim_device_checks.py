@@ -44,10 +44,10 @@ from test_ascend_sim import ascend_tolerance  # noqa: E402  (the Ascend kernels'
 ACLNN_FILE = {
     "add": "add", "add_backward": "add_grad", "gelu": "gelu", "gelu_backward": "gelu_grad",
     "rms_norm": "rms_norm", "rms_norm_backward": "rms_norm_grad", "fused_add_rms_norm": "fused_add_rms_norm",
-    "layer_norm": "layer_norm", "softmax": "softmax", "swiglu": "swiglu", "geglu": "geglu",
+    "layer_norm": "layer_norm", "softmax": "softmax", "softmax_backward": "softmax_grad", "swiglu": "swiglu",
+    "swiglu_backward": "swiglu_grad", "geglu": "geglu", "geglu_backward": "geglu_grad",
     "fused_add_rms_norm_backward": "fused_add_rms_norm_grad", "layer_norm_backward": "layer_norm_grad",
 }
-FALLBACK_OPS = ("softmax_backward", "swiglu_backward", "geglu_backward")
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -186,6 +186,57 @@ def test_forward_ops_match_the_simulator_and_the_cpu(dtype):
     assert "add" in checked  # the one Ascend op committed with the simulator
 
 
+def _backward_cases(dtype):
+    """(backward op, CPU args) pairs for the backward ops with Ascend kernels written
+    after the first three, some inputs non-contiguous or offset into their storage."""
+    dy, g, u = rand(6, 40, dtype=dtype), rand(6, 40, dtype=dtype), rand(6, 40, dtype=dtype)
+    y_last = torch.softmax(rand(6, 40), -1).to(dtype)
+    y_mid = torch.softmax(rand(4, 6, 5), 1).to(dtype)
+    return [
+        ("swiglu_backward", (dy, g, u)),
+        ("swiglu_backward", (dy[1:], g[1:], u[:-1])),  # storage offsets
+        ("geglu_backward", (dy, g, u, "none")),
+        ("geglu_backward", (rand(40, 6, dtype=dtype).t(), g, u, "tanh")),  # transposed: densified by the glue
+        ("softmax_backward", (dy, y_last, -1)),
+        ("softmax_backward", (rand(4, 6, 5, dtype=dtype), y_mid, 1)),  # over a middle dim
+        ("softmax_backward", (rand(7, 40, dtype=dtype)[1:], y_last, 1)),  # storage offset of one row
+        ("softmax_backward", (rand(dtype=dtype), torch.ones((), dtype=dtype), 0)),  # 0-dim
+    ]
+
+
+def _sim_backward_reference(op, args):
+    return ascend_sim.run_backward(op.removesuffix("_backward"), *args)
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+def test_backward_ops_match_the_simulator_and_the_cpu(dtype):
+    for op, args in _backward_cases(dtype):
+        if not has_aclnn(op):
+            continue
+        npu_args = [npu(a) if isinstance(a, torch.Tensor) else a for a in args]
+        outs = _as_tuple(getattr(torch.ops.custom, op)(*npu_args))
+        assert all(out.device.type == "npu" for out in outs)
+        outs = tuple(out.cpu() for out in outs)
+        expected = _as_tuple(getattr(torch.ops.custom, op)(*args))
+        simulated = _as_tuple(_sim_backward_reference(op, args))
+        kind = op.removesuffix("_backward")
+        for out, want, sim in zip(outs, expected, simulated, strict=True):
+            assert out.shape == want.shape
+            torch.testing.assert_close(out, want, **ascend_tolerance(dtype, kind, "backward"),
+                                       msg=lambda m: f"{op}: {m}")
+            # Same kernels, same inputs: the same bits.
+            torch.testing.assert_close(out, sim, atol=0, rtol=0, msg=lambda m: f"{op} vs ascend_sim: {m}")
+
+
+def test_backward_ops_of_empty_tensors_launch_nothing():
+    empty = npu(rand(0, 8))
+    for grads in (torch.ops.custom.swiglu_backward(empty, empty, empty),
+                  torch.ops.custom.geglu_backward(empty, empty, empty, "tanh")):
+        assert [t.shape for t in grads] == [(0, 8), (0, 8)]
+    assert torch.ops.custom.softmax_backward(empty, empty, 0).shape == (0, 8)
+    assert torch.ops.npu_sim.queued_launches() == 0
+
+
 def test_an_aclnn_rejection_is_reported_with_the_entry_points_message():
     # Ascend310P has no bfloat16: the glue's checks let it through (the SoC is the
     # kernel side's business), the aclnn entry point rejects it.
@@ -299,8 +350,18 @@ def test_norm_backward_ops_with_no_rows():
     assert torch.ops.npu_sim.queued_launches() == 0
 
 
-def _fallback_call(op, d):
+BACKWARD_OPS = ("add_backward", "gelu_backward", "rms_norm_backward", "fused_add_rms_norm_backward",
+                "layer_norm_backward", "softmax_backward", "swiglu_backward", "geglu_backward")
+
+
+def _backward_call(op, d):
     g, u, x, w = rand(4, 8), rand(4, 8), rand(4, 8), rand(8)
+    if op == "add_backward":
+        return torch.ops.custom.add_backward(d(g), [8], 0.5)
+    if op == "gelu_backward":
+        return torch.ops.custom.gelu_backward(d(g), d(x), "none")
+    if op == "rms_norm_backward":
+        return torch.ops.custom.rms_norm_backward(d(g), d(x), [8], d(w), 1e-6)
     if op == "fused_add_rms_norm_backward":
         return torch.ops.custom.fused_add_rms_norm_backward(d(g), d(u), d(x), [8], d(w), 1e-6)
     if op == "layer_norm_backward":
@@ -312,28 +373,23 @@ def _fallback_call(op, d):
     return torch.ops.custom.geglu_backward(d(g), d(x), d(u), "tanh")
 
 
-def test_cpu_fallback_runs_the_cpu_kernel_and_warns_once_per_op(capfd):
-    for op in FALLBACK_OPS:
-        torch.manual_seed(1)
-        expected = _fallback_call(op, lambda t: t)
-        # Called through torch.ops the warning goes to C++'s handler (stderr);
-        # inside .backward() autograd turns it into a Python UserWarning.
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.manual_seed(1)
-            first = _fallback_call(op, npu)
-            torch.manual_seed(1)
-            second = _fallback_call(op, npu)
-        warned = [str(w.message) for w in caught] + capfd.readouterr().err.splitlines()
-        messages = [m for m in warned if f"custom::{op} has no Ascend kernel" in m]
-        assert len(messages) == 1, warned
-        assert "runs on the CPU (inputs copied from npu:0, results copied back)" in messages[0]
-        for results in (first, second):
-            results = results if isinstance(results, tuple) else (results,)
-            expected_tuple = expected if isinstance(expected, tuple) else (expected,)
-            for got, want in zip(results, expected_tuple):
-                assert got.device.type == "npu"
-                assert torch.equal(got.cpu(), want)  # the same CPU kernel: the same bits
+@pytest.mark.parametrize("op", BACKWARD_OPS)
+def test_every_backward_op_runs_an_ascend_kernel(op):
+    # Training on npu never leaves the device: each backward op launches its
+    # Ascend kernel (no CPU fallback is registered) and matches the CPU op.
+    torch.manual_seed(1)
+    expected = _backward_call(op, lambda t: t)
+    before = torch.ops.npu_sim.queued_launches()
+    torch.manual_seed(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = _backward_call(op, npu)
+    assert torch.ops.npu_sim.queued_launches() > before
+    results = results if isinstance(results, tuple) else (results,)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    for got, want in zip(results, expected, strict=True):
+        assert got.device.type == "npu"
+        torch.testing.assert_close(got.cpu(), want, rtol=2e-5, atol=2e-5)
 
 
 def _autograd_case(op, d, dtype):
@@ -371,15 +427,12 @@ def _autograd_case(op, d, dtype):
                                 "swiglu", "geglu"])
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
 def test_autograd_on_npu(op, dtype):
-    """Backward on npu tensors runs the npu backward op: an Ascend kernel, or the
-    CPU fallback for the five backward ops without one."""
+    """Backward on npu tensors runs the npu backward op's Ascend kernel."""
     if not has_aclnn(op):
         pytest.skip(f"no aclnn entry point for custom::{op} yet")
     out, leaves = _autograd_case(op, lambda t: npu(t).detach(), dtype)
     grad_out = rand(*out.shape, dtype=dtype)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*has no Ascend kernel")
-        out.backward(npu(grad_out))
+    out.backward(npu(grad_out))
     cpu_out, cpu_leaves = _autograd_case(op, lambda t: t, dtype)
     cpu_out.backward(grad_out)
     for leaf, cpu_leaf in zip(leaves, cpu_leaves, strict=True):

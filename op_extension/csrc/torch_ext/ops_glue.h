@@ -249,12 +249,28 @@ Tensor glu_forward(const Launch& launch, const Tensor& gate, const Tensor& up, G
   return out;
 }
 
-template <typename Launch>
-std::tuple<Tensor, Tensor> glu_backward(const char* op, const Launch& launch,
-                                        const Tensor& grad_output, const Tensor& gate,
-                                        const Tensor& up, GeluApprox approx) {
+// The backward ops' checks (CPU, CUDA and npu glue call these, in this order).
+inline void check_swiglu_backward(const char* op, const Tensor& grad_output, const Tensor& gate,
+                                  const Tensor& up) {
+  check_glu(op, gate, up, gen::kSwigluBackwardDtypes);
   check_same(op, gate, "gate", grad_output, "grad_output");
   check_same_shape(op, gate, "gate", grad_output, "grad_output");
+}
+
+inline GeluApprox check_geglu_backward(const char* op, const Tensor& grad_output,
+                                       const Tensor& gate, const Tensor& up,
+                                       c10::string_view approximate) {
+  check_glu(op, gate, up, gen::kGegluBackwardDtypes);
+  const auto approx = parse_gelu_approximate(op, approximate);
+  check_same(op, gate, "gate", grad_output, "grad_output");
+  check_same_shape(op, gate, "gate", grad_output, "grad_output");
+  return approx;
+}
+
+// After check_swiglu_backward / check_geglu_backward.
+template <typename Launch>
+std::tuple<Tensor, Tensor> glu_backward(const Launch& launch, const Tensor& grad_output,
+                                        const Tensor& gate, const Tensor& up, GeluApprox approx) {
   const Tensor dy = grad_output.contiguous();
   const Tensor g = gate.contiguous();
   const Tensor u = up.contiguous();
@@ -280,9 +296,9 @@ std::tuple<Tensor, Tensor> swiglu_backward(const Tensor& grad_output, const Tens
                                            const Tensor& up) {
   constexpr const char* op = "custom::swiglu_backward";
   const Kernels kernels(gate);
-  check_glu(op, gate, up, gen::kSwigluBackwardDtypes);
+  check_swiglu_backward(op, grad_output, gate, up);
   return glu_backward(
-      op, [&](DType d, const cpu::GluBackwardArgs& a) { kernels.swiglu_backward(d, a); },
+      [&](DType d, const cpu::GluBackwardArgs& a) { kernels.swiglu_backward(d, a); },
       grad_output, gate, up, GeluApprox::None);
 }
 
@@ -300,10 +316,10 @@ std::tuple<Tensor, Tensor> geglu_backward(const Tensor& grad_output, const Tenso
                                           const Tensor& up, c10::string_view approximate) {
   constexpr const char* op = "custom::geglu_backward";
   const Kernels kernels(gate);
-  check_glu(op, gate, up, gen::kGegluBackwardDtypes);
+  const auto approx = check_geglu_backward(op, grad_output, gate, up, approximate);
   return glu_backward(
-      op, [&](DType d, const cpu::GluBackwardArgs& a) { kernels.geglu_backward(d, a); },
-      grad_output, gate, up, parse_gelu_approximate(op, approximate));
+      [&](DType d, const cpu::GluBackwardArgs& a) { kernels.geglu_backward(d, a); },
+      grad_output, gate, up, approx);
 }
 
 // ---- norms --------------------------------------------------------------------
@@ -542,14 +558,19 @@ Tensor softmax(const Tensor& input, int64_t dim) {
   return out;
 }
 
+inline SoftmaxShape check_softmax_backward(const char* op, const Tensor& grad_output,
+                                           const Tensor& output, int64_t dim) {
+  check_dtype(op, output, "output", gen::kSoftmaxBackwardDtypes);
+  check_same(op, output, "output", grad_output, "grad_output");
+  check_same_shape(op, output, "output", grad_output, "grad_output");
+  return softmax_shape(op, output, dim);
+}
+
 template <typename Kernels>
 Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim) {
   constexpr const char* op = "custom::softmax_backward";
   const Kernels kernels(output);
-  check_dtype(op, output, "output", gen::kSoftmaxBackwardDtypes);
-  check_same(op, output, "output", grad_output, "grad_output");
-  check_same_shape(op, output, "output", grad_output, "grad_output");
-  const SoftmaxShape s = softmax_shape(op, output, dim);
+  const SoftmaxShape s = check_softmax_backward(op, grad_output, output, dim);
   const Tensor y = output.contiguous();
   const Tensor dy = grad_output.contiguous();
   Tensor dx = at::empty(y.sizes(), y.options());

@@ -12,8 +12,8 @@
 //     (grad_bias) and pass a null output for it);
 //   * rms_norm's and fused_add_rms_norm's eps=None is resolved by the Python
 //     wrapper (ascend_sim.py);
-//   * softmax: a 0-dim input is passed as [1]; `dim` goes to aclnn unchanged
-//     (no transpose: the kernel handles any dim).
+//   * softmax and softmax_backward: a 0-dim input is passed as [1]; `dim` goes
+//     to aclnn unchanged (no transpose: the kernel handles any dim).
 // Then: aclCreateTensor over the CPU memory (the simulator registers it as
 // device memory), aclnn<Op>CustomGetWorkspaceSize, a workspace from aclrtMalloc,
 // aclnn<Op>Custom. A non-zero status raises RuntimeError with the op's message.
@@ -35,11 +35,14 @@
 #include "aclnn_layer_norm_custom.h"
 #include "aclnn_layer_norm_grad_custom.h"
 #include "aclnn_geglu_custom.h"
+#include "aclnn_geglu_grad_custom.h"
 #include "aclnn_op_ext_error.h"
 #include "aclnn_rms_norm_custom.h"
 #include "aclnn_rms_norm_grad_custom.h"
 #include "aclnn_softmax_custom.h"
+#include "aclnn_softmax_grad_custom.h"
 #include "aclnn_swiglu_custom.h"
+#include "aclnn_swiglu_grad_custom.h"
 #include "ascendc_sim/core.h"
 #include "soc_spec.h"
 #include "tiling_util.h"
@@ -273,6 +276,38 @@ Tensor GeGlu(const Tensor& gate, const Tensor& up, const std::string& approximat
   return out;
 }
 
+std::tuple<Tensor, Tensor> SwiGluBackward(const Tensor& gradOutput, const Tensor& gate, const Tensor& up) {
+  const Tensor dy = gradOutput.contiguous();
+  const Tensor g = gate.contiguous();
+  const Tensor u = up.contiguous();
+  Tensor gradGate = Unwritten(g.sizes(), g.options());
+  Tensor gradUp = Unwritten(g.sizes(), g.options());
+  AclTensor ady(dy), ag(g), au(u), adg(gradGate), adu(gradUp);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
+              return aclnnSwiGluGradCustomGetWorkspaceSize(ady.get(), ag.get(), au.get(), adg.get(), adu.get(), ws,
+                                                           ex);
+            },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnSwiGluGradCustom(w, n, ex, nullptr); });
+  return {gradGate, gradUp};
+}
+
+std::tuple<Tensor, Tensor> GeGluBackward(const Tensor& gradOutput, const Tensor& gate, const Tensor& up,
+                                         const std::string& approximate) {
+  const Tensor dy = gradOutput.contiguous();
+  const Tensor g = gate.contiguous();
+  const Tensor u = up.contiguous();
+  Tensor gradGate = Unwritten(g.sizes(), g.options());
+  Tensor gradUp = Unwritten(g.sizes(), g.options());
+  AclTensor ady(dy), ag(g), au(u), adg(gradGate), adu(gradUp);
+  std::string approx = approximate;
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
+              return aclnnGeGluGradCustomGetWorkspaceSize(ady.get(), ag.get(), au.get(), approx.data(), adg.get(),
+                                                          adu.get(), ws, ex);
+            },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnGeGluGradCustom(w, n, ex, nullptr); });
+  return {gradGate, gradUp};
+}
+
 std::tuple<Tensor, Tensor> FusedAddRmsNorm(const Tensor& input, const Tensor& residual,
                                            const std::vector<int64_t>& normalizedShape,
                                            const std::optional<Tensor>& weight, double eps) {
@@ -377,6 +412,19 @@ Tensor Softmax(const Tensor& input, int64_t dim) {
   CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnSoftmaxCustomGetWorkspaceSize(ax.get(), dim, aout.get(), ws, ex); },
             [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnSoftmaxCustom(w, n, ex, nullptr); });
   return out.view(input.sizes());
+}
+
+// As the torch_npu glue: 0-dim tensors as [1], `dim` passed unwrapped (see Softmax).
+Tensor SoftmaxBackward(const Tensor& gradOutput, const Tensor& output, int64_t dim) {
+  const Tensor dy = (gradOutput.dim() == 0 ? gradOutput.reshape({1}) : gradOutput).contiguous();
+  const Tensor y = (output.dim() == 0 ? output.reshape({1}) : output).contiguous();
+  Tensor out = Unwritten(y.sizes(), y.options());
+  AclTensor ady(dy), ay(y), aout(out);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
+              return aclnnSoftmaxGradCustomGetWorkspaceSize(ady.get(), ay.get(), dim, aout.get(), ws, ex);
+            },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnSoftmaxGradCustom(w, n, ex, nullptr); });
+  return out.view(output.sizes());
 }
 
 // Every TilingData the op's tiling function produces for these shapes, as dicts.
@@ -485,12 +533,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &RmsNorm);
   m.def("rms_norm_backward", &RmsNormBackward);
   m.def("swiglu", &SwiGlu);
+  m.def("swiglu_backward", &SwiGluBackward);
   m.def("geglu", &GeGlu);
+  m.def("geglu_backward", &GeGluBackward);
   m.def("fused_add_rms_norm", &FusedAddRmsNorm);
   m.def("fused_add_rms_norm_backward", &FusedAddRmsNormBackward);
   m.def("layer_norm", &LayerNorm);
   m.def("layer_norm_backward", &LayerNormBackward);
   m.def("softmax", &Softmax);
+  m.def("softmax_backward", &SoftmaxBackward);
   m.def("tiling", &Tiling);
   m.def("_run_misuse", &RunMisuse);
 }

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "elementwise_tiling.h"
+#include "slab_tiling.h"
 #include "tiling_util.h"
 
 namespace op_ext::ascend {
@@ -12,9 +12,6 @@ namespace op_ext::ascend {
 namespace {
 
 constexpr const char* kOp = "SoftmaxCustom";
-// Slab width when dim is walked in chunks: wide enough for whole 256-byte
-// vector repeats, narrow enough to leave the UB to dim rows.
-constexpr uint64_t kSplitSlabBytes = 256;
 
 void FillRows(optiling::SoftmaxCustomTilingData& t, uint64_t outer, uint64_t dimSize, uint32_t dtype,
               const SocSpec& soc) {
@@ -34,59 +31,10 @@ void FillRows(optiling::SoftmaxCustomTilingData& t, uint64_t outer, uint64_t dim
 
 void FillColumns(optiling::SoftmaxCustomTilingData& t, uint64_t outer, uint64_t dimSize, uint64_t inner,
                  uint32_t dtype, const SocSpec& soc) {
-  const uint64_t elemBytes = DTypeBytes(dtype);
-  const uint64_t blockElems = kBlockBytes / elemBytes;
-  if (!soc.hasDataCopyPad && (inner * elemBytes) % kBlockBytes != 0) {
-    throw TilingError(std::string(kOp) + ": on " + soc.name + " the dims after `dim` must span a multiple of 32 "
-                      "bytes (" + std::to_string(blockElems) + " " + DTypeName(dtype) + " elements), got " +
-                      std::to_string(inner) + "; this SoC has no DataCopyPad to move unaligned rows");
-  }
-  if (inner * elemBytes > UINT32_MAX) {
-    // DataCopyPad's GM stride between slab rows is a 32-bit byte count.
-    throw TilingError(std::string(kOp) + ": the dims after `dim` span more than 4 GiB");
-  }
-  const uint64_t fullWidth = RoundUp(inner, blockElems);
-  const auto fits = [&](uint64_t rows, uint64_t width) { return SoftmaxUbBytesSlab(dtype, rows, width) <= soc.ubSize; };
-  uint64_t width = 0;
-  uint64_t rows = dimSize;
-  if (dimSize <= kMaxBlockCount && fits(dimSize, blockElems)) {
-    // All of dim in one slab: the widest slab that fits, but no wider than
-    // needed to give every core a unit when outer alone cannot.
-    uint64_t blocks = fullWidth / blockElems;
-    while (blocks > 1 && !fits(dimSize, blocks * blockElems)) blocks = std::max<uint64_t>(1, blocks * 3 / 4);
-    while (fits(dimSize, (blocks + 1) * blockElems) && (blocks + 1) * blockElems <= fullWidth) ++blocks;
-    if (outer < soc.vectorCoreNum) {
-      // Narrower slabs for more cores, but each still at least kMinBytesPerCore.
-      const uint64_t wantTiles = CeilDiv(soc.vectorCoreNum, outer);
-      const uint64_t coreBlocks = CeilDiv(CeilDiv(inner, wantTiles), blockElems);
-      const uint64_t minBlocks = CeilDiv(kMinBytesPerCore, dimSize * kBlockBytes);
-      blocks = std::min(blocks, std::max<uint64_t>({1, coreBlocks, minBlocks}));
-    }
-    width = blocks * blockElems;
-  } else {
-    // dim in chunks of `rows` rows.
-    t.set_split(1);
-    width = std::min(fullWidth, RoundUp(kSplitSlabBytes / elemBytes, blockElems));
-    if (!fits(1, width)) width = blockElems;
-    if (!fits(1, width)) {
-      throw TilingError(std::string(kOp) + ": not even one 32-byte block per slab row fits in the " +
-                        std::to_string(soc.ubSize) + "-byte UB of " + soc.name);
-    }
-    rows = 1;
-    const uint64_t limit = std::min<uint64_t>(dimSize, kMaxBlockCount);
-    while (rows < limit && fits(rows + 1, width)) ++rows;
-  }
-  const uint64_t innerTiles = CeilDiv(inner, width);
-  const uint64_t units = outer * innerTiles;
-  const uint64_t unitBytes = dimSize * std::min(width, inner) * elemBytes;
-  const CoreSplit split = SplitOverCores(units, soc.vectorCoreNum, std::max<uint64_t>(1, CeilDiv(kMinBytesPerCore, unitBytes)));
-  t.set_unitsPerCore(split.unitsPerCore);
-  t.set_bigCoreNum(split.bigCoreNum);
-  t.set_usedCoreNum(split.usedCoreNum);
-  t.set_chunkLength(uint32_t(rows));
-  t.set_innerTile(uint32_t(width));
-  t.set_innerTiles(uint32_t(innerTiles));
-  t.set_stridedCopyPad(soc.hasDataCopyPad ? 1 : 0);
+  const SlabPlan plan = PlanSlabs(kOp, outer, dimSize, inner, dtype, soc, [&](uint64_t rows, uint64_t width) {
+    return SoftmaxUbBytesSlab(dtype, rows, width);
+  });
+  FillSlabFields(t, plan);
 }
 
 }  // namespace

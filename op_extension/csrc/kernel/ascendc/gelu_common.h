@@ -1,8 +1,8 @@
 // GELU math on float rows of the Unified Buffer, built from basic vector
 // instructions only (Ascend C's own Gelu is the tanh form; the exact form needs
-// erf, which is not a basic instruction). Shared by gelu_custom.cpp and
-// gelu_grad_custom.cpp. Every function computes `n` elements; the scratch rows
-// must not alias the inputs.
+// erf, which is not a basic instruction). Shared by gelu_custom.cpp,
+// gelu_grad_custom.cpp and the GEGLU kernels (glu_common.h, glu_grad_common.h).
+// Every function computes `n` elements; the scratch rows must not alias the inputs.
 #ifndef OP_EXT_KERNEL_ASCENDC_GELU_COMMON_H_
 #define OP_EXT_KERNEL_ASCENDC_GELU_COMMON_H_
 
@@ -186,6 +186,53 @@ __aicore__ inline void GeluTanhGrad(const AscendC::LocalTensor<float>& dx, const
   Mul(s2, s2, s0, n);
   Add(s1, s1, s2, n);
   Mul(dx, s1, dy, n);
+}
+
+// gelu(x) and gelu'(x) from one evaluation of the transcendental part, for
+// GEGLU's backward (which needs both): on return s0 = gelu'(x), s1 = gelu(x),
+// with the formulas (and so the infinities and NaN) of GeluErf / GeluErfGrad.
+// Scratch: s2, s3. x is only read; s0..s3 are distinct rows, none of them x.
+__aicore__ inline void GeluErfValueAndGrad(const AscendC::LocalTensor<float>& x, const AscendC::LocalTensor<float>& s0,
+                                           const AscendC::LocalTensor<float>& s1, const AscendC::LocalTensor<float>& s2,
+                                           const AscendC::LocalTensor<float>& s3, int32_t n) {
+  using namespace AscendC;
+  ErfcParts(s0, s1, s2, s3, x, n);
+  Muls(s3, s2, -1.0f, n);
+  Exp(s3, s3, n);
+  Mul(s1, s1, s3, n);            // exp(-a^2 / 2)
+  NormalCdfFromErfc(s2, x, s0, s3, n);
+  Mul(s0, s1, x, n);
+  Muls(s0, s0, kInvSqrt2Pi, n);  // x * phi(x)
+  Add(s0, s2, s0, n);            // Phi(x) + x * phi(x)
+  Mul(s1, x, s2, n);             // x * Phi(x)
+}
+
+// The tanh form of the same: on return s0 = gelu_tanh'(x), s1 = gelu_tanh(x), as the
+// CPU kernel computes them: s = sigmoid(2u), y = x s, y' = s + y (1 - s) u' with
+// u' = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2), x^2 clamped at 1e36 as in GeluTanhGrad.
+// Scratch: s2, s3. x is only read; s0..s3 are distinct rows, none of them x.
+__aicore__ inline void GeluTanhValueAndGrad(const AscendC::LocalTensor<float>& x, const AscendC::LocalTensor<float>& s0,
+                                            const AscendC::LocalTensor<float>& s1, const AscendC::LocalTensor<float>& s2,
+                                            const AscendC::LocalTensor<float>& s3, int32_t n) {
+  using namespace AscendC;
+  Mul(s0, x, x, n);  // x^2
+  Muls(s2, s0, kTanhCubic, n);
+  Adds(s2, s2, 1.0f, n);
+  Mul(s2, s2, x, n);
+  Muls(s2, s2, -2.0f * kTanhScale, n);
+  Exp(s2, s2, n);
+  Adds(s2, s2, 1.0f, n);
+  Reciprocal(s2, s2, n);  // s
+  Mul(s1, x, s2, n);      // y = x s
+  Mins(s0, s0, 1e36f, n);
+  Muls(s0, s0, 3.0f * kTanhCubic, n);
+  Adds(s0, s0, 1.0f, n);
+  Muls(s0, s0, 2.0f * kTanhScale, n);  // u'
+  Muls(s3, s2, -1.0f, n);
+  Adds(s3, s3, 1.0f, n);
+  Mul(s3, s1, s3, n);     // y (1 - s)
+  Mul(s3, s3, s0, n);
+  Add(s0, s2, s3, n);
 }
 
 }  // namespace op_ext_kernel

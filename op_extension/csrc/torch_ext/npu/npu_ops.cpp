@@ -8,22 +8,19 @@
 // - AddCustom adds two tensors of one shape: broadcasting is materialised with
 //   expand().contiguous() first;
 // - they compute float16, bfloat16 and float32 only: float64 is a TypeError;
-// - three backward ops have no Ascend kernel (softmax, swiglu, geglu): they run
-//   on the CPU, with a warning once per op (see cpu_fallback below).
+// - every op, forward and backward, has an Ascend kernel: training on npu
+//   never leaves the device.
 // Empty tensors never reach a kernel.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/util/irange.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <array>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
-#include <unordered_set>
 #include <vector>
 
 #include "../checks.h"
@@ -34,6 +31,7 @@
 #include "aclnn_fused_add_rms_norm_custom.h"
 #include "aclnn_fused_add_rms_norm_grad_custom.h"
 #include "aclnn_geglu_custom.h"
+#include "aclnn_geglu_grad_custom.h"
 #include "aclnn_gelu_custom.h"
 #include "aclnn_gelu_grad_custom.h"
 #include "aclnn_layer_norm_custom.h"
@@ -41,7 +39,9 @@
 #include "aclnn_rms_norm_custom.h"
 #include "aclnn_rms_norm_grad_custom.h"
 #include "aclnn_softmax_custom.h"
+#include "aclnn_softmax_grad_custom.h"
 #include "aclnn_swiglu_custom.h"
+#include "aclnn_swiglu_grad_custom.h"
 #include "op_ext_schemas.h"
 #include "torch_npu/csrc/core/npu/NPUFormat.h"
 
@@ -175,6 +175,40 @@ Tensor geglu_npu(const Tensor& gate, const Tensor& up, c10::string_view approxim
   call_aclnn(op, "aclnnGeGluCustom", g.device(), aclnnGeGluCustomGetWorkspaceSize, aclnnGeGluCustom,
              g, u, approximate, out);
   return out;
+}
+
+std::tuple<Tensor, Tensor> swiglu_backward_npu(const Tensor& grad_output, const Tensor& gate,
+                                               const Tensor& up) {
+  constexpr const char* op = "custom::swiglu_backward";
+  glue::check_swiglu_backward(op, grad_output, gate, up);
+  check_npu_dtype(op, gate, "gate");
+  const c10::DeviceGuard guard(gate.device());
+  const Tensor dy = dense(grad_output);
+  const Tensor g = dense(gate);
+  const Tensor u = dense(up);
+  Tensor grad_gate = at::empty(g.sizes(), g.options());
+  Tensor grad_up = at::empty(g.sizes(), g.options());
+  if (g.numel() == 0) return {grad_gate, grad_up};
+  call_aclnn(op, "aclnnSwiGluGradCustom", g.device(), aclnnSwiGluGradCustomGetWorkspaceSize,
+             aclnnSwiGluGradCustom, dy, g, u, grad_gate, grad_up);
+  return {grad_gate, grad_up};
+}
+
+std::tuple<Tensor, Tensor> geglu_backward_npu(const Tensor& grad_output, const Tensor& gate,
+                                              const Tensor& up, c10::string_view approximate) {
+  constexpr const char* op = "custom::geglu_backward";
+  glue::check_geglu_backward(op, grad_output, gate, up, approximate);
+  check_npu_dtype(op, gate, "gate");
+  const c10::DeviceGuard guard(gate.device());
+  const Tensor dy = dense(grad_output);
+  const Tensor g = dense(gate);
+  const Tensor u = dense(up);
+  Tensor grad_gate = at::empty(g.sizes(), g.options());
+  Tensor grad_up = at::empty(g.sizes(), g.options());
+  if (g.numel() == 0) return {grad_gate, grad_up};
+  call_aclnn(op, "aclnnGeGluGradCustom", g.device(), aclnnGeGluGradCustomGetWorkspaceSize,
+             aclnnGeGluGradCustom, dy, g, u, approximate, grad_gate, grad_up);
+  return {grad_gate, grad_up};
 }
 
 // ---- norms ----------------------------------------------------------------------
@@ -316,60 +350,20 @@ Tensor softmax_npu(const Tensor& input, int64_t dim) {
   return out.view(input.sizes());
 }
 
-// ---- backward ops without an Ascend kernel: CPU fallback -------------------------
-
-// Runs the op's CPU kernel on CPU copies of its npu tensors and copies the
-// results back to the npu device, warning once per op. This keeps training on
-// npu correct for every op (these backward ops cost a device round trip each);
-// the alternative, an error, would make `.backward()` unusable for three ops.
-//
-// A call that mixes devices is invalid: then the CPU kernel is called on the
-// tensors as they are, only for its checks, which reject mixed devices (with
-// the CPU's message) before reading any data.
-void warn_once(const std::string& op, const c10::Device& device) {
-  static std::mutex mutex;
-  static std::unordered_set<std::string> warned;
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (!warned.insert(op).second) return;
-  }
-  TORCH_WARN(op, " has no Ascend kernel: it runs on the CPU (inputs copied from ", device,
-             ", results copied back). This warning is shown once per op.");
-}
-
-void cpu_fallback(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
-  const auto& schema = handle.schema();
-  const size_t num_args = schema.arguments().size();
-  const size_t first_arg = stack->size() - num_args;
-  const auto cpu_kernel = c10::DispatchKeySet(c10::DispatchKey::CPU);
-
-  std::optional<c10::Device> device;
-  bool one_device = true;
-  for (const auto i : c10::irange(first_arg, stack->size())) {
-    const c10::IValue& arg = (*stack)[i];
-    if (!arg.isTensor() || !arg.toTensor().defined()) continue;
-    const c10::Device d = arg.toTensor().device();
-    if (!device.has_value()) device = d;
-    one_device = one_device && d == *device;
-  }
-  if (!one_device || !device.has_value() || device->is_cpu()) {
-    handle.redispatchBoxed(cpu_kernel, stack);
-    TORCH_INTERNAL_ASSERT(false, schema.name(),
-                          ": the CPU kernel accepted tensors on different devices");
-  }
-
-  warn_once(schema.name(), *device);
-  for (const auto i : c10::irange(first_arg, stack->size())) {
-    c10::IValue& arg = (*stack)[i];
-    if (arg.isTensor() && arg.toTensor().defined()) arg = arg.toTensor().cpu();
-  }
-  handle.redispatchBoxed(cpu_kernel, stack);
-  const size_t num_returns = schema.returns().size();
-  const c10::DeviceGuard guard(*device);
-  for (const auto i : c10::irange(stack->size() - num_returns, stack->size())) {
-    c10::IValue& result = (*stack)[i];
-    if (result.isTensor()) result = result.toTensor().to(*device);
-  }
+Tensor softmax_backward_npu(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+  constexpr const char* op = "custom::softmax_backward";
+  glue::check_softmax_backward(op, grad_output, output, dim);
+  const int64_t wrapped = wrap_dim(op, dim, output.dim());
+  check_npu_dtype(op, output, "output");
+  const c10::DeviceGuard guard(output.device());
+  // 0-dim tensors as the one-element vectors they hold, as in softmax_npu.
+  const Tensor y = dense(output.dim() == 0 ? output.reshape({1}) : output);
+  const Tensor dy = dense(grad_output.dim() == 0 ? grad_output.reshape({1}) : grad_output);
+  Tensor dx = at::empty(y.sizes(), y.options());
+  if (dx.numel() == 0) return dx.view(output.sizes());
+  call_aclnn(op, "aclnnSoftmaxGradCustom", y.device(), aclnnSoftmaxGradCustomGetWorkspaceSize,
+             aclnnSoftmaxGradCustom, dy, y, wrapped, dx);
+  return dx.view(output.sizes());
 }
 
 }  // namespace
@@ -380,7 +374,9 @@ TORCH_LIBRARY_IMPL(custom, PrivateUse1, m) {
   m.impl("gelu", &gelu_npu);
   m.impl("gelu_backward", &gelu_backward_npu);
   m.impl("swiglu", &swiglu_npu);
+  m.impl("swiglu_backward", &swiglu_backward_npu);
   m.impl("geglu", &geglu_npu);
+  m.impl("geglu_backward", &geglu_backward_npu);
   m.impl("rms_norm", &rms_norm_npu);
   m.impl("rms_norm_backward", &rms_norm_backward_npu);
   m.impl("fused_add_rms_norm", &fused_add_rms_norm_npu);
@@ -388,9 +384,7 @@ TORCH_LIBRARY_IMPL(custom, PrivateUse1, m) {
   m.impl("layer_norm", &layer_norm_npu);
   m.impl("layer_norm_backward", &layer_norm_backward_npu);
   m.impl("softmax", &softmax_npu);
-  for (const char* name : {"swiglu_backward", "geglu_backward", "softmax_backward"}) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-  }
+  m.impl("softmax_backward", &softmax_backward_npu);
 }
 
 }  // namespace op_ext::npu
