@@ -10,10 +10,10 @@
 # extensions are imported from it and that the ASan runtime is loaded.
 #
 # Python and torch are not sanitized, so the ASan runtime is preloaded into the
-# interpreter (LD_PRELOAD); the options below say why each is set. Reports go to
-# files (log_path) as well as being caught by the exit status: a report from a
-# worker thread, or one pytest's output capture swallowed when the process died,
-# is still found by the scan.
+# interpreter (LD_PRELOAD); the options below say why each is set. Besides the exit
+# status, the output and ASan's report files (log_path) are scanned for reports:
+# a report from a worker thread, or one printed by a check that recovers, is found
+# even where the exit status would not show it.
 #
 # Tests run: test_ops.py, test_bad_input.py, test_modules.py (every op against its
 # reference in every dtype and CPU kernel variant, gradients, opcheck, every
@@ -21,8 +21,9 @@
 # Ascend C kernels, tilings and aclnn entry points on the simulator), and
 # test_fuzz.py when it exists. Excluded:
 # - test_compile.py (torch.compile / torch.export), and any test marked `compile`:
-#   the code Inductor generates and compiles is not sanitized (so they test nothing
-#   more here than the eager tests), and they are the slowest tests even unsanitized;
+#   the C++ Inductor generates is compiled without sanitizers, and what of ours runs
+#   inside a compiled graph is the same op kernels the eager tests run here; they
+#   are also the slowest tests even unsanitized (minutes of Inductor compiles);
 # - test_npu_glue.py / test_npu_sim_device.py: they build their own libraries
 #   (a separate g++ build, not these extensions); test_protos.py: no native code;
 # - test_cuda.py: no GPU.
@@ -40,7 +41,6 @@
 #   PYTEST_ARGS=...               extra pytest arguments (e.g. -x, -k rms_norm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
 
 if [ "${OP_EXT_SKIP_SANITIZER_CHECK:-0}" = "1" ]; then
   echo "sanitizer check: SKIPPED (OP_EXT_SKIP_SANITIZER_CHECK=1)"
