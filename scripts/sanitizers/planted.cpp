@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <thread>
 
 extern "C" {
@@ -38,6 +39,16 @@ float planted_misaligned_load(int offset) {
   alignas(8) unsigned char bytes[16] = {};
   const float* p = reinterpret_cast<const float*>(bytes + offset);
   return *p;  // MISTAKE when offset % 4 != 0
+}
+
+// No mistake: a C++ exception thrown and caught, as torch does for every error.
+// Fails (ASan CHECK failure) where the runtime was preloaded without libstdc++.
+int planted_throw_and_catch(int n) {
+  try {
+    throw std::runtime_error("expected");
+  } catch (const std::runtime_error&) {
+    return n;
+  }
 }
 
 }  // extern "C"

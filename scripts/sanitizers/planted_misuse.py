@@ -21,6 +21,7 @@ def lib():
 def test_clean(lib):
     assert lib.planted_signed_overflow(1, 2) == 3
     assert lib.planted_misaligned_load(4) == 0.0
+    assert lib.planted_throw_and_catch(5) == 5
 
 
 def test_heap_overflow(lib):
