@@ -22,8 +22,8 @@ Build switches (environment variables), all read in build_config():
   OP_EXT_DEBUG=1              -O0 -g instead of -O3
   OP_EXT_SANITIZE=address,undefined   build both extensions with these sanitizers
                               (any of address, undefined): -O1 -g, frame pointers kept,
-                              UBSan aborting on its first report; linked with the
-                              same -fsanitize. Python and torch are not sanitized, so
+                              UBSan aborting on its first report, -fno-wrapv; linked
+                              with the same -fsanitize. Python and torch are not sanitized, so
                               the ASan runtime must be preloaded: scripts/check_sanitizers.sh
                               builds into its own folder and runs the tests that way
 
