@@ -19,7 +19,7 @@
 # reference in every dtype and CPU kernel variant, gradients, opcheck, every
 # bad-input case, the modules), test_ascend_sim*.py and test_ascend_tiling*.py (the
 # Ascend C kernels, tilings and aclnn entry points on the simulator), and
-# test_fuzz.py when it exists. Excluded:
+# test_fuzz.py and test_edge_regressions.py when they exist. Excluded:
 # - test_compile.py (torch.compile / torch.export), and any test marked `compile`:
 #   the C++ Inductor generates is compiled without sanitizers, and what of ours runs
 #   inside a compiled graph is the same op kernels the eager tests run here; they
@@ -202,9 +202,12 @@ phase "self-test"
 
 tests=(tests/test_ops.py tests/test_bad_input.py tests/test_modules.py
   tests/test_ascend_sim*.py tests/test_ascend_tiling*.py)
-if [ -f "$TREE/tests/test_fuzz.py" ]; then
-  tests+=(tests/test_fuzz.py)
-fi
+# Added on main since: run them when present.
+for optional in tests/test_fuzz.py tests/test_edge_regressions.py; do
+  if [ -f "$TREE/$optional" ]; then
+    tests+=("$optional")
+  fi
+done
 logs=$SAN_DIR/logs
 rm -rf "$logs"
 mkdir -p "$logs"
