@@ -20,6 +20,12 @@ Build switches (environment variables), all read in build_config():
                               (default: the name of NPU 0)
   OP_EXT_CPU_ISAS=default,avx2,avx512   CPU kernel variants to build (x86-64)
   OP_EXT_DEBUG=1              -O0 -g instead of -O3
+  OP_EXT_SANITIZE=address,undefined   build both extensions with these sanitizers
+                              (any of address, undefined): -O1 -g, frame pointers kept,
+                              UBSan aborting on its first report, -fno-wrapv; linked
+                              with the same -fsanitize. Python and torch are not sanitized, so
+                              the ASan runtime must be preloaded: scripts/check_sanitizers.sh
+                              builds into its own folder and runs the tests that way
 
 Always build against the torch already installed:
   pip install --no-build-isolation -e .
@@ -72,6 +78,8 @@ def load_npu_build_module():
 
 npu_build = load_npu_build_module()
 
+SANITIZERS = ("address", "undefined")
+
 
 @dataclass(frozen=True)
 class BuildConfig:
@@ -79,6 +87,28 @@ class BuildConfig:
     with_npu: bool
     cpu_isas: tuple[str, ...]
     debug: bool
+    sanitize: tuple[str, ...]
+
+    def optimisation(self, release: str) -> list[str]:
+        if self.sanitize:
+            # -O1: readable stacks at a tolerable speed (ASan's own advice).
+            return ["-O1", "-g"]
+        return ["-O0", "-g"] if self.debug else [release]
+
+    def sanitizer_flags(self) -> tuple[list[str], list[str]]:
+        """(compile flags, link flags) for OP_EXT_SANITIZE."""
+        if not self.sanitize:
+            return [], []
+        fsanitize = "-fsanitize=" + ",".join(self.sanitize)
+        compile_flags = [fsanitize, "-fno-omit-frame-pointer"]
+        if "undefined" in self.sanitize:
+            # UBSan only prints and goes on by default: a report must fail the run.
+            compile_flags.append("-fno-sanitize-recover=undefined")
+            # Python's CFLAGS, which come first, hold -fwrapv: it defines signed
+            # overflow and so turns UBSan's check for it off. nvcc and CANN's
+            # compiler build these sources without it, so an overflow is a bug there.
+            compile_flags.append("-fno-wrapv")
+        return compile_flags, [fsanitize]
 
 
 def build_config() -> BuildConfig:
@@ -106,7 +136,19 @@ def build_config() -> BuildConfig:
     unknown = [s for s in isas if s not in ISA_PREAMBLES]
     if unknown or "default" not in isas:
         raise SystemExit(f"OP_EXT_CPU_ISAS must list 'default' and only {list(ISA_PREAMBLES)}")
-    return BuildConfig(with_cuda=with_cuda, with_npu=with_npu, cpu_isas=isas, debug=os.environ.get("OP_EXT_DEBUG") == "1")
+
+    sanitize = tuple(s.strip() for s in os.environ.get("OP_EXT_SANITIZE", "").split(",") if s.strip())
+    if any(s not in SANITIZERS for s in sanitize):
+        raise SystemExit(f"OP_EXT_SANITIZE must list only {list(SANITIZERS)}, got {sanitize}")
+    if sanitize and (with_cuda or with_npu):
+        raise SystemExit("OP_EXT_SANITIZE is for CPU builds: set OP_EXT_WITH_CUDA=0 and OP_EXT_WITH_NPU=0")
+    return BuildConfig(
+        with_cuda=with_cuda,
+        with_npu=with_npu,
+        cpu_isas=isas,
+        debug=os.environ.get("OP_EXT_DEBUG") == "1",
+        sanitize=sanitize,
+    )
 
 
 def load_protos_module():
@@ -171,9 +213,10 @@ def extensions(config: BuildConfig):
     sources = sorted(p.as_posix() for p in (CSRC / "torch_ext").glob("*.cpp"))
     sources.append((CSRC / "kernel" / "cpu" / "dispatch.cpp").as_posix())
     sources += isa_variant_sources(config.cpu_isas)
-    opt = ["-O0", "-g"] if config.debug else ["-O3"]
+    opt = config.optimisation("-O3")
+    san_compile, san_link = config.sanitizer_flags()
     # -fopenmp: at::parallel_for is inline and runs on one thread without it.
-    cxx_flags = opt + ["-fopenmp", "-fdiagnostics-color=always", "-Wall", "-Wno-unknown-pragmas"]
+    cxx_flags = opt + san_compile + ["-fopenmp", "-fdiagnostics-color=always", "-Wall", "-Wno-unknown-pragmas"]
     include_dirs = [str(ROOT / GENERATED)]
     if config.with_npu:
         return [npu_extension(sources, include_dirs, cxx_flags)]
@@ -198,7 +241,7 @@ def extensions(config: BuildConfig):
             sources,
             include_dirs=include_dirs,
             extra_compile_args={"cxx": cxx_flags},
-            extra_link_args=["-fopenmp"],
+            extra_link_args=["-fopenmp"] + san_link,
         )
     ]
 
@@ -230,14 +273,16 @@ def ascend_sim_extension(config: BuildConfig):
     sources = []
     for folder in ("ascendc_sim/binding", "ascendc_sim/misuse", "host/aclnn", "host/tiling", "kernel/ascendc"):
         sources += sorted(p.as_posix() for p in (CSRC / folder).glob("*.cpp"))
-    opt = ["-O0", "-g"] if config.debug else ["-O2"]
+    opt = config.optimisation("-O2")
+    san_compile, san_link = config.sanitizer_flags()
     return CppExtension(
         "op_extension._ascend_sim",
         sources,
         include_dirs=[str(ROOT / CSRC / d) for d in ("ascendc_sim/include", "host/aclnn", "host/tiling", "kernel/ascendc")],
         define_macros=[("OP_EXT_ASCEND_SIM", "1")],
         # The simulated Unified Buffer is a byte array read through typed pointers.
-        extra_compile_args={"cxx": opt + ["-fno-strict-aliasing", "-fdiagnostics-color=always", "-Wall"]},
+        extra_compile_args={"cxx": opt + san_compile + ["-fno-strict-aliasing", "-fdiagnostics-color=always", "-Wall"]},
+        extra_link_args=san_link,
     )
 
 
