@@ -172,8 +172,13 @@ def test_layer_norm_backward_eps0_constant_row_gives_nan(options, dtype, soc):
     dx, dw, db = ascend_sim.run_backward("layer_norm", dy, x, [cols], w, w, 0.0, soc=soc, **options)
     cpu_dx, cpu_dw, _ = torch.ops.custom.layer_norm_backward(dy, x, [cols], w, w, 0.0)
     assert torch.isnan(cpu_dx).all() and torch.isnan(cpu_dw).all()
-    assert torch.isnan(dx).all(), dx[:, :4]
-    assert torch.isnan(dw).all()
+    if soc == "Ascend310P" and dtype != torch.float32:
+        # Saturation mode (310P's only one): a NaN float16 result is stored as 0 (docs/ascend.md).
+        assert (dx == 0).all(), dx[:, :4]
+        assert (dw == 0).all()
+    else:
+        assert torch.isnan(dx).all(), dx[:, :4]
+        assert torch.isnan(dw).all()
     torch.testing.assert_close(db, dy.float().sum(0).to(dtype),
                                **ascend_tolerance(dtype, "row_sum", "backward"))
 
@@ -312,7 +317,7 @@ BAD_INPUT = [
      r"LayerNormGradCustom: gradOutput has shape \[3, 9\] but input has \[3, 8\]"),
     ("ln_bias_shape", lambda: ascend_sim.run_backward("layer_norm", torch.ones(3, 8), torch.ones(3, 8), [8], None,
                                                       torch.ones(7)),
-     r"LayerNormGradCustom: biasOptional has shape \[7\] but normalizedShape is \[8\]"),
+     r"LayerNormGradCustom: biasOptional has shape \[7\] but normalizedShape \(input's trailing 1 dims\) is \[8\]"),
     ("ln_float64", lambda: ascend_sim.run_backward("layer_norm", torch.ones(3, 8).double(), torch.ones(3, 8).double(),
                                                    [8]),
      r"LayerNormGradCustom: input has dtype float64; supported: float16, float32, bfloat16"),
@@ -328,7 +333,7 @@ BAD_INPUT = [
      r"FusedAddRmsNormGradCustom: gradResidualOutOptional has dtype float16 but residualOut has float32"),
     ("fused_weight_shape", lambda: ascend_sim.run_backward("fused_add_rms_norm", torch.ones(3, 8), None,
                                                            torch.ones(3, 8), [8], torch.ones(4)),
-     r"FusedAddRmsNormGradCustom: weightOptional has shape \[4\] but normalizedShape is \[8\]"),
+     r"FusedAddRmsNormGradCustom: weightOptional has shape \[4\] but normalizedShape \(input's trailing 1 dims\) is \[8\]"),
 ]
 
 
@@ -365,7 +370,7 @@ def test_row_tilings_contract(op, soc):
             (t,) = ascend_sim.tiling(op, [(rows, cols)], dtype, soc=soc, eps=1e-5)
             check_rows(t, rows, cols, dtype, core_num, ub_size)
             repeats = -(-(t["chunkLength"] if t["splitRow"] else cols) // 64)  # ReduceSum: a float per repeat
-            assert t["reduceWorkLength"] == 2 * (-(-repeats // 8) * 8)  # ReduceMax: (value, index) pairs
+            assert t["reduceWorkLength"] == -(-2 * repeats // 8) * 8  # ReduceMax: (value, index) pairs
             assert t["_dwUbBytes"] <= ub_size and t["dwChunkCols"] % block_elems == 0
 
 

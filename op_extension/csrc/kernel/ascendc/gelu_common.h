@@ -222,7 +222,8 @@ __aicore__ inline void GeluTanhValueAndGrad(const AscendC::LocalTensor<float>& x
   Muls(s2, s2, -2.0f * kTanhScale, n);
   Exp(s2, s2, n);
   Adds(s2, s2, 1.0f, n);
-  Reciprocal(s2, s2, n);  // s
+  Duplicate(s3, 1.0f, n);
+  Div(s2, s3, s2, n);     // s (Div, not Reciprocal: see ErfcParts)
   Mul(s1, x, s2, n);      // y = x s
   Mins(s0, s0, 1e36f, n);
   Muls(s0, s0, 3.0f * kTanhCubic, n);

@@ -138,7 +138,10 @@ class KernelGluGrad {
       Muls(s0, g, -1.0f, n);
       Exp(s0, s0, n);
       Adds(s0, s0, 1.0f, n);
-      Reciprocal(s0, s0, n);  // s = sigmoid(g); exp overflow for very negative g: 1 / inf = 0
+      // s = sigmoid(g), by Div: Reciprocal misses 1e-4 relative on hardware (API page).
+      // exp overflow for very negative g: 1 / inf = 0.
+      Duplicate(s1, 1.0f, n);
+      Div(s0, s1, s0, n);
       Muls(s1, s0, -1.0f, n);
       Adds(s1, s1, 1.0f, n);
       Mul(s1, s1, g, n);
