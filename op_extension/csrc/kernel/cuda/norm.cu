@@ -358,28 +358,12 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       if (s != Acc(0)) {
         scale = s;
         eps_scaled = eps * s * s;
-        sum[0] = Acc(0);
-        for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-          Acc xv[kVec];
-          load_acc<kVec>(src + v * kVec, xv);
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) sum[0] += xv[e] * s;
-        }
-        block_reduce(sum, SumOp{});
-        mean = sum[0] / n;
+        mean = row_shifted_sum<kVec>(src, accesses, s, Acc(0)) / n;
         variance(s);
       }
     }
     if (mean_needs_refining(mean, var[0] / n, eps_scaled)) {
-      sum[0] = Acc(0);
-      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-        Acc xv[kVec];
-        load_acc<kVec>(src + v * kVec, xv);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) sum[0] += (scale != Acc(1) ? xv[e] * scale : xv[e]) - mean;
-      }
-      block_reduce(sum, SumOp{});
-      mean += sum[0] / n;
+      mean += row_shifted_sum<kVec>(src, accesses, scale, mean) / n;
       variance(scale);
     }
     const Acc rstd = Acc(1) / dev_sqrt(var[0] / n + eps_scaled);
@@ -501,28 +485,12 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         if (s != Acc(0)) {
           scale = s;
           eps_scaled = eps * s * s;
-          sum[0] = Acc(0);
-          for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-            Acc xv[kVec];
-            load_acc<kVec>(x_src + v * kVec, xv);
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) sum[0] += xv[e] * s;
-          }
-          block_reduce(sum, SumOp{});
-          mean = sum[0] / n;
+          mean = row_shifted_sum<kVec>(x_src, accesses, s, Acc(0)) / n;
           row_sums(s);
         }
       }
       if (mean_needs_refining(mean, sums[0] / n, eps_scaled)) {
-        sum[0] = Acc(0);
-        for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-          Acc xv[kVec];
-          load_acc<kVec>(x_src + v * kVec, xv);
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) sum[0] += (scale != Acc(1) ? xv[e] * scale : xv[e]) - mean;
-        }
-        block_reduce(sum, SumOp{});
-        mean += sum[0] / n;
+        mean += row_shifted_sum<kVec>(x_src, accesses, scale, mean) / n;
         row_sums(scale);
       }
       // rstd of the scaled row; the true rstd is rstd * scale.

@@ -76,6 +76,22 @@ __device__ acc_t<T> row_abs_max(const T* src, int64_t accesses) {
   return m[0];
 }
 
+// sum over the row of x * scale - shift (x - shift when scale is 1); every
+// thread gets it. The scaled mean (shift 0) and the LayerNorm mean refinement.
+template <int kVec, typename T>
+__device__ acc_t<T> row_shifted_sum(const T* src, int64_t accesses, acc_t<T> scale, acc_t<T> shift) {
+  using Acc = acc_t<T>;
+  Acc sum[1] = {Acc(0)};
+  for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+    Acc xv[kVec];
+    load_acc<kVec>(src + v * kVec, xv);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) sum[0] += (scale != Acc(1) ? xv[e] * scale : xv[e]) - shift;
+  }
+  block_reduce(sum, SumOp{});
+  return sum[0];
+}
+
 // The power of two that brings max_abs into [0.5, 1); 0 when scaling cannot
 // help (inf or NaN in the row, or an all-zero row).
 template <typename Acc>
