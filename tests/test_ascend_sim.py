@@ -553,6 +553,11 @@ MISUSE = [
     ("core_race", r"core 1 overwrites byte \d+ of GM buffer 'aclrtMalloc buffer' that core 0 wrote with a different "
                   r"value in the same launch"),
     ("padding_read", r"wrote NaN to element 5 \(it computed on undefined UB bytes\)"),
+    # Issue 12: the allocator's padding may be read, not written, and only 32 bytes of it.
+    ("gm_read_past_padding", r"GM access of 320 bytes at offset 0 of buffer 'aclrtMalloc buffer' "
+                             r"runs past its end \(256 bytes \+ 32 bytes of allocator padding\)"),
+    ("gm_write_past_end", r"DataCopy\(UB->GM\): GM write of 288 bytes at offset 0 of buffer 'aclrtMalloc buffer' "
+                          r"runs past its end \(256 bytes; the allocator's padding"),
     # Issue 12: API rules the kernels had broken.
     ("reduce_max_small_work", r"ReduceMax: work tensor \(sharedTmpBuffer\) has 8 elements; reducing 320 elements of "
                               r"float on Ascend910B\w* needs at least 16 \(rule: reduce work size"),
@@ -575,6 +580,13 @@ def test_misuse_is_reported(name, message):
 def test_misuse_control_kernel_runs():
     ascend_sim._run_misuse("clean", soc="Ascend910B")
     ascend_sim._run_misuse("clean", soc="Ascend310P")
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B", "Ascend310P"])
+def test_reading_one_block_of_allocator_padding_is_allowed(soc):
+    # aclrtMalloc / torch_npu guarantee round_up(n, 32) + 32 bytes: a whole
+    # last block read with DataCopy past a tensor's end stays inside them.
+    ascend_sim._run_misuse("gm_read_in_padding", soc=soc)
 
 
 def test_inverse_square_root_by_sqrt_and_div_is_accurate():

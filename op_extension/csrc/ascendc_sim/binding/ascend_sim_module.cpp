@@ -74,19 +74,43 @@ aclDataType AclDType(at::ScalarType t) {
   }
 }
 
-// aclTensor over a CPU tensor's storage, destroyed with the holder.
+// An uninitialised tensor in simulated device memory: from aclrtMalloc, so it
+// carries the padding the device allocator guarantees behind its end
+// (ascendc_sim::AllocatorPadding), which kernels may read, as they may on an NPU
+// tensor from torch_npu's caching allocator. CPU memory from at::empty has no
+// such padding.
+Tensor DeviceEmpty(at::IntArrayRef shape, const at::TensorOptions& options) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const uint64_t bytes = uint64_t(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+  if (bytes == 0) return at::empty(shape, options);
+  void* p = nullptr;
+  TORCH_CHECK(aclrtMalloc(&p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS, "ascend_sim: device allocation of ",
+              bytes, " bytes failed");
+  return at::from_blob(p, shape, [](void* q) { aclrtFree(q); }, options);
+}
+
+// aclTensor over a tensor's storage, destroyed with the holder. A tensor not in
+// device memory (an input) is first copied there, as torch_npu inputs live there.
 class AclTensor {
  public:
   explicit AclTensor(const std::optional<Tensor>& t) {
     if (!t.has_value() || !t->defined()) return;
     TORCH_CHECK(t->device().is_cpu(), "ascend_sim: tensors must be on the CPU, got ", t->device());
-    const auto sizes = t->sizes().vec();
-    const auto strides = t->strides().vec();
-    const int64_t item = t->element_size();
-    const std::vector<int64_t> storageDims = {int64_t(t->storage().nbytes()) / item};
-    tensor_ = aclCreateTensor(sizes.data(), sizes.size(), AclDType(t->scalar_type()), strides.data(),
-                              t->storage_offset(), ACL_FORMAT_ND, storageDims.data(), storageDims.size(),
-                              t->storage().mutable_data());
+    Tensor d = *t;
+    if (d.numel() > 0 && !ascendc_sim::InPaddedAllocation(d.storage().data(), d.storage().nbytes())) {
+      TORCH_CHECK(d.is_contiguous(), "ascend_sim: inputs are made contiguous before they reach aclnn");
+      device_ = DeviceEmpty(d.sizes(), d.options());
+      device_.copy_(d);
+      d = device_;
+    }
+    const auto sizes = d.sizes().vec();
+    const auto strides = d.strides().vec();
+    const int64_t item = d.element_size();
+    const std::vector<int64_t> storageDims = {int64_t(d.storage().nbytes()) / item};
+    tensor_ = aclCreateTensor(sizes.data(), sizes.size(), AclDType(d.scalar_type()), strides.data(),
+                              d.storage_offset(), ACL_FORMAT_ND, storageDims.data(), storageDims.size(),
+                              d.storage().mutable_data());
     TORCH_CHECK(tensor_ != nullptr, "ascend_sim: aclCreateTensor failed: ", aclGetRecentErrMsg());
   }
   AclTensor(const AclTensor&) = delete;
@@ -95,6 +119,7 @@ class AclTensor {
   const aclTensor* get() const { return tensor_; }
 
  private:
+  Tensor device_;  // the device copy of an input
   aclTensor* tensor_ = nullptr;
 };
 
@@ -176,7 +201,7 @@ void Configure(const std::string& soc, std::optional<int64_t> ubSize, std::optio
 // element that a kernel (or a tiling) never writes fails every comparison with
 // the reference instead of passing by chance.
 Tensor Unwritten(at::IntArrayRef shape, const at::TensorOptions& options) {
-  return at::full(shape, std::numeric_limits<double>::quiet_NaN(), options);
+  return DeviceEmpty(shape, options).fill_(std::numeric_limits<double>::quiet_NaN());
 }
 
 Tensor Add(const Tensor& input, const Tensor& other, double alpha) {
