@@ -19,6 +19,8 @@
 // aclnn<Op>Custom. A non-zero status raises RuntimeError with the op's message.
 #include <torch/extension.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -74,20 +76,29 @@ aclDataType AclDType(at::ScalarType t) {
   }
 }
 
-// An uninitialised tensor in simulated device memory: from aclrtMalloc, so it
-// carries the padding the device allocator guarantees behind its end
-// (ascendc_sim::AllocatorPadding), which kernels may read, as they may on an NPU
-// tensor from torch_npu's caching allocator. CPU memory from at::empty has no
-// such padding.
+// An uninitialised tensor in simulated device memory, allocated as torch_npu's
+// caching allocator hands out NPU tensors (Ascend/pytorch,
+// torch_npu/csrc/core/npu/NPUCachingAllocator.cpp, round_size: the size plus 32
+// bytes, rounded up to 512; the block starts 512-byte aligned). The simulator
+// lets kernels read only the padding every device allocation has
+// (ascendc_sim::AllocatorPadding, round_up(n, 32) + 32 bytes), not the whole
+// block. Not through aclrtMalloc: the caching allocator serves tensors from its
+// cache, and the runtime counters count only what the aclnn path allocates.
+// CPU memory from at::empty has no padding at all, hence this allocator.
 Tensor DeviceEmpty(at::IntArrayRef shape, const at::TensorOptions& options) {
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
   const uint64_t bytes = uint64_t(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
   if (bytes == 0) return at::empty(shape, options);
-  void* p = nullptr;
-  TORCH_CHECK(aclrtMalloc(&p, bytes, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS, "ascend_sim: device allocation of ",
-              bytes, " bytes failed");
-  return at::from_blob(p, shape, [](void* q) { aclrtFree(q); }, options);
+  const uint64_t block = (bytes + 32 + 511) / 512 * 512;
+  void* p = std::aligned_alloc(512, block);
+  TORCH_CHECK(p != nullptr, "ascend_sim: device allocation of ", bytes, " bytes failed");
+  std::memset(p, ascendc_sim::kGarbageByte, block);
+  ascendc_sim::RegisterGm(p, bytes, "device tensor", ascendc_sim::AllocatorPadding(bytes));
+  return at::from_blob(p, shape, [](void* q) {
+    ascendc_sim::UnregisterGm(q);
+    std::free(q);
+  }, options);
 }
 
 // aclTensor over a tensor's storage, destroyed with the holder. A tensor not in
