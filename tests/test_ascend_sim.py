@@ -487,13 +487,12 @@ def test_bfloat16_rejected_on_310p():
         ascend_sim.run("add", x, x, soc="Ascend310P")
 
 
-def test_310p_rejects_tensor_below_one_block():
-    # No DataCopyPad on 310P: 5 floats (20 bytes) cannot be moved at all.
+def test_310p_moves_tensor_below_one_block():
+    # No DataCopyPad on 310P: 5 floats (20 bytes) are read as one block, its end
+    # in the allocator's padding, and written element by element (issue 12).
     x = torch.randn(5)
-    with pytest.raises(RuntimeError, match=r"AddCustom: on Ascend310P a tensor of 5 float32 elements is smaller than one "
-                                           r"32-byte block"):
-        ascend_sim.run("add", x, x, soc="Ascend310P")
-    # The same tensor on 910B moves with DataCopyPad.
+    torch.testing.assert_close(ascend_sim.run("add", x, x, soc="Ascend310P"), 2 * x)
+    # On 910B they move with DataCopyPad.
     torch.testing.assert_close(ascend_sim.run("add", x, x, soc="Ascend910B"), 2 * x)
 
 
