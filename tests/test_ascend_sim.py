@@ -426,13 +426,17 @@ ADD_GRAD_CASES = [
     ("same_shape", (3, 769), (3, 769), 1.0, {}, SOCS),
     ("row_vector_bias", (3, 769), (769,), 2.0, {}, SOCS),
     ("bias_many_chunks_small_ub", (6, 1000), (1000,), -0.5, {"_ub_size": 2048}, SOCS),
-    ("column_vector", (5, 7), (5, 1), -0.75, {}, ("Ascend910B",)),
+    ("column_vector", (5, 7), (5, 1), -0.75, {}, SOCS),
     ("column_vector_long_rows", (40, 9), (40, 1), 1.0, {}, SOCS),
-    ("row_of_column_times_row", (5, 7), (1, 7), 1.0, {}, ("Ascend910B",)),
-    ("middle_channel", (2, 3, 5), (1, 3, 1), 1.5, {}, ("Ascend910B",)),
+    ("row_of_column_times_row", (5, 7), (1, 7), 1.0, {}, SOCS),
+    ("middle_channel", (2, 3, 5), (1, 3, 1), 1.5, {}, SOCS),
+    ("short_rows_kept_around_summed", (3, 4, 5), (3, 1, 5), 1.0, {}, SOCS),
+    ("odd_run_sums", (1023,), (1,), 1.0, {}, SOCS),
+    ("one_element", (1,), (1,), 2.0, {}, SOCS),
+    ("seven_to_one_of_three", (7, 3), (1, 3), -1.0, {}, SOCS),
     ("alternating_dims", (2, 5, 4, 6, 3), (5, 1, 6, 1), 1.0, {}, SOCS),
-    ("to_scalar", (4, 5), (), 0.5, {}, ("Ascend910B",)),
-    ("empty_summed_dim", (0, 7), (1, 7), 2.0, {}, ("Ascend910B",)),
+    ("to_scalar", (4, 5), (), 0.5, {}, SOCS),
+    ("empty_summed_dim", (0, 7), (1, 7), 2.0, {}, SOCS),
     ("runs_in_chunks_small_ub", (19, 1001), (19, 1), 1.0, {"_ub_size": 2048}, SOCS),
     ("more_cores_than_work", (17,), (17,), 3.0, {}, SOCS),
 ]
@@ -458,11 +462,17 @@ def test_add_backward_matches_reference(case, dtype, soc):
     torch.testing.assert_close(out, expected.to(dtype), **ascend_tolerance(dtype, "add", "backward"))
 
 
-def test_add_backward_310p_rejects_outputs_below_one_block():
-    g = torch.randn(5, 7)
-    with pytest.raises(RuntimeError, match=r"AddGradCustom: on Ascend310P the innermost kept dims of the output must "
-                                           r"span at least 32 bytes \(8 float32 elements\), got 7"):
-        ascend_sim.run_backward("add", g, [1, 7], 1.0, soc="Ascend310P")
+@pytest.mark.parametrize("n", (1, 3, 7, 9, 15, 17, 33, 1023))
+@pytest.mark.parametrize("soc", SOCS)
+def test_add_backward_odd_sizes(n, soc):
+    # Issue 12: outputs and rows below one block on 310P (element-wise writes);
+    # outputs start as NaN, so an element left unwritten fails.
+    for dtype in (torch.float32, torch.float16):
+        g = rand(5, n, dtype=dtype)
+        for size in ([1, n], [5, 1], [n], [5, n]):
+            out = ascend_sim.run_backward("add", g, size, 1.5, soc=soc)
+            expected = (1.5 * g.double()).sum_to_size(size).to(dtype)
+            torch.testing.assert_close(out, expected, **ascend_tolerance(dtype, "add", "backward"))
 
 
 # ---------------------------------------------------------------------------
