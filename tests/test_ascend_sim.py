@@ -426,13 +426,17 @@ ADD_GRAD_CASES = [
     ("same_shape", (3, 769), (3, 769), 1.0, {}, SOCS),
     ("row_vector_bias", (3, 769), (769,), 2.0, {}, SOCS),
     ("bias_many_chunks_small_ub", (6, 1000), (1000,), -0.5, {"_ub_size": 2048}, SOCS),
-    ("column_vector", (5, 7), (5, 1), -0.75, {}, ("Ascend910B",)),
+    ("column_vector", (5, 7), (5, 1), -0.75, {}, SOCS),
     ("column_vector_long_rows", (40, 9), (40, 1), 1.0, {}, SOCS),
-    ("row_of_column_times_row", (5, 7), (1, 7), 1.0, {}, ("Ascend910B",)),
-    ("middle_channel", (2, 3, 5), (1, 3, 1), 1.5, {}, ("Ascend910B",)),
+    ("row_of_column_times_row", (5, 7), (1, 7), 1.0, {}, SOCS),
+    ("middle_channel", (2, 3, 5), (1, 3, 1), 1.5, {}, SOCS),
+    ("short_rows_kept_around_summed", (3, 4, 5), (3, 1, 5), 1.0, {}, SOCS),
+    ("odd_run_sums", (1023,), (1,), 1.0, {}, SOCS),
+    ("one_element", (1,), (1,), 2.0, {}, SOCS),
+    ("seven_to_one_of_three", (7, 3), (1, 3), -1.0, {}, SOCS),
     ("alternating_dims", (2, 5, 4, 6, 3), (5, 1, 6, 1), 1.0, {}, SOCS),
-    ("to_scalar", (4, 5), (), 0.5, {}, ("Ascend910B",)),
-    ("empty_summed_dim", (0, 7), (1, 7), 2.0, {}, ("Ascend910B",)),
+    ("to_scalar", (4, 5), (), 0.5, {}, SOCS),
+    ("empty_summed_dim", (0, 7), (1, 7), 2.0, {}, SOCS),
     ("runs_in_chunks_small_ub", (19, 1001), (19, 1), 1.0, {"_ub_size": 2048}, SOCS),
     ("more_cores_than_work", (17,), (17,), 3.0, {}, SOCS),
 ]
@@ -458,11 +462,17 @@ def test_add_backward_matches_reference(case, dtype, soc):
     torch.testing.assert_close(out, expected.to(dtype), **ascend_tolerance(dtype, "add", "backward"))
 
 
-def test_add_backward_310p_rejects_outputs_below_one_block():
-    g = torch.randn(5, 7)
-    with pytest.raises(RuntimeError, match=r"AddGradCustom: on Ascend310P the innermost kept dims of the output must "
-                                           r"span at least 32 bytes \(8 float32 elements\), got 7"):
-        ascend_sim.run_backward("add", g, [1, 7], 1.0, soc="Ascend310P")
+@pytest.mark.parametrize("n", (1, 3, 7, 9, 15, 17, 33, 1023))
+@pytest.mark.parametrize("soc", SOCS)
+def test_add_backward_odd_sizes(n, soc):
+    # Issue 12: outputs and rows below one block on 310P (element-wise writes);
+    # outputs start as NaN, so an element left unwritten fails.
+    for dtype in (torch.float32, torch.float16):
+        g = rand(5, n, dtype=dtype)
+        for size in ([1, n], [5, 1], [n], [5, n]):
+            out = ascend_sim.run_backward("add", g, size, 1.5, soc=soc)
+            expected = (1.5 * g.double()).sum_to_size(size).to(dtype)
+            torch.testing.assert_close(out, expected, **ascend_tolerance(dtype, "add", "backward"))
 
 
 # ---------------------------------------------------------------------------
@@ -487,13 +497,12 @@ def test_bfloat16_rejected_on_310p():
         ascend_sim.run("add", x, x, soc="Ascend310P")
 
 
-def test_310p_rejects_tensor_below_one_block():
-    # No DataCopyPad on 310P: 5 floats (20 bytes) cannot be moved at all.
+def test_310p_moves_tensor_below_one_block():
+    # No DataCopyPad on 310P: 5 floats (20 bytes) are read as one block, its end
+    # in the allocator's padding, and written element by element (issue 12).
     x = torch.randn(5)
-    with pytest.raises(RuntimeError, match=r"AddCustom: on Ascend310P a tensor of 5 float32 elements is smaller than one "
-                                           r"32-byte block"):
-        ascend_sim.run("add", x, x, soc="Ascend310P")
-    # The same tensor on 910B moves with DataCopyPad.
+    torch.testing.assert_close(ascend_sim.run("add", x, x, soc="Ascend310P"), 2 * x)
+    # On 910B they move with DataCopyPad.
     torch.testing.assert_close(ascend_sim.run("add", x, x, soc="Ascend910B"), 2 * x)
 
 
@@ -553,6 +562,11 @@ MISUSE = [
     ("core_race", r"core 1 overwrites byte \d+ of GM buffer 'aclrtMalloc buffer' that core 0 wrote with a different "
                   r"value in the same launch"),
     ("padding_read", r"wrote NaN to element 5 \(it computed on undefined UB bytes\)"),
+    # Issue 12: the allocator's padding may be read, not written, and only 32 bytes of it.
+    ("gm_read_past_padding", r"GM access of 320 bytes at offset 0 of buffer 'aclrtMalloc buffer' "
+                             r"runs past its end \(256 bytes \+ 32 bytes of allocator padding\)"),
+    ("gm_write_past_end", r"DataCopy\(UB->GM\): GM write of 288 bytes at offset 0 of buffer 'aclrtMalloc buffer' "
+                          r"runs past its end \(256 bytes; the allocator's padding"),
     # Issue 12: API rules the kernels had broken.
     ("reduce_max_small_work", r"ReduceMax: work tensor \(sharedTmpBuffer\) has 8 elements; reducing 320 elements of "
                               r"float on Ascend910B\w* needs at least 16 \(rule: reduce work size"),
@@ -575,6 +589,13 @@ def test_misuse_is_reported(name, message):
 def test_misuse_control_kernel_runs():
     ascend_sim._run_misuse("clean", soc="Ascend910B")
     ascend_sim._run_misuse("clean", soc="Ascend310P")
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B", "Ascend310P"])
+def test_reading_one_block_of_allocator_padding_is_allowed(soc):
+    # aclrtMalloc / torch_npu guarantee round_up(n, 32) + 32 bytes: a whole
+    # last block read with DataCopy past a tensor's end stays inside them.
+    ascend_sim._run_misuse("gm_read_in_padding", soc=soc)
 
 
 def test_inverse_square_root_by_sqrt_and_div_is_accurate():

@@ -680,28 +680,7 @@ def ascend_310p_rejects(case: Case, args) -> bool:
     be = 32 // esize
     op = case.op
     if case.backward and op == "add":
-        g, size = args[0], list(args[1])
-        shape = list(g.shape)
-        lead = len(shape) - len(size)
-        groups = []
-        for i, s in enumerate(shape):
-            if s == 1:
-                continue
-            summed = i < lead or size[i - lead] == 1
-            if groups and groups[-1][1] == summed:
-                groups[-1][0] *= s
-            else:
-                groups.append([s, summed])
-        if not groups:
-            groups = [[1, False]]
-        kept = math.prod(s for s, summed in groups if not summed)
-        if kept == 0:
-            return False
-        if not groups[-1][1]:
-            out_cols = groups[-1][0]
-            return out_cols % be != 0 and out_cols < be
-        run = groups[-1][0]
-        return (kept % be != 0 and kept < be) or (run % be != 0 and g.numel() < be)
+        return False  # issue 12: any shape (short rows and outputs written element-wise)
     if op in ("rms_norm", "fused_add_rms_norm", "layer_norm"):
         x_at = {("fused_add_rms_norm", True): 2, ("fused_add_rms_norm", False): 0}.get((op, case.backward),
                                                                                    1 if case.backward else 0)
@@ -720,14 +699,9 @@ def ascend_310p_rejects(case: Case, args) -> bool:
             return False
         cols = size if inner == 1 else inner
         return (cols * esize) % 32 != 0
-    # elementwise: add, gelu, swiglu, geglu (and the backward of the last three)
-    if op == "add":
-        other = args[1]
-        oshape = other.shape if isinstance(other, torch.Tensor) else ()
-        numel = math.prod(torch.broadcast_shapes(args[0].shape, oshape))
-    else:
-        numel = args[1].numel() if case.backward else args[0].numel()
-    return numel > 0 and numel % be != 0 and numel < be
+    # elementwise: add, gelu, swiglu, geglu and their backward: any size (issue 12: a
+    # tensor below one block is read from the allocator's padding, written element-wise)
+    return False
 
 
 # ---------------------------------------------------------------------------

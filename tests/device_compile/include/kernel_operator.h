@@ -102,6 +102,12 @@ class GlobalTensor {
   __gm__ T* GetPhyAddr() const;
 };
 
+// Both prototypes exist on Atlas A2; Atlas inference AI Core (310P) has only the
+// one without dcciDst (DataCacheCleanAndInvalid API page, product table).
+enum class CacheLine : uint8_t { SINGLE_CACHE_LINE = 0, ENTIRE_DATA_CACHE };
+template <typename T, CacheLine entireType>
+void DataCacheCleanAndInvalid(const GlobalTensor<T>& dst);
+
 template <TPosition pos, int32_t depth>
 class TQue {
  public:

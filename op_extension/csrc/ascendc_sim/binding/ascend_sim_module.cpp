@@ -19,6 +19,8 @@
 // aclnn<Op>Custom. A non-zero status raises RuntimeError with the op's message.
 #include <torch/extension.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -74,19 +76,52 @@ aclDataType AclDType(at::ScalarType t) {
   }
 }
 
-// aclTensor over a CPU tensor's storage, destroyed with the holder.
+// An uninitialised tensor in simulated device memory, allocated as torch_npu's
+// caching allocator hands out NPU tensors (Ascend/pytorch,
+// torch_npu/csrc/core/npu/NPUCachingAllocator.cpp, round_size: the size plus 32
+// bytes, rounded up to 512; the block starts 512-byte aligned). The simulator
+// lets kernels read only the padding every device allocation has
+// (ascendc_sim::AllocatorPadding, round_up(n, 32) + 32 bytes), not the whole
+// block. Not through aclrtMalloc: the caching allocator serves tensors from its
+// cache, and the runtime counters count only what the aclnn path allocates.
+// CPU memory from at::empty has no padding at all, hence this allocator.
+Tensor DeviceEmpty(at::IntArrayRef shape, const at::TensorOptions& options) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const uint64_t bytes = uint64_t(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+  if (bytes == 0) return at::empty(shape, options);
+  const uint64_t block = (bytes + 32 + 511) / 512 * 512;
+  void* p = std::aligned_alloc(512, block);
+  TORCH_CHECK(p != nullptr, "ascend_sim: device allocation of ", bytes, " bytes failed");
+  std::memset(p, ascendc_sim::kGarbageByte, block);
+  ascendc_sim::RegisterGm(p, bytes, "device tensor", ascendc_sim::AllocatorPadding(bytes));
+  return at::from_blob(p, shape, [](void* q) {
+    ascendc_sim::UnregisterGm(q);
+    std::free(q);
+  }, options);
+}
+
+// aclTensor over a tensor's storage, destroyed with the holder. A tensor not in
+// device memory (an input) is first copied there, as torch_npu inputs live there.
 class AclTensor {
  public:
   explicit AclTensor(const std::optional<Tensor>& t) {
     if (!t.has_value() || !t->defined()) return;
     TORCH_CHECK(t->device().is_cpu(), "ascend_sim: tensors must be on the CPU, got ", t->device());
-    const auto sizes = t->sizes().vec();
-    const auto strides = t->strides().vec();
-    const int64_t item = t->element_size();
-    const std::vector<int64_t> storageDims = {int64_t(t->storage().nbytes()) / item};
-    tensor_ = aclCreateTensor(sizes.data(), sizes.size(), AclDType(t->scalar_type()), strides.data(),
-                              t->storage_offset(), ACL_FORMAT_ND, storageDims.data(), storageDims.size(),
-                              t->storage().mutable_data());
+    Tensor d = *t;
+    if (d.numel() > 0 && !ascendc_sim::InPaddedAllocation(d.storage().data(), d.storage().nbytes())) {
+      TORCH_CHECK(d.is_contiguous(), "ascend_sim: inputs are made contiguous before they reach aclnn");
+      device_ = DeviceEmpty(d.sizes(), d.options());
+      device_.copy_(d);
+      d = device_;
+    }
+    const auto sizes = d.sizes().vec();
+    const auto strides = d.strides().vec();
+    const int64_t item = d.element_size();
+    const std::vector<int64_t> storageDims = {int64_t(d.storage().nbytes()) / item};
+    tensor_ = aclCreateTensor(sizes.data(), sizes.size(), AclDType(d.scalar_type()), strides.data(),
+                              d.storage_offset(), ACL_FORMAT_ND, storageDims.data(), storageDims.size(),
+                              d.storage().mutable_data());
     TORCH_CHECK(tensor_ != nullptr, "ascend_sim: aclCreateTensor failed: ", aclGetRecentErrMsg());
   }
   AclTensor(const AclTensor&) = delete;
@@ -95,6 +130,7 @@ class AclTensor {
   const aclTensor* get() const { return tensor_; }
 
  private:
+  Tensor device_;  // the device copy of an input
   aclTensor* tensor_ = nullptr;
 };
 
@@ -176,7 +212,7 @@ void Configure(const std::string& soc, std::optional<int64_t> ubSize, std::optio
 // element that a kernel (or a tiling) never writes fails every comparison with
 // the reference instead of passing by chance.
 Tensor Unwritten(at::IntArrayRef shape, const at::TensorOptions& options) {
-  return at::full(shape, std::numeric_limits<double>::quiet_NaN(), options);
+  return DeviceEmpty(shape, options).fill_(std::numeric_limits<double>::quiet_NaN());
 }
 
 Tensor Add(const Tensor& input, const Tensor& other, double alpha) {

@@ -271,6 +271,32 @@ void InvSqrtRows(GM_ADDR src, GM_ADDR dst, bool useRsqrt) {
 void RsqrtRstd(GM_ADDR src, GM_ADDR dst) { InvSqrtRows(src, dst, true); }
 void SqrtDivRstd(GM_ADDR src, GM_ADDR dst) { InvSqrtRows(src, dst, false); }
 
+// Copies src to dst reading `readExtra` floats past src's end and writing
+// `writeExtra` past dst's end (each buffer: 256 bytes, plus the 32 bytes of
+// padding that the device allocator guarantees behind it -- 8 floats).
+void CopyPastEnd(GM_ADDR src, GM_ADDR dst, uint32_t readExtra, uint32_t writeExtra) {
+  GlobalTensor<float> in;
+  GlobalTensor<float> out;
+  in.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(src), kCount + readExtra);
+  out.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(dst), kCount + writeExtra);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, (kCount + 16) * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, in, kCount + readExtra);
+  que.EnQue(t);
+  LocalTensor<float> u = que.DeQue<float>();
+  DataCopy(out, u, kCount + writeExtra);
+  que.FreeTensor(u);
+}
+
+// Not a mistake: one block read from the allocator's padding (the 310P tail scheme).
+void ReadInPadding(GM_ADDR src, GM_ADDR dst) { CopyPastEnd(src, dst, 8, 0); }
+// MISTAKE: two blocks past the end, beyond the guaranteed padding.
+void ReadPastPadding(GM_ADDR src, GM_ADDR dst) { CopyPastEnd(src, dst, 16, 0); }
+// MISTAKE: a write into the padding (another tensor may live there).
+void WritePastEnd(GM_ADDR src, GM_ADDR dst) { CopyPastEnd(src, dst, 8, 8); }
+
 #define OP_EXT_MISUSE_KERNEL(name, fn) \
   extern "C" __global__ __aicore__ void name(GM_ADDR src, GM_ADDR dst) { fn(src, dst); }
 
@@ -290,6 +316,9 @@ OP_EXT_MISUSE_KERNEL(misuse_global_out_of_bounds, GlobalOutOfBounds)
 OP_EXT_MISUSE_KERNEL(misuse_core_race, CoreRace)
 OP_EXT_MISUSE_KERNEL(misuse_data_copy_pad, DataCopyPadCall)
 OP_EXT_MISUSE_KERNEL(misuse_padding_read, PaddingRead)
+OP_EXT_MISUSE_KERNEL(misuse_gm_read_in_padding, ReadInPadding)
+OP_EXT_MISUSE_KERNEL(misuse_gm_read_past_padding, ReadPastPadding)
+OP_EXT_MISUSE_KERNEL(misuse_gm_write_past_end, WritePastEnd)
 OP_EXT_MISUSE_KERNEL(misuse_reduce_max_small_work, ReduceMaxSmallWork)
 OP_EXT_MISUSE_KERNEL(misuse_reduce_work_overlaps_source, ReduceWorkOverlapsSource)
 OP_EXT_MISUSE_KERNEL(misuse_reduce_sum_small_work, ReduceSumSmallWork)
@@ -325,6 +354,9 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
       {"core_race", misuse_core_race},
       {"data_copy_pad", misuse_data_copy_pad},
       {"padding_read", misuse_padding_read},
+      {"gm_read_in_padding", misuse_gm_read_in_padding},
+      {"gm_read_past_padding", misuse_gm_read_past_padding},
+      {"gm_write_past_end", misuse_gm_write_past_end},
       {"reduce_max_small_work", misuse_reduce_max_small_work},
       {"reduce_work_overlaps_source", misuse_reduce_work_overlaps_source},
       {"reduce_sum_small_work", misuse_reduce_sum_small_work},

@@ -87,11 +87,6 @@ optiling::AddGradCustomTilingData ComputeAddGradTiling(const std::vector<int64_t
   if (keptInnermost) {
     const uint64_t outCols = groups.back().first;
     if (outCols > (uint64_t(1) << 31)) throw TilingError(std::string(op) + ": more than 2^31 output columns");
-    if (!soc.hasDataCopyPad && outCols % blockElems != 0 && outCols < blockElems) {
-      throw TilingError(std::string(op) + ": on " + soc.name + " the innermost kept dims of the output must span at "
-                        "least 32 bytes (" + std::to_string(blockElems) + " " + DTypeName(dtype) + " elements), got " +
-                        std::to_string(outCols) + "; this SoC has no DataCopyPad to move less");
-    }
     t.set_mode(0);
     t.set_outCols(uint32_t(outCols));
     t.set_outRows(kept / outCols);
@@ -99,7 +94,11 @@ optiling::AddGradCustomTilingData ComputeAddGradTiling(const std::vector<int64_t
     t.set_colBlocks(uint32_t(CeilDiv(outCols, blockElems)));
     const uint64_t units = t.outRows * t.colBlocks;
     const uint64_t minUnits = std::max<uint64_t>(1, CeilDiv(kMinBytesPerCore / kBlockBytes, std::max<uint64_t>(1, summed)));
-    const CoreSplit split = SplitOverCores(units, soc.vectorCoreNum, minUnits);
+    // Rows shorter than one block without DataCopyPad are written element by
+    // element (GlobalTensor::SetValue), whose cache lines cores must not share:
+    // one core writes them all.
+    const bool scalarRows = !soc.hasDataCopyPad && outCols % blockElems != 0 && outCols < blockElems;
+    const CoreSplit split = SplitOverCores(units, scalarRows ? 1 : soc.vectorCoreNum, minUnits);
     t.set_usedCoreNum(split.usedCoreNum);
     t.set_unitsPerCore(split.unitsPerCore);
     t.set_bigCoreNum(split.bigCoreNum);
@@ -111,13 +110,6 @@ optiling::AddGradCustomTilingData ComputeAddGradTiling(const std::vector<int64_t
   }
   const uint64_t runLength = groups.back().first;
   if (runLength > (uint64_t(1) << 31)) throw TilingError(std::string(op) + ": summed runs of more than 2^31 elements");
-  if (!soc.hasDataCopyPad && ((kept % blockElems != 0 && kept < blockElems) ||
-                               (runLength % blockElems != 0 && Numel(gradShape) < blockElems))) {
-    throw TilingError(std::string(op) + ": on " + soc.name + " the output (" + std::to_string(kept) +
-                      " elements) and gradOutput (" + std::to_string(Numel(gradShape)) + ") must each hold at least "
-                      "32 bytes (" + std::to_string(blockElems) + " " + DTypeName(dtype) +
-                      " elements); this SoC has no DataCopyPad to move less");
-  }
   t.set_mode(1);
   t.set_runLength(uint32_t(runLength));
   t.set_outRows(kept);

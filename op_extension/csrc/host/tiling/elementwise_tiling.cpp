@@ -12,11 +12,6 @@ ElementwisePlan PlanElementwise(const char* op, uint64_t totalLength, uint32_t d
   plan.tailMode = soc.hasDataCopyPad ? kTailPad : kTailOverlap;
   if (totalLength == 0) return plan;
   const uint32_t blockElems = kBlockBytes / DTypeBytes(dtype);
-  if (!soc.hasDataCopyPad && totalLength % blockElems != 0 && totalLength < blockElems) {
-    throw TilingError(std::string(op) + ": on " + soc.name + " a tensor of " + std::to_string(totalLength) + " " +
-                      DTypeName(dtype) + " elements is smaller than one 32-byte block; this SoC has no DataCopyPad "
-                      "to move it (at least " + std::to_string(blockElems) + " elements are needed)");
-  }
   const uint64_t totalBlocks = CeilDiv(totalLength, blockElems);
   const CoreSplit split = SplitOverCores(totalBlocks, soc.vectorCoreNum, kMinBytesPerCore / kBlockBytes);
   plan.usedCoreNum = split.usedCoreNum;

@@ -23,8 +23,8 @@ class KernelAdd {
                               TPipe* pipe) {
     alpha_ = tiling.alpha;
     tiles_.Init(tiling.totalLength, tiling.blocksPerCore, tiling.bigCoreNum, tiling.tileLength, tiling.tailMode);
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), tiling.totalLength);
-    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), tiling.totalLength);
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(tiling.totalLength, tiling.tailMode));
+    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), op_ext_kernel::ReadableLength<T>(tiling.totalLength, tiling.tailMode));
     zGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(z), tiling.totalLength);
     const uint32_t tileBytes = tiling.tileLength * sizeof(T);
     pipe->InitBuffer(inQueueX_, kBufferNum, tileBytes);
@@ -84,7 +84,7 @@ class KernelAdd {
 
   __aicore__ inline void CopyOut(uint64_t offset, uint32_t count) {
     LocalTensor<T> z = outQueueZ_.template DeQue<T>();
-    op_ext_kernel::CopyUbToGm(zGm_[offset], z, count);
+    tiles_.CopyOut(zGm_, z, offset, count);
     outQueueZ_.FreeTensor(z);
   }
 

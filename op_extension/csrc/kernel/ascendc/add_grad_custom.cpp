@@ -37,8 +37,12 @@ class KernelAddGrad {
       gradElems *= groupSize_[g];
     }
     const uint64_t outElems = t_.mode == 0 ? t_.outRows * t_.outCols : t_.outRows;
-    gradElems_ = gradElems;
-    gradGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(grad), gradElems);
+    // Without DataCopyPad, runs and rows are read as whole blocks from their
+    // start: up to one block minus one element past gradOutput's end, inside the
+    // allocator's padding (kernel_common.h, ReadableLength).
+    const bool overlap = t_.tailMode == op_ext_kernel::kTailOverlap && gradElems > 0;
+    gradGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(grad),
+                            gradElems + (overlap ? op_ext_kernel::BlockElems<T>() - 1 : 0));
     outGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(out), outElems);
     const uint64_t core = GetBlockIdx();
     firstUnit_ = core * t_.unitsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
@@ -129,13 +133,20 @@ class KernelAddGrad {
         const uint32_t width = static_cast<uint32_t>(colEnd - c < t_.chunkLength ? colEnd - c : t_.chunkLength);
         SumColumns(row, c, width);
       }
-      // The row's last whole block, overlapping columns already written with the same values.
-      if (tail) SumColumns(row, t_.outCols - blockElems, blockElems);
+      // The row's last whole block, overlapping columns already written with the same values;
+      // a row below one block is computed as one block and written element-wise.
+      if (tail && t_.outCols < blockElems) {
+        SumColumns(row, 0, blockElems, t_.outCols);
+      } else if (tail) {
+        SumColumns(row, t_.outCols - blockElems, blockElems);
+      }
       u += blocks;
     }
   }
 
-  __aicore__ inline void SumColumns(uint64_t row, uint64_t col, uint32_t width) {
+  // Writes `valid` (default: width) of the `width` columns computed; fewer only
+  // for a row below one block (element-wise).
+  __aicore__ inline void SumColumns(uint64_t row, uint64_t col, uint32_t width, uint32_t valid = 0) {
     const int32_t n = static_cast<int32_t>(width);
     LocalTensor<float> acc = acc_.template Get<float>();
     Duplicate(acc, 0.0f, n);
@@ -155,7 +166,11 @@ class KernelAddGrad {
     }
     outQueue_.EnQue(out);
     out = outQueue_.template DeQue<T>();
-    op_ext_kernel::CopyUbToGm(outGm_[row * t_.outCols + col], out, width);
+    if (valid != 0 && valid < width) {
+      op_ext_kernel::WriteShortTensor(outGm_[row * t_.outCols + col], out, valid);
+    } else {
+      op_ext_kernel::CopyUbToGm(outGm_[row * t_.outCols + col], out, width);
+    }
     outQueue_.FreeTensor(out);
   }
 
@@ -173,8 +188,13 @@ class KernelAddGrad {
       const uint32_t m = static_cast<uint32_t>(alignedEnd - o < t_.outTile ? alignedEnd - o : t_.outTile);
       SumRuns(o, m);
     }
-    // The output's last whole block, overlapping values already written with the same values.
-    if (tail) SumRuns(t_.outRows - blockElems, static_cast<uint32_t>(blockElems));
+    // The output's last whole block, overlapping values already written with the same values;
+    // an output below one block is written element-wise (SumRuns).
+    if (tail && t_.outRows < blockElems) {
+      SumRuns(0, static_cast<uint32_t>(t_.outRows));
+    } else if (tail) {
+      SumRuns(t_.outRows - blockElems, static_cast<uint32_t>(blockElems));
+    }
   }
 
   __aicore__ inline void SumRuns(uint64_t first, uint32_t m) {
@@ -208,15 +228,18 @@ class KernelAddGrad {
     }
     outQueue_.EnQue(out);
     out = outQueue_.template DeQue<T>();
-    op_ext_kernel::CopyUbToGm(outGm_[first], out, m);
+    if ((m * sizeof(T)) % op_ext_kernel::kBlockBytes != 0 && t_.tailMode == op_ext_kernel::kTailOverlap) {
+      op_ext_kernel::WriteShortTensor(outGm_[first], out, m);  // the whole output, below one block
+    } else {
+      op_ext_kernel::CopyUbToGm(outGm_[first], out, m);
+    }
     outQueue_.FreeTensor(out);
   }
 
   // stat[0] = sum of the `len` input elements at `offset`. Without DataCopyPad a
   // length that is not whole blocks is read as the whole blocks starting at
-  // `offset` (ReduceSum then counts only `len`), or -- where those would run past
-  // the end of gradOutput -- as the whole blocks ending at offset + len, with the
-  // leading extra elements zeroed.
+  // `offset` (ReduceSum then counts only `len`); past the end of gradOutput they
+  // lie in the allocator's padding.
   __aicore__ inline void SumRunChunk(uint64_t offset, uint32_t len, const LocalTensor<float>& stat,
                                      const LocalTensor<float>& work) {
     const uint32_t blockElems = op_ext_kernel::BlockElems<T>();
@@ -226,14 +249,8 @@ class KernelAddGrad {
       ReduceSum(stat, x, work, static_cast<int32_t>(len));
     } else {
       const uint32_t whole = (len + blockElems - 1) / blockElems * blockElems;
-      if (offset + whole <= gradElems_) {
-        LocalTensor<float> x = LoadInput(offset, whole, raw);
-        ReduceSum(stat, x, work, static_cast<int32_t>(len));
-      } else {
-        LocalTensor<float> x = LoadInput(offset + len - whole, whole, raw);
-        Duplicate(x, 0.0f, static_cast<int32_t>(whole - len));
-        ReduceSum(stat, x, work, static_cast<int32_t>(whole));
-      }
+      LocalTensor<float> x = LoadInput(offset, whole, raw);
+      ReduceSum(stat, x, work, static_cast<int32_t>(len));
     }
     inQueue_.FreeTensor(raw);
   }
@@ -241,7 +258,6 @@ class KernelAddGrad {
   optiling::AddGradCustomTilingData t_;
   uint64_t groupSize_[kMaxGroups] = {};
   uint64_t groupStride_[kMaxGroups] = {};
-  uint64_t gradElems_ = 0;
   uint64_t firstUnit_ = 0;
   uint64_t unitCount_ = 0;
   TQue<TPosition::VECIN, kBufferNum> inQueue_;

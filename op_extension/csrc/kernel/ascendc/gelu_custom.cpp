@@ -21,7 +21,7 @@ class KernelGelu {
     tanh_ = tiling.approximate == 1;
     tileLength_ = tiling.tileLength;
     tiles_.Init(tiling.totalLength, tiling.blocksPerCore, tiling.bigCoreNum, tiling.tileLength, tiling.tailMode);
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), tiling.totalLength);
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(tiling.totalLength, tiling.tailMode));
     yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), tiling.totalLength);
     pipe->InitBuffer(inQueueX_, kBufferNum, tiling.tileLength * sizeof(T));
     pipe->InitBuffer(outQueueY_, kBufferNum, tiling.tileLength * sizeof(T));
@@ -83,7 +83,7 @@ class KernelGelu {
 
   __aicore__ inline void CopyOut(uint64_t offset, uint32_t count) {
     LocalTensor<T> y = outQueueY_.template DeQue<T>();
-    op_ext_kernel::CopyUbToGm(yGm_[offset], y, count);
+    tiles_.CopyOut(yGm_, y, offset, count);
     outQueueY_.FreeTensor(y);
   }
 

@@ -22,8 +22,8 @@ class KernelGeluGrad {
     tanh_ = tiling.approximate == 1;
     tileLength_ = tiling.tileLength;
     tiles_.Init(tiling.totalLength, tiling.blocksPerCore, tiling.bigCoreNum, tiling.tileLength, tiling.tailMode);
-    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), tiling.totalLength);
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), tiling.totalLength);
+    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), op_ext_kernel::ReadableLength<T>(tiling.totalLength, tiling.tailMode));
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(tiling.totalLength, tiling.tailMode));
     dxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx), tiling.totalLength);
     pipe->InitBuffer(inQueueDy_, kBufferNum, tiling.tileLength * sizeof(T));
     pipe->InitBuffer(inQueueX_, kBufferNum, tiling.tileLength * sizeof(T));
@@ -92,7 +92,7 @@ class KernelGeluGrad {
 
   __aicore__ inline void CopyOut(uint64_t offset, uint32_t count) {
     LocalTensor<T> dx = outQueueDx_.template DeQue<T>();
-    op_ext_kernel::CopyUbToGm(dxGm_[offset], dx, count);
+    tiles_.CopyOut(dxGm_, dx, offset, count);
     outQueueDx_.FreeTensor(dx);
   }
 

@@ -29,8 +29,8 @@ class KernelGlu {
     activation_ = tiling.activation;
     tileLength_ = tiling.tileLength;
     tiles_.Init(tiling.totalLength, tiling.blocksPerCore, tiling.bigCoreNum, tiling.tileLength, tiling.tailMode);
-    gateGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gate), tiling.totalLength);
-    upGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(up), tiling.totalLength);
+    gateGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gate), ReadableLength<T>(tiling.totalLength, tiling.tailMode));
+    upGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(up), ReadableLength<T>(tiling.totalLength, tiling.tailMode));
     outGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(out), tiling.totalLength);
     const uint32_t tileBytes = tiling.tileLength * sizeof(T);
     pipe->InitBuffer(inQueueGate_, kBufferNum, tileBytes);
@@ -108,7 +108,7 @@ class KernelGlu {
 
   __aicore__ inline void CopyOut(uint64_t offset, uint32_t count) {
     AscendC::LocalTensor<T> y = outQueue_.template DeQue<T>();
-    CopyUbToGm(outGm_[offset], y, count);
+    tiles_.CopyOut(outGm_, y, offset, count);
     outQueue_.FreeTensor(y);
   }
 

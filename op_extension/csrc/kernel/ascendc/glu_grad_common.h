@@ -49,9 +49,9 @@ class KernelGluGrad {
     activation_ = tiling.activation;
     tileLength_ = tiling.tileLength;
     tiles_.Init(tiling.totalLength, tiling.blocksPerCore, tiling.bigCoreNum, tiling.tileLength, tiling.tailMode);
-    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), tiling.totalLength);
-    gateGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gate), tiling.totalLength);
-    upGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(up), tiling.totalLength);
+    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), ReadableLength<T>(tiling.totalLength, tiling.tailMode));
+    gateGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gate), ReadableLength<T>(tiling.totalLength, tiling.tailMode));
+    upGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(up), ReadableLength<T>(tiling.totalLength, tiling.tailMode));
     gradGateGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gradGate), tiling.totalLength);
     gradUpGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gradUp), tiling.totalLength);
     const uint32_t tileBytes = tiling.tileLength * sizeof(T);
@@ -167,8 +167,8 @@ class KernelGluGrad {
   __aicore__ inline void CopyOut(uint64_t offset, uint32_t count) {
     AscendC::LocalTensor<T> dg = outQueueGradGate_.template DeQue<T>();
     AscendC::LocalTensor<T> du = outQueueGradUp_.template DeQue<T>();
-    CopyUbToGm(gradGateGm_[offset], dg, count);
-    CopyUbToGm(gradUpGm_[offset], du, count);
+    tiles_.CopyOut(gradGateGm_, dg, offset, count);
+    tiles_.CopyOut(gradUpGm_, du, offset, count);
     outQueueGradGate_.FreeTensor(dg);
     outQueueGradUp_.FreeTensor(du);
   }

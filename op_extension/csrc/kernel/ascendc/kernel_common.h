@@ -128,6 +128,39 @@ __aicore__ inline void LoadParamRowAsFloat(Queue& queue, const AscendC::GlobalTe
   queue.FreeTensor(raw);
 }
 
+// Elements an input GlobalTensor may be read over: a tensor smaller than one
+// 32-byte block on a SoC without DataCopyPad (kTailOverlap) is read as one whole
+// block, its end in the padding the device allocator guarantees behind every
+// allocation (at least up to the next 32 bytes plus 32: aclrtMalloc and
+// torch_npu's caching allocator; docs/ascend.md, "Tails"). Outputs are never
+// written past their end: that padding may hold another tensor.
+template <typename T>
+__aicore__ inline uint64_t ReadableLength(uint64_t totalLength, uint32_t tailMode) {
+  return (tailMode == kTailOverlap && totalLength > 0 && totalLength < BlockElems<T>()) ? BlockElems<T>()
+                                                                                       : totalLength;
+}
+
+// The first n (< one block) elements of src to GM, one scalar store each: a
+// DataCopy would write the whole block, past the tensor's end. GlobalTensor
+// SetValue exists on Atlas inference AI Core as on Atlas A2; it writes into the
+// core's Data Cache, so the lines holding the n elements are cleaned out to GM
+// (DataCacheCleanAndInvalid, SINGLE_CACHE_LINE: the prototype without dcciDst
+// is the one Ascend310P has; the first and last elements cover every line the
+// < 32 bytes can touch). Only one core writes such a tensor (the tiling uses
+// one core below kMinBytesPerCore), as the SetValue page asks of cores sharing
+// a cache line. The values come from the vector unit: V->S event before the
+// scalar unit reads them.
+template <typename T>
+__aicore__ inline void WriteShortTensor(const AscendC::GlobalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
+                                        uint32_t n) {
+  event_t eventVS = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(AscendC::HardEvent::V_S));
+  AscendC::SetFlag<AscendC::HardEvent::V_S>(eventVS);
+  AscendC::WaitFlag<AscendC::HardEvent::V_S>(eventVS);
+  for (uint32_t i = 0; i < n; ++i) dst.SetValue(i, src.GetValue(i));
+  AscendC::DataCacheCleanAndInvalid<T, AscendC::CacheLine::SINGLE_CACHE_LINE>(dst);
+  AscendC::DataCacheCleanAndInvalid<T, AscendC::CacheLine::SINGLE_CACHE_LINE>(dst[n - 1]);
+}
+
 // The tiles of one core under an elementwise split (elementwise_tiling.h):
 //   ElementwiseTiles<T> tiles; tiles.Init(...);
 //   uint64_t offset; uint32_t count;
@@ -148,13 +181,22 @@ class ElementwiseTiles {
     if (start_ > end_) start_ = end_;
     tileLength_ = tileLength;
     next_ = start_;
+    totalLength_ = totalLength;
     overlapTail_ = false;
+    scalarOut_ = false;
     if (tailMode == kTailOverlap && end_ == totalLength && totalLength % blockElems != 0) {
       // Move the aligned part, then the last whole block of the tensor.
       overlapTail_ = true;
       alignedEnd_ = totalLength / blockElems * blockElems;
       if (alignedEnd_ < start_) alignedEnd_ = start_;
-      tailOffset_ = totalLength - blockElems;
+      if (totalLength < blockElems) {
+        // No whole block ends at the tensor's end: read and compute the block
+        // from 0 (the reads run into the allocator's padding), write element-wise.
+        tailOffset_ = 0;
+        scalarOut_ = true;
+      } else {
+        tailOffset_ = totalLength - blockElems;
+      }
     } else {
       alignedEnd_ = end_;
     }
@@ -180,7 +222,20 @@ class ElementwiseTiles {
   __aicore__ inline uint64_t Start() const { return start_; }
   __aicore__ inline uint64_t End() const { return end_; }
 
+  // UB -> GM of the tile Next() gave (offset, count): CopyUbToGm, except for a
+  // tensor smaller than one block without DataCopyPad, written element-wise.
+  __aicore__ inline void CopyOut(const AscendC::GlobalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
+                                 uint64_t offset, uint32_t count) const {
+    if (scalarOut_) {
+      WriteShortTensor(dst, src, static_cast<uint32_t>(totalLength_));
+    } else {
+      CopyUbToGm(dst[offset], src, count);
+    }
+  }
+
  private:
+  uint64_t totalLength_ = 0;
+  bool scalarOut_ = false;
   uint64_t start_ = 0;
   uint64_t end_ = 0;
   uint64_t next_ = 0;

@@ -64,13 +64,15 @@ inline aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode) {
 
 inline aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy /*policy*/) {
   if (devPtr == nullptr || size == 0) return ACL_ERROR_INVALID_PARAM;
-  // 512-byte aligned, as the device allocator returns.
-  const size_t rounded = (size + 511) / 512 * 512;
+  // 512-byte aligned, as the device allocator returns, with the padding the
+  // runtime guarantees behind the end (ascendc_sim::AllocatorPadding).
+  const uint64_t padding = ascendc_sim::AllocatorPadding(size);
+  const size_t rounded = (size + padding + 511) / 512 * 512;
   ++ascendc_sim::RuntimeCounters().aclrtMalloc;
   void *p = std::aligned_alloc(512, rounded);
   if (p == nullptr) return ACL_ERROR_BAD_ALLOC;
   std::memset(p, ascendc_sim::kGarbageByte, rounded);
-  ascendc_sim::RegisterGm(p, size, "aclrtMalloc buffer");
+  ascendc_sim::RegisterGm(p, size, "aclrtMalloc buffer", padding);
   *devPtr = p;
   return ACL_SUCCESS;
 }

@@ -61,6 +61,9 @@ inline constexpr uint8_t kGarbageByte = 0xFF;   // UB content nobody wrote: NaN 
 struct GmRegion {
   uintptr_t begin = 0;
   uint64_t bytes = 0;
+  // Bytes a kernel may read from `begin`: `bytes` plus the padding the device
+  // allocator guarantees behind the end (AllocatorPadding); writes stop at `bytes`.
+  uint64_t readableBytes = 0;
   std::string name;
   int refs = 1;  // registrations of this same buffer (several tensors may share a storage)
   // Race detection within one launch: which core last wrote each byte (-1: none).
@@ -116,7 +119,23 @@ inline CoreState& CurrentCore(const char* api) {
 
 // ---- Global Memory ---------------------------------------------------------
 
-inline void RegisterGm(const void* ptr, uint64_t bytes, std::string name) {
+// Bytes the device allocator guarantees to exist behind an allocation of
+// `bytes`, which a kernel may therefore read (never write: they may hold another
+// tensor's data -- a torch_npu block is split between tensors). Both allocators
+// a kernel's tensors come from give at least round_up(bytes, 32) + 32:
+//   * aclrtMalloc: the CANN runtime reference (aclrtMalloc, 约束说明) rounds the
+//     size up to a multiple of 32 bytes and adds 32 bytes (quoted in
+//     DeepLink-org/deeplink.framework, dipu/.../AscendCustomAllocatorStrategy.cpp);
+//   * torch_npu's caching allocator (Ascend/pytorch,
+//     torch_npu/csrc/core/npu/NPUCachingAllocator.cpp, round_size): adds 32 bytes,
+//     then rounds up to a multiple of 512, and a tensor's storage starts at its block.
+// This is what the official 310P kernels rely on when they move a whole last
+// 32-byte block of a short input with DataCopy.
+inline uint64_t AllocatorPadding(uint64_t bytes) { return (bytes + 31) / 32 * 32 + 32 - bytes; }
+
+// `padding`: readable bytes behind the end (AllocatorPadding for device
+// allocations; 0 for memory of unknown origin).
+inline void RegisterGm(const void* ptr, uint64_t bytes, std::string name, uint64_t padding = 0) {
   if (ptr == nullptr || bytes == 0) return;
   const auto begin = reinterpret_cast<uintptr_t>(ptr);
   auto& gm = Device().gm;
@@ -140,6 +159,7 @@ inline void RegisterGm(const void* ptr, uint64_t bytes, std::string name) {
   GmRegion r;
   r.begin = begin;
   r.bytes = bytes;
+  r.readableBytes = bytes + padding;
   r.name = std::move(name);
   gm.emplace(begin, std::move(r));
 }
@@ -149,29 +169,51 @@ inline void UnregisterGm(const void* ptr) {
   if (it != Device().gm.end() && --it->second.refs == 0) Device().gm.erase(it);
 }
 
-// The registered allocation holding [ptr, ptr + bytes), or a SimError naming `what`.
-inline GmRegion& CheckGm(const void* ptr, uint64_t bytes, const std::string& what) {
+// The registered allocation holding [ptr, ptr + bytes), or a SimError naming
+// `what`. Reads may run into the allocator's padding (readableBytes); writes
+// (`write`) must stay inside the allocation.
+inline GmRegion& CheckGm(const void* ptr, uint64_t bytes, const std::string& what, bool write = false) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
   auto& gm = Device().gm;
   auto it = gm.upper_bound(addr);
   if (it != gm.begin()) {
     --it;
     GmRegion& r = it->second;
-    if (addr >= r.begin && addr - r.begin <= r.bytes) {
-      if (addr + bytes <= r.begin + r.bytes) return r;
+    if (addr >= r.begin && addr - r.begin <= r.readableBytes) {
+      const uint64_t limit = write ? r.bytes : r.readableBytes;
+      if (addr + bytes <= r.begin + limit) return r;
+      if (write) {
+        Fail(Str(what, ": GM write of ", bytes, " bytes at offset ", addr - r.begin, " of buffer '", r.name,
+                 "' runs past its end (", r.bytes, " bytes; the allocator's padding behind it may hold another "
+                 "tensor, so only reads may use it)"));
+      }
       Fail(Str(what, ": GM access of ", bytes, " bytes at offset ", addr - r.begin, " of buffer '",
-               r.name, "' runs past its end (", r.bytes, " bytes)"));
+               r.name, "' runs past its end (", r.bytes, " bytes",
+               r.readableBytes > r.bytes ? Str(" + ", r.readableBytes - r.bytes, " bytes of allocator padding") : "",
+               ")"));
     }
   }
   Fail(Str(what, ": GM address ", ptr, " (", bytes,
            " bytes) is not inside any buffer given to the kernel"));
 }
 
+// True when [ptr, ptr + bytes) lies in a registered device allocation that
+// carries the allocator's padding.
+inline bool InPaddedAllocation(const void* ptr, uint64_t bytes) {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  auto& gm = Device().gm;
+  auto it = gm.upper_bound(addr);
+  if (it == gm.begin()) return false;
+  --it;
+  const GmRegion& r = it->second;
+  return r.readableBytes > r.bytes && addr >= r.begin && addr + bytes <= r.begin + r.bytes;
+}
+
 // Records a write by the current core and fails when another core of the same
 // launch already wrote a different value there: on hardware the cores run
 // concurrently, so the result would depend on timing.
 inline void WriteGm(void* dst, const void* src, uint64_t bytes, const std::string& what) {
-  GmRegion& r = CheckGm(dst, bytes, what);
+  GmRegion& r = CheckGm(dst, bytes, what, /*write=*/true);
   const CoreState* core = Device().core;
   if (core != nullptr) {
     if (r.writer.empty()) r.writer.assign(r.bytes, int16_t(-1));

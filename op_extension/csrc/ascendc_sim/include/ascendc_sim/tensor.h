@@ -228,6 +228,23 @@ class GlobalTensor {
   bool sized_ = false;
 };
 
+// The scalar unit's GM accesses (GlobalTensor::GetValue / SetValue) go through a
+// per-core Data Cache; DataCacheCleanAndInvalid writes a line out (SetValue
+// results reach GM only then). The simulator has no cache: GM is always
+// current, so this is a no-op, and a kernel that forgets it is not caught.
+// Both forms: with dcciDst (Atlas A2), without (also Atlas inference AI Core).
+enum class CacheLine : uint8_t { SINGLE_CACHE_LINE = 0, ENTIRE_DATA_CACHE };
+enum class DcciDst : uint8_t { CACHELINE_ALL = 0, CACHELINE_UB, CACHELINE_OUT, CACHELINE_ATOMIC };
+
+template <typename T, CacheLine entireType>
+inline void DataCacheCleanAndInvalid(const GlobalTensor<T>& dst) {
+  (void)dst.Access(0, "DataCacheCleanAndInvalid");
+}
+template <typename T, CacheLine entireType, DcciDst dcciDst>
+inline void DataCacheCleanAndInvalid(const GlobalTensor<T>& dst) {
+  (void)dst.Access(0, "DataCacheCleanAndInvalid");
+}
+
 class TPipe;
 
 namespace detail {
