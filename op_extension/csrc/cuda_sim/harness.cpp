@@ -1,0 +1,360 @@
+// The CPU harness's scheduler: blocks one after another, a block's threads as
+// ucontext fibers on the calling OS thread (see include/cuda_sim/runtime.h for
+// what it checks).
+//
+// A block runs in rounds: every runnable fiber runs until it blocks (at
+// __syncthreads or a shuffle) or returns. When none is runnable, the shuffles
+// whose lanes have all arrived complete; failing that, the barrier opens if
+// every thread waits at the same one. Anything else is a kernel that would hang
+// or read garbage on the GPU, and is reported.
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda_sim/runtime.h"
+
+namespace cuda_sim {
+
+thread_local ThreadView g_view;
+
+namespace {
+
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+constexpr unsigned kMaxBlockDimZ = 64;
+constexpr unsigned kMaxGridDimX = 0x7fffffffu;
+constexpr unsigned kMaxGridDimYZ = 65535;
+// Without cudaFuncSetAttribute a block gets 48 KiB of dynamic shared memory;
+// the opt-in maxima are 163 KiB on sm_80 and 227 KiB on sm_90. The kernels do not
+// opt in, so the 48 KiB default is the limit on both.
+constexpr size_t kDefaultDynamicShared = 48 * 1024;
+// Kernels keep few locals; ASan builds need the extra room.
+constexpr size_t kStackBytes = 256 * 1024;
+
+enum class State { Runnable, AtBarrier, AtShuffle, Exited };
+
+struct Fiber {
+  ucontext_t context;
+  void* stack = nullptr;
+  State state = State::Runnable;
+  uint3 thread_idx{};
+  // AtBarrier: where
+  const char* barrier_file = nullptr;
+  int barrier_line = 0;
+  // AtShuffle: the exchange
+  unsigned mask = 0;
+  ShuffleKind kind = ShuffleKind::Idx;
+  int arg = 0, width = 32;
+  size_t size = 0;
+  unsigned char value[16] = {};
+  unsigned char result[16] = {};
+};
+
+const char* kind_name(ShuffleKind k) {
+  switch (k) {
+    case ShuffleKind::Idx:
+      return "__shfl_sync";
+    case ShuffleKind::Up:
+      return "__shfl_up_sync";
+    case ShuffleKind::Down:
+      return "__shfl_down_sync";
+    case ShuffleKind::Xor:
+      return "__shfl_xor_sync";
+  }
+  return "shuffle";
+}
+
+struct Launch {
+  std::string name;
+  dim3 grid, block;
+  uint3 block_idx{};
+  void (*body)(void*) = nullptr;
+  void* closure = nullptr;
+  std::vector<Fiber> fibers;  // one per thread of the current block, in linear order
+  std::vector<unsigned char> dynamic_shared;
+  ucontext_t scheduler;
+  int current = -1;
+  std::string error;  // the first report; the block stops at once
+};
+
+thread_local Launch* g_launch = nullptr;
+thread_local Arch g_arch = Arch::Sm80;
+// Fiber stacks outlive launches: mapping 1024 of them per launch would cost more
+// than the kernels. Pages are only touched as far as a kernel's frames go.
+thread_local std::vector<void*> g_stacks;
+
+std::string where(const Launch& l, const Fiber& f) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "block (%u,%u,%u) thread (%u,%u,%u)", l.block_idx.x, l.block_idx.y,
+                l.block_idx.z, f.thread_idx.x, f.thread_idx.y, f.thread_idx.z);
+  return buf;
+}
+
+std::string report(const Launch& l, const Fiber& f, const std::string& what) {
+  return "cuda_sim: kernel " + l.name + ": " + where(l, f) + ": " + what;
+}
+
+// From inside a fiber: back to the scheduler until it resumes us.
+void yield() {
+  Launch& l = *g_launch;
+  swapcontext(&l.fibers[l.current].context, &l.scheduler);
+}
+
+[[noreturn]] void fail_in_fiber(const std::string& what) {
+  Launch& l = *g_launch;
+  Fiber& f = l.fibers[l.current];
+  if (l.error.empty()) l.error = report(l, f, what);
+  f.state = State::Exited;
+  setcontext(&l.scheduler);  // the fiber's stack is abandoned: kernels hold no resources
+  __builtin_unreachable();
+}
+
+void fiber_main() {
+  Launch& l = *g_launch;
+  l.body(l.closure);
+  l.fibers[l.current].state = State::Exited;
+  // uc_link returns to the scheduler
+}
+
+const char* state_name(State s) {
+  switch (s) {
+    case State::Runnable:
+      return "runs on";
+    case State::AtBarrier:
+      return "waits at __syncthreads";
+    case State::AtShuffle:
+      return "waits at a shuffle";
+    case State::Exited:
+      return "has exited";
+  }
+  return "?";
+}
+
+// Lanes [first, first + count) of the block form one warp.
+bool resolve_warp(Launch& l, size_t first, size_t count, bool* resolved) {
+  for (size_t i = first; i < first + count; ++i) {
+    Fiber& f = l.fibers[i];
+    if (f.state != State::AtShuffle) continue;
+    // Every lane of the mask must wait at a shuffle with the same mask and kind.
+    for (unsigned lane = 0; lane < 32; ++lane) {
+      if (!(f.mask >> lane & 1u)) continue;
+      const Fiber& o = l.fibers[first + lane];
+      if (o.state != State::AtShuffle || o.mask != f.mask || o.kind != f.kind) {
+        char what[200];
+        std::snprintf(what, sizeof what,
+                      "%s with mask 0x%08x names lane %u, which does not take part (it %s%s)",
+                      kind_name(f.kind), f.mask, lane, state_name(o.state),
+                      o.state == State::AtShuffle ? " with another mask or kind" : "");
+        l.error = report(l, f, what);
+        return false;
+      }
+    }
+  }
+  for (size_t i = first; i < first + count; ++i) {
+    Fiber& f = l.fibers[i];
+    if (f.state != State::AtShuffle) continue;
+    const int lane = static_cast<int>(i - first);
+    const int base = lane & ~(f.width - 1), in = lane & (f.width - 1);
+    int src = lane;
+    switch (f.kind) {
+      case ShuffleKind::Idx:
+        src = base + (f.arg & (f.width - 1));
+        break;
+      case ShuffleKind::Up:
+        src = in - f.arg >= 0 ? lane - f.arg : lane;
+        break;
+      case ShuffleKind::Down:
+        src = in + f.arg < f.width ? lane + f.arg : lane;
+        break;
+      case ShuffleKind::Xor:
+        src = (in ^ f.arg) < f.width ? base + (in ^ f.arg) : lane;
+        break;
+    }
+    if (src < static_cast<int>(count) && (f.mask >> src & 1u)) {
+      std::memcpy(f.result, l.fibers[first + src].value, f.size);
+    } else {
+      std::memset(f.result, 0xff, f.size);  // undefined on the GPU
+    }
+  }
+  for (size_t i = first; i < first + count; ++i) {
+    if (l.fibers[i].state == State::AtShuffle) {
+      l.fibers[i].state = State::Runnable;
+      *resolved = true;
+    }
+  }
+  return true;
+}
+
+void run_block(Launch& l) {
+  const size_t n = l.fibers.size();
+  for (size_t i = 0; i < n; ++i) {
+    Fiber& f = l.fibers[i];
+    f.state = State::Runnable;
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack;
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &l.scheduler;
+    makecontext(&f.context, fiber_main, 0);
+  }
+  while (true) {
+    bool ran = false;
+    for (size_t i = 0; i < n; ++i) {
+      Fiber& f = l.fibers[i];
+      if (f.state != State::Runnable) continue;
+      l.current = static_cast<int>(i);
+      g_view.thread_idx = f.thread_idx;
+      swapcontext(&l.scheduler, &f.context);
+      if (!l.error.empty()) return;
+      ran = true;
+    }
+    if (ran) continue;
+    bool resolved = false;
+    for (size_t w = 0; w < n; w += 32) {
+      if (!resolve_warp(l, w, std::min<size_t>(32, n - w), &resolved)) return;
+    }
+    if (resolved) continue;
+    // Only barriers (or nothing) remain.
+    const Fiber* waiting = nullptr;
+    for (const Fiber& f : l.fibers) {
+      if (f.state == State::AtBarrier) {
+        waiting = &f;
+        break;
+      }
+    }
+    if (waiting == nullptr) return;  // every thread has exited
+    for (const Fiber& f : l.fibers) {
+      if (f.state == State::AtBarrier &&
+          (f.barrier_line == waiting->barrier_line && std::strcmp(f.barrier_file, waiting->barrier_file) == 0)) {
+        continue;
+      }
+      std::string what = "__syncthreads at " + std::string(waiting->barrier_file) + ":" +
+                         std::to_string(waiting->barrier_line) + " is not reached by " + where(l, f) +
+                         ", which ";
+      if (f.state == State::AtBarrier) {
+        what += "waits at __syncthreads at " + std::string(f.barrier_file) + ":" + std::to_string(f.barrier_line);
+      } else {
+        what += state_name(f.state);
+      }
+      l.error = report(l, *waiting, what);
+      return;
+    }
+    for (Fiber& f : l.fibers) f.state = State::Runnable;
+  }
+}
+
+void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared) {
+  auto fail = [&](const std::string& what) {
+    char dims[128];
+    std::snprintf(dims, sizeof dims, " (grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of dynamic shared memory)",
+                  grid.x, grid.y, grid.z, block.x, block.y, block.z, shared);
+    throw std::runtime_error("cuda_sim: kernel " + name + ": invalid launch: " + what + dims);
+  };
+  const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  if (threads == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0) fail("an empty grid or block");
+  if (threads > kMaxThreadsPerBlock || block.z > kMaxBlockDimZ) {
+    fail("more than 1024 threads per block (or blockDim.z > 64)");
+  }
+  if (grid.x > kMaxGridDimX || grid.y > kMaxGridDimYZ || grid.z > kMaxGridDimYZ) fail("grid beyond the GPU's limits");
+  if (shared > kDefaultDynamicShared) {
+    fail(std::string("dynamic shared memory beyond the 48 KiB a block gets without cudaFuncSetAttribute on ") +
+         (g_arch == Arch::Sm80 ? "sm_80" : "sm_90"));
+  }
+}
+
+}  // namespace
+
+void set_arch(Arch a) { g_arch = a; }
+Arch arch() { return g_arch; }
+
+unsigned char* dynamic_shared_memory() { return g_launch->dynamic_shared.data(); }
+
+void syncthreads(const char* file, int line) {
+  Launch& l = *g_launch;
+  Fiber& f = l.fibers[l.current];
+  f.state = State::AtBarrier;
+  f.barrier_file = file;
+  f.barrier_line = line;
+  yield();
+}
+
+void shuffle(unsigned mask, ShuffleKind kind, int arg, int width, const void* value, void* result, size_t size) {
+  Launch& l = *g_launch;
+  Fiber& f = l.fibers[l.current];
+  const unsigned lane = static_cast<unsigned>(l.current) & 31u;
+  const size_t warp_first = static_cast<size_t>(l.current) & ~size_t{31};
+  const size_t lanes = std::min<size_t>(32, l.fibers.size() - warp_first);
+  char what[160];
+  if (!(mask >> lane & 1u)) {
+    std::snprintf(what, sizeof what, "%s with mask 0x%08x called by lane %u, which the mask leaves out",
+                  kind_name(kind), mask, lane);
+    fail_in_fiber(what);
+  }
+  if (lanes < 32 && (mask >> lanes) != 0) {
+    std::snprintf(what, sizeof what, "%s with mask 0x%08x names lanes beyond the %zu this warp has",
+                  kind_name(kind), mask, lanes);
+    fail_in_fiber(what);
+  }
+  if (width <= 0 || width > 32 || (width & (width - 1)) != 0) {
+    std::snprintf(what, sizeof what, "%s with width %d (not a power of two up to 32)", kind_name(kind), width);
+    fail_in_fiber(what);
+  }
+  f.state = State::AtShuffle;
+  f.mask = mask;
+  f.kind = kind;
+  f.arg = arg;
+  f.width = width;
+  f.size = size;
+  std::memcpy(f.value, value, size);
+  yield();
+  std::memcpy(result, f.result, size);
+}
+
+void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_shared_bytes, void (*body)(void*),
+            void* closure) {
+  check_config(kernel_name, grid, block, dynamic_shared_bytes);
+  if (g_launch != nullptr) throw std::runtime_error("cuda_sim: a kernel launched from inside a kernel");
+  Launch l;
+  l.name = kernel_name;
+  l.grid = grid;
+  l.block = block;
+  l.body = body;
+  l.closure = closure;
+  const size_t threads = static_cast<size_t>(block.x) * block.y * block.z;
+  while (g_stacks.size() < threads) {
+    void* s = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map a fiber stack");
+    g_stacks.push_back(s);
+  }
+  l.fibers.resize(threads);
+  for (size_t i = 0; i < threads; ++i) {
+    Fiber& f = l.fibers[i];
+    f.stack = g_stacks[i];
+    f.thread_idx = uint3{static_cast<unsigned>(i % block.x), static_cast<unsigned>(i / block.x % block.y),
+                         static_cast<unsigned>(i / (block.x * block.y))};
+  }
+  g_view.block_dim = block;
+  g_view.grid_dim = grid;
+  g_launch = &l;
+  struct Reset {
+    ~Reset() { g_launch = nullptr; }
+  } reset;
+  for (unsigned z = 0; z < grid.z; ++z) {
+    for (unsigned y = 0; y < grid.y; ++y) {
+      for (unsigned x = 0; x < grid.x; ++x) {
+        l.block_idx = uint3{x, y, z};
+        g_view.block_idx = l.block_idx;
+        // Shared memory starts as garbage on the GPU: NaN bits here.
+        l.dynamic_shared.assign(dynamic_shared_bytes, 0xff);
+        run_block(l);
+        if (!l.error.empty()) throw std::runtime_error(l.error);
+      }
+    }
+  }
+}
+
+}  // namespace cuda_sim
