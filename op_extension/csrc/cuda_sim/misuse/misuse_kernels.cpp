@@ -1,0 +1,93 @@
+// Planted mistakes for the CPU harness's checks, one per kernel, written in
+// CUDA as a kernel file would be. Each must be reported (tests/test_cuda_sim.py);
+// "clean" uses the same features correctly and must pass.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+// A warp sum through shuffles, then a block sum through shared memory.
+__global__ void clean_kernel(float* out) {
+  __shared__ float partial[32];
+  float v = 1.0f;
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+  v = __shfl_sync(0xffffffffu, v, 0);
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) s += partial[w];
+    out[blockIdx.x] = s;
+  }
+}
+
+__global__ void barrier_after_exit_kernel() {
+  if (threadIdx.x == 5) return;  // thread 5 never reaches the barrier
+  __syncthreads();
+}
+
+__global__ void barrier_in_branch_kernel() {
+  if (threadIdx.x % 2 == 0) {
+    __syncthreads();
+  } else {
+    __syncthreads();  // another barrier: undefined on the GPU
+  }
+}
+
+__global__ void shuffle_mask_leaves_out_caller_kernel(float* out) {
+  out[threadIdx.x] = __shfl_xor_sync(0xfffffffeu, 1.0f, 1);  // lane 0 calls with bit 0 clear
+}
+
+__global__ void shuffle_lane_absent_kernel(float* out) {
+  if (threadIdx.x < 16) out[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1.0f, 1);  // lanes 16..31 skip
+}
+
+__global__ void shuffle_lane_beyond_warp_kernel(float* out) {
+  // Launched with 20 threads: lanes 20..31 do not exist.
+  out[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1.0f, 1);
+}
+
+__global__ void shuffle_lane_at_barrier_kernel(float* out) {
+  if (threadIdx.x == 3) {
+    __syncthreads();
+    return;
+  }
+  out[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1.0f, 1);
+}
+
+__global__ void empty_kernel() {}
+
+}  // namespace
+
+extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
+  const std::string n = name;
+  float out[64] = {};
+  using cuda_sim::launch_kernel;
+  if (n == "clean") {
+    launch_kernel<clean_kernel>(2, 64, 0, nullptr, out);
+    if (out[0] != 64.0f || out[1] != 64.0f) throw std::runtime_error("cuda_sim misuse: clean kernel summed wrong");
+  } else if (n == "barrier_after_exit") {
+    launch_kernel<barrier_after_exit_kernel>(1, 32, 0, nullptr);
+  } else if (n == "barrier_in_branch") {
+    launch_kernel<barrier_in_branch_kernel>(1, 32, 0, nullptr);
+  } else if (n == "shuffle_mask_leaves_out_caller") {
+    launch_kernel<shuffle_mask_leaves_out_caller_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "shuffle_lane_absent") {
+    launch_kernel<shuffle_lane_absent_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "shuffle_lane_beyond_warp") {
+    launch_kernel<shuffle_lane_beyond_warp_kernel>(1, 20, 0, nullptr, out);
+  } else if (n == "shuffle_lane_at_barrier") {
+    launch_kernel<shuffle_lane_at_barrier_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "too_many_threads") {
+    launch_kernel<empty_kernel>(1, dim3(32, 33), 0, nullptr);
+  } else if (n == "too_much_shared") {
+    launch_kernel<empty_kernel>(1, 32, 48 * 1024 + 1, nullptr);
+  } else if (n == "empty_grid") {
+    launch_kernel<empty_kernel>(0, 32, 0, nullptr);
+  } else {
+    throw std::invalid_argument("cuda_sim: no misuse kernel " + n);
+  }
+}
