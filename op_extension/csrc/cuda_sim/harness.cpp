@@ -7,8 +7,19 @@
 // whose lanes have all arrived complete; failing that, the barrier opens if
 // every thread waits at the same one. Anything else is a kernel that would hang
 // or read garbage on the GPU, and is reported.
+//
+// Dynamic shared memory is watched (x86-64 Linux): its pages stay PROT_NONE, so
+// every access faults; the SIGSEGV handler checks the address against the
+// launch's size and against the other threads' accesses since the last barrier
+// (racecheck's read-after-write, write-after-read and write-after-write hazards
+// between threads), then opens the page for one single-stepped instruction and
+// the SIGTRAP handler closes it again. Slow per access, exact, and it needs
+// nothing from the kernel sources. A report leaves the fiber through
+// report_pending() instead of the faulting instruction.
+#include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -76,7 +87,7 @@ struct Launch {
   void (*body)(void*) = nullptr;
   void* closure = nullptr;
   std::vector<Fiber> fibers;  // one per thread of the current block, in linear order
-  std::vector<unsigned char> dynamic_shared;
+  unsigned char* dynamic_shared = nullptr;  // inside the watched window
   ucontext_t scheduler;
   int current = -1;
   std::string error;  // the first report; the block stops at once
@@ -112,6 +123,181 @@ void yield() {
   f.state = State::Exited;
   setcontext(&l.scheduler);  // the fiber's stack is abandoned: kernels hold no resources
   __builtin_unreachable();
+}
+
+// ---- watched dynamic shared memory -------------------------------------------------
+
+constexpr size_t kPage = 4096;
+
+// The barrier interval every access belongs to: bumped when a barrier opens and
+// when a block starts, so hazards never span a barrier or two blocks.
+uint64_t g_epoch = 1;
+
+struct Watch {
+  unsigned char* map = nullptr;  // guard page, data pages, guard page
+  size_t map_bytes = 0;
+  unsigned char* base = nullptr;  // the launch's bytes, at the start of the data pages
+  size_t size = 0;
+  // Per byte of the data pages: the last writer and reader (fiber index) and when.
+  std::vector<int32_t> writer, reader;
+  std::vector<uint64_t> write_epoch, read_epoch;
+  std::vector<uint8_t> many_readers;
+  uintptr_t open_pages[2] = {0, 0};  // opened for the instruction being stepped
+  std::string pending;               // a report on its way to report_pending()
+  struct sigaction old_segv {}, old_trap {};
+};
+
+// Signal handlers cannot reach thread_local state safely: one watched launch at a
+// time, process-wide.
+std::mutex g_watch_mutex;
+Watch* g_watch = nullptr;
+Launch* g_watch_launch = nullptr;
+
+[[noreturn]] void report_pending() {
+  std::string what;
+  what.swap(g_watch->pending);
+  fail_in_fiber(what);
+}
+
+std::string describe(const Launch& l, int fiber) { return where(l, l.fibers[fiber]); }
+
+// "" when the access is fine; records it.
+std::string check_access(Watch& w, const Launch& l, uintptr_t addr, bool write) {
+  const int me = l.current;
+  const char* kind = write ? "write" : "read";
+  char what[320];
+  const auto base = reinterpret_cast<uintptr_t>(w.base);
+  if (addr < base || addr >= base + w.size) {
+    std::snprintf(what, sizeof what,
+                  "dynamic shared memory %s out of bounds: byte offset %lld of a %zu-byte allocation", kind,
+                  static_cast<long long>(addr - base), w.size);
+    return what;
+  }
+  const size_t i = addr - base;
+  const uint64_t e = g_epoch;
+  auto race = [&](const char* hazard, int other) {
+    std::snprintf(what, sizeof what,
+                  "shared memory race (%s) at dynamic shared byte offset %zu with %s, no __syncthreads between",
+                  hazard, i, describe(l, other).c_str());
+    return std::string(what);
+  };
+  if (write) {
+    if (w.write_epoch[i] == e && w.writer[i] != me) return race("write after write", w.writer[i]);
+    if (w.read_epoch[i] == e && (w.reader[i] != me || w.many_readers[i])) {
+      return race("write after read", w.reader[i] != me ? w.reader[i] : me);
+    }
+    w.writer[i] = me;
+    w.write_epoch[i] = e;
+  } else {
+    if (w.write_epoch[i] == e && w.writer[i] != me) return race("read after write", w.writer[i]);
+    if (w.read_epoch[i] == e) {
+      if (w.reader[i] != me) w.many_readers[i] = 1;
+    } else {
+      w.reader[i] = me;
+      w.read_epoch[i] = e;
+      w.many_readers[i] = 0;
+    }
+  }
+  return "";
+}
+
+#if defined(__x86_64__) && defined(__linux__)
+constexpr bool kCanWatch = true;
+constexpr greg_t kTrapFlag = 0x100;
+
+void on_segv(int, siginfo_t* si, void* raw) {
+  auto* uc = static_cast<ucontext_t*>(raw);
+  Watch* w = g_watch;
+  const auto addr = reinterpret_cast<uintptr_t>(si->si_addr);
+  const auto map = reinterpret_cast<uintptr_t>(w == nullptr ? nullptr : w->map);
+  if (w == nullptr || addr < map || addr >= map + w->map_bytes || g_watch_launch == nullptr ||
+      g_watch_launch->current < 0) {
+    // Not ours: the previous handler gets the fault when the access repeats.
+    sigaction(SIGSEGV, w != nullptr ? &w->old_segv : nullptr, nullptr);
+    return;
+  }
+  const bool write = (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+  std::string problem = check_access(*w, *g_watch_launch, addr, write);
+  if (!problem.empty()) {
+    w->pending = std::move(problem);
+    // Resume in report_pending() on this fiber's stack, below the red zone, with
+    // the stack aligned as at a function's entry.
+    const auto sp = ((static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]) - 1024) & ~uintptr_t{15}) - 8;
+    uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(sp);
+    uc->uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&report_pending);
+    return;
+  }
+  const uintptr_t page = addr & ~(kPage - 1);
+  mprotect(reinterpret_cast<void*>(page), kPage, PROT_READ | PROT_WRITE);
+  w->open_pages[w->open_pages[0] == 0 ? 0 : 1] = page;
+  uc->uc_mcontext.gregs[REG_EFL] |= kTrapFlag;
+}
+
+void on_trap(int, siginfo_t*, void* raw) {
+  auto* uc = static_cast<ucontext_t*>(raw);
+  Watch* w = g_watch;
+  if (w == nullptr || w->open_pages[0] == 0) {
+    sigaction(SIGTRAP, w != nullptr ? &w->old_trap : nullptr, nullptr);
+    raise(SIGTRAP);
+    return;
+  }
+  for (uintptr_t& page : w->open_pages) {
+    if (page != 0) mprotect(reinterpret_cast<void*>(page), kPage, PROT_NONE);
+    page = 0;
+  }
+  uc->uc_mcontext.gregs[REG_EFL] &= ~kTrapFlag;
+}
+#else
+constexpr bool kCanWatch = false;
+#endif
+
+// Maps the window for `size` bytes and, where possible, installs the handlers.
+void watch_begin(Watch& w, Launch& l, size_t size) {
+  const size_t data = (size + kPage - 1) / kPage * kPage;
+  w.map_bytes = data + 2 * kPage;
+  void* m = mmap(nullptr, w.map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map dynamic shared memory");
+  w.map = static_cast<unsigned char*>(m);
+  w.base = w.map + kPage;
+  w.size = size;
+  w.writer.assign(size, -1);
+  w.reader.assign(size, -1);
+  w.write_epoch.assign(size, 0);
+  w.read_epoch.assign(size, 0);
+  w.many_readers.assign(size, 0);
+  l.dynamic_shared = w.base;
+#if defined(__x86_64__) && defined(__linux__)
+  struct sigaction sa {};
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_sigaction = on_segv;
+  sigaction(SIGSEGV, &sa, &w.old_segv);
+  sa.sa_sigaction = on_trap;
+  sigaction(SIGTRAP, &sa, &w.old_trap);
+  g_watch = &w;
+  g_watch_launch = &l;
+#endif
+}
+
+// At a block's start: fresh NaN bits, pages closed again when watched.
+void watch_block(Watch& w) {
+  mprotect(w.base, w.map_bytes - 2 * kPage, PROT_READ | PROT_WRITE);
+  std::memset(w.base, 0xff, w.size);
+  if (kCanWatch) mprotect(w.base, w.map_bytes - 2 * kPage, PROT_NONE);
+}
+
+void watch_end(Watch& w) {
+  if (w.map == nullptr) return;
+#if defined(__x86_64__) && defined(__linux__)
+  if (g_watch == &w) {
+    sigaction(SIGSEGV, &w.old_segv, nullptr);
+    sigaction(SIGTRAP, &w.old_trap, nullptr);
+    g_watch = nullptr;
+    g_watch_launch = nullptr;
+  }
+#endif
+  munmap(w.map, w.map_bytes);
+  w.map = nullptr;
 }
 
 void fiber_main() {
@@ -209,6 +395,7 @@ void run_block(Launch& l) {
       l.current = static_cast<int>(i);
       g_view.thread_idx = f.thread_idx;
       swapcontext(&l.scheduler, &f.context);
+      l.current = -1;  // the scheduler is not a thread of the block
       if (!l.error.empty()) return;
       ran = true;
     }
@@ -243,6 +430,7 @@ void run_block(Launch& l) {
       l.error = report(l, *waiting, what);
       return;
     }
+    ++g_epoch;
     for (Fiber& f : l.fibers) f.state = State::Runnable;
   }
 }
@@ -271,7 +459,7 @@ void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared)
 void set_arch(Arch a) { g_arch = a; }
 Arch arch() { return g_arch; }
 
-unsigned char* dynamic_shared_memory() { return g_launch->dynamic_shared.data(); }
+unsigned char* dynamic_shared_memory() { return g_launch->dynamic_shared; }
 
 void syncthreads(const char* file, int line) {
   Launch& l = *g_launch;
@@ -339,17 +527,29 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   }
   g_view.block_dim = block;
   g_view.grid_dim = grid;
+  // Watched launches hold the process-wide handlers; others need no lock.
+  std::unique_lock<std::mutex> watch_lock(g_watch_mutex, std::defer_lock);
+  Watch watch;
   g_launch = &l;
   struct Reset {
-    ~Reset() { g_launch = nullptr; }
-  } reset;
+    Watch& w;
+    ~Reset() {
+      watch_end(w);
+      g_launch = nullptr;
+    }
+  } reset{watch};
+  if (dynamic_shared_bytes > 0) {
+    watch_lock.lock();
+    watch_begin(watch, l, dynamic_shared_bytes);
+  }
   for (unsigned z = 0; z < grid.z; ++z) {
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
         l.block_idx = uint3{x, y, z};
         g_view.block_idx = l.block_idx;
+        ++g_epoch;
         // Shared memory starts as garbage on the GPU: NaN bits here.
-        l.dynamic_shared.assign(dynamic_shared_bytes, 0xff);
+        if (watch.map != nullptr) watch_block(watch);
         run_block(l);
         if (!l.error.empty()) throw std::runtime_error(l.error);
       }

@@ -60,6 +60,38 @@ __global__ void shuffle_lane_at_barrier_kernel(float* out) {
 
 __global__ void empty_kernel() {}
 
+// Each thread writes its own float, then (after the barrier) reads its neighbour's.
+__global__ void clean_shared_kernel(float* out) {
+  float* slots = reinterpret_cast<float*>(cuda_sim::dynamic_shared_memory());
+  slots[threadIdx.x] = static_cast<float>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];
+}
+
+__global__ void shared_out_of_bounds_kernel() {
+  float* slots = reinterpret_cast<float*>(cuda_sim::dynamic_shared_memory());
+  slots[threadIdx.x + 1] = 0.0f;  // launched with blockDim.x floats: the last thread writes past them
+}
+
+__global__ void shared_read_after_write_kernel(float* out) {
+  float* slots = reinterpret_cast<float*>(cuda_sim::dynamic_shared_memory());
+  slots[threadIdx.x] = 1.0f;
+  out[threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];  // the barrier is missing
+}
+
+__global__ void shared_write_after_read_kernel(float* out) {
+  float* slots = reinterpret_cast<float*>(cuda_sim::dynamic_shared_memory());
+  if (threadIdx.x == 0) slots[0] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = slots[0];
+  if (threadIdx.x == 1) slots[0] = 2.0f;  // thread 0 read it in this interval
+}
+
+__global__ void shared_write_after_write_kernel() {
+  float* slots = reinterpret_cast<float*>(cuda_sim::dynamic_shared_memory());
+  slots[0] = static_cast<float>(threadIdx.x);  // every thread, the same word
+}
+
 }  // namespace
 
 extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
@@ -69,6 +101,16 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
   if (n == "clean") {
     launch_kernel<clean_kernel>(2, 64, 0, nullptr, out);
     if (out[0] != 64.0f || out[1] != 64.0f) throw std::runtime_error("cuda_sim misuse: clean kernel summed wrong");
+    launch_kernel<clean_shared_kernel>(3, 64, 64 * sizeof(float), nullptr, out);
+    if (out[0] != 1.0f || out[63] != 0.0f) throw std::runtime_error("cuda_sim misuse: clean shared kernel read wrong");
+  } else if (n == "shared_out_of_bounds") {
+    launch_kernel<shared_out_of_bounds_kernel>(1, 32, 32 * sizeof(float), nullptr);
+  } else if (n == "shared_read_after_write") {
+    launch_kernel<shared_read_after_write_kernel>(1, 32, 32 * sizeof(float), nullptr, out);
+  } else if (n == "shared_write_after_read") {
+    launch_kernel<shared_write_after_read_kernel>(1, 32, 32 * sizeof(float), nullptr, out);
+  } else if (n == "shared_write_after_write") {
+    launch_kernel<shared_write_after_write_kernel>(1, 32, 32 * sizeof(float), nullptr);
   } else if (n == "barrier_after_exit") {
     launch_kernel<barrier_after_exit_kernel>(1, 32, 0, nullptr);
   } else if (n == "barrier_in_branch") {
