@@ -465,7 +465,9 @@ void syncthreads(const char* file, int line) {
   Launch& l = *g_launch;
   Fiber& f = l.fibers[l.current];
   f.state = State::AtBarrier;
-  f.barrier_file = file;
+  // Reports name the file from the package root, not the build machine's path.
+  const char* rel = std::strstr(file, "op_extension/");
+  f.barrier_file = rel != nullptr ? rel : file;
   f.barrier_line = line;
   yield();
 }
