@@ -182,15 +182,18 @@ MISUSE = {
     "too_many_threads": r"empty_kernel: invalid launch: more than 1024 threads per block.*block \(32,33,1\)",
     "too_much_shared": r"invalid launch: dynamic shared memory beyond the 48 KiB .* on sm_90.*49153 bytes",
     "empty_grid": r"invalid launch: an empty grid or block \(grid \(0,1,1\)",
+    "static_shared_race": r"thread \(1,0,0\): shared memory race \(read after write\) at byte offset 0 of static "
+                          r"__shared__ op_ext::cuda::misuse::static_shared_race_kernel\(float\*\)::total with "
+                          r"block \(0,0,0\) thread \(0,0,0\)",
     "shared_out_of_bounds": r"thread \(31,0,0\): dynamic shared memory write out of bounds: byte offset 128 of a "
                             r"128-byte allocation",
     # Threads run in order: thread 0 reads slot 1 before thread 1 writes it.
-    "shared_read_after_write": r"thread \(1,0,0\): shared memory race \(write after read\) at dynamic shared byte "
-                               r"offset 4 with block \(0,0,0\) thread \(0,0,0\), no __syncthreads between",
-    "shared_write_after_read": r"thread \(1,0,0\): shared memory race \(write after read\) at dynamic shared byte "
-                               r"offset 0 with block \(0,0,0\) thread \(0,0,0\)",
-    "shared_write_after_write": r"thread \(1,0,0\): shared memory race \(write after write\) at dynamic shared "
-                                r"byte offset 0 with block \(0,0,0\) thread \(0,0,0\)",
+    "shared_read_after_write": r"thread \(1,0,0\): shared memory race \(write after read\) at byte offset 4 of "
+                               r"dynamic shared memory with block \(0,0,0\) thread \(0,0,0\), no __syncthreads between",
+    "shared_write_after_read": r"thread \(1,0,0\): shared memory race \(write after read\) at byte offset 0 of "
+                               r"dynamic shared memory with block \(0,0,0\) thread \(0,0,0\)",
+    "shared_write_after_write": r"thread \(1,0,0\): shared memory race \(write after write\) at byte offset 0 of "
+                                r"dynamic shared memory with block \(0,0,0\) thread \(0,0,0\)",
 }
 
 

@@ -8,20 +8,27 @@
 // every thread waits at the same one. Anything else is a kernel that would hang
 // or read garbage on the GPU, and is reported.
 //
-// Dynamic shared memory is watched (x86-64 Linux): its pages stay PROT_NONE, so
-// every access faults; the SIGSEGV handler checks the address against the
-// launch's size and against the other threads' accesses since the last barrier
-// (racecheck's read-after-write, write-after-read and write-after-write hazards
-// between threads), then opens the page for one single-stepped instruction and
-// the SIGTRAP handler closes it again. Slow per access, exact, and it needs
-// nothing from the kernel sources. A report leaves the fiber through
-// report_pending() instead of the faulting instruction.
+// Shared memory is watched (x86-64 Linux): the dynamic window's pages, and the
+// pages holding the kernels' static __shared__ arrays, stay PROT_NONE during a
+// launch, so every access faults; the SIGSEGV handler checks the address against
+// the dynamic size and against the other threads' accesses since the last
+// barrier (racecheck's read-after-write, write-after-read and write-after-write
+// hazards between threads), then opens the page for one single-stepped
+// instruction and the SIGTRAP handler closes it again. Slow per access, exact,
+// and it needs nothing from the kernel sources. A report leaves the fiber
+// through report_pending() instead of the faulting instruction.
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <elf.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -125,20 +132,25 @@ void yield() {
   __builtin_unreachable();
 }
 
-// ---- watched dynamic shared memory -------------------------------------------------
+// ---- watched shared memory ------------------------------------------------------------
 
 constexpr size_t kPage = 4096;
 
-// The barrier interval every access belongs to: bumped when a barrier opens and
-// when a block starts, so hazards never span a barrier or two blocks.
-uint64_t g_epoch = 1;
+// One watched array: the launch's dynamic shared memory, or a static __shared__
+// array of some kernel (found in this library's symbol table).
+struct Region {
+  uintptr_t begin = 0, end = 0;
+  std::string name;   // for reports
+  size_t shadow = 0;  // index of its first byte in the Watch's shadow arrays
+};
 
 struct Watch {
-  unsigned char* map = nullptr;  // guard page, data pages, guard page
+  unsigned char* map = nullptr;  // dynamic: guard page, data pages, guard page
   size_t map_bytes = 0;
-  unsigned char* base = nullptr;  // the launch's bytes, at the start of the data pages
-  size_t size = 0;
-  // Per byte of the data pages: the last writer and reader (fiber index) and when.
+  Region dynamic;
+  std::vector<Region> statics;
+  std::vector<std::pair<uintptr_t, size_t>> static_pages;  // (first page, bytes) closed during the launch
+  // Per watched byte: the last writer and reader (fiber index) and when.
   std::vector<int32_t> writer, reader;
   std::vector<uint64_t> write_epoch, read_epoch;
   std::vector<uint8_t> many_readers;
@@ -147,38 +159,40 @@ struct Watch {
   struct sigaction old_segv {}, old_trap {};
 };
 
-// Signal handlers cannot reach thread_local state safely: one watched launch at a
-// time, process-wide.
-std::mutex g_watch_mutex;
-Watch* g_watch = nullptr;
-Launch* g_watch_launch = nullptr;
+// What the signal handlers read. Static shared arrays sit in .bss among other
+// objects and their pages are closed during a launch: this state has a page of
+// its own so that the handlers never fault on it.
+struct alignas(kPage) HandlerState {
+  Watch* watch = nullptr;
+  Launch* launch = nullptr;
+  // The barrier interval every access belongs to: bumped when a barrier opens
+  // and when a block starts, so hazards never span a barrier or two blocks.
+  uint64_t epoch = 1;
+};
+HandlerState g_handler;
+std::mutex g_watch_mutex;  // one launch at a time holds the process-wide handlers
 
 [[noreturn]] void report_pending() {
   std::string what;
-  what.swap(g_watch->pending);
+  what.swap(g_handler.watch->pending);
   fail_in_fiber(what);
 }
 
-std::string describe(const Launch& l, int fiber) { return where(l, l.fibers[fiber]); }
-
 // "" when the access is fine; records it.
-std::string check_access(Watch& w, const Launch& l, uintptr_t addr, bool write) {
+std::string check_access(Watch& w, const Launch& l, const Region& r, uintptr_t addr, bool write) {
   const int me = l.current;
-  const char* kind = write ? "write" : "read";
-  char what[320];
-  const auto base = reinterpret_cast<uintptr_t>(w.base);
-  if (addr < base || addr >= base + w.size) {
-    std::snprintf(what, sizeof what,
-                  "dynamic shared memory %s out of bounds: byte offset %lld of a %zu-byte allocation", kind,
-                  static_cast<long long>(addr - base), w.size);
+  char what[640];
+  if (addr < r.begin || addr >= r.end) {
+    std::snprintf(what, sizeof what, "%s %s out of bounds: byte offset %lld of a %zu-byte allocation",
+                  r.name.c_str(), write ? "write" : "read", static_cast<long long>(addr - r.begin),
+                  static_cast<size_t>(r.end - r.begin));
     return what;
   }
-  const size_t i = addr - base;
-  const uint64_t e = g_epoch;
+  const size_t i = r.shadow + (addr - r.begin);
+  const uint64_t e = g_handler.epoch;
   auto race = [&](const char* hazard, int other) {
-    std::snprintf(what, sizeof what,
-                  "shared memory race (%s) at dynamic shared byte offset %zu with %s, no __syncthreads between",
-                  hazard, i, describe(l, other).c_str());
+    std::snprintf(what, sizeof what, "shared memory race (%s) at byte offset %zu of %s with %s, no __syncthreads between",
+                  hazard, static_cast<size_t>(addr - r.begin), r.name.c_str(), where(l, l.fibers[other]).c_str());
     return std::string(what);
   };
   if (write) {
@@ -201,33 +215,89 @@ std::string check_access(Watch& w, const Launch& l, uintptr_t addr, bool write) 
   return "";
 }
 
+// The static __shared__ arrays of the kernels: function-local statics of
+// op_ext::cuda (CUDA allows no other statics in device code), read from the
+// symbol table of this library's file once.
+std::vector<Region> find_static_shared() {
+  std::vector<Region> regions;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&find_static_shared), &info) == 0 || info.dli_fname == nullptr) return regions;
+  std::ifstream file(info.dli_fname, std::ios::binary);
+  const std::string elf((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (elf.size() < sizeof(Elf64_Ehdr) || std::memcmp(elf.data(), ELFMAG, SELFMAG) != 0) return regions;
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, elf.data(), sizeof eh);
+  auto section = [&](size_t k) {
+    Elf64_Shdr sh;
+    std::memcpy(&sh, elf.data() + eh.e_shoff + k * eh.e_shentsize, sizeof sh);
+    return sh;
+  };
+  for (size_t k = 0; k < eh.e_shnum; ++k) {
+    const Elf64_Shdr symtab = section(k);
+    if (symtab.sh_type != SHT_SYMTAB) continue;
+    const Elf64_Shdr strtab = section(symtab.sh_link);
+    for (size_t s = 0; s < symtab.sh_size / sizeof(Elf64_Sym); ++s) {
+      Elf64_Sym sym;
+      std::memcpy(&sym, elf.data() + symtab.sh_offset + s * sizeof sym, sizeof sym);
+      if (ELF64_ST_TYPE(sym.st_info) != STT_OBJECT || sym.st_size == 0 || sym.st_shndx == SHN_UNDEF) continue;
+      const char* name = elf.data() + strtab.sh_offset + sym.st_name;
+      if (std::strncmp(name, "_ZZN6op_ext4cuda", 16) != 0) continue;
+      Region r;
+      r.begin = reinterpret_cast<uintptr_t>(info.dli_fbase) + sym.st_value;
+      r.end = r.begin + sym.st_size;
+      int status = 0;
+      char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+      r.name = std::string("static __shared__ ") + (status == 0 ? demangled : name);
+      std::free(demangled);
+      regions.push_back(std::move(r));
+    }
+  }
+  return regions;
+}
+
 #if defined(__x86_64__) && defined(__linux__)
 constexpr bool kCanWatch = true;
 constexpr greg_t kTrapFlag = 0x100;
 
 void on_segv(int, siginfo_t* si, void* raw) {
   auto* uc = static_cast<ucontext_t*>(raw);
-  Watch* w = g_watch;
+  Watch* w = g_handler.watch;
+  const Launch* l = g_handler.launch;
   const auto addr = reinterpret_cast<uintptr_t>(si->si_addr);
-  const auto map = reinterpret_cast<uintptr_t>(w == nullptr ? nullptr : w->map);
-  if (w == nullptr || addr < map || addr >= map + w->map_bytes || g_watch_launch == nullptr ||
-      g_watch_launch->current < 0) {
-    // Not ours: the previous handler gets the fault when the access repeats.
-    sigaction(SIGSEGV, w != nullptr ? &w->old_segv : nullptr, nullptr);
-    return;
-  }
-  const bool write = (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
-  std::string problem = check_access(*w, *g_watch_launch, addr, write);
-  if (!problem.empty()) {
-    w->pending = std::move(problem);
-    // Resume in report_pending() on this fiber's stack, below the red zone, with
-    // the stack aligned as at a function's entry.
-    const auto sp = ((static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]) - 1024) & ~uintptr_t{15}) - 8;
-    uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(sp);
-    uc->uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&report_pending);
-    return;
-  }
   const uintptr_t page = addr & ~(kPage - 1);
+  const Region* region = nullptr;
+  bool watched = false;
+  if (w != nullptr) {
+    const auto map = reinterpret_cast<uintptr_t>(w->map);
+    if (w->map != nullptr && addr >= map && addr < map + w->map_bytes) {
+      region = &w->dynamic;
+      watched = true;
+    } else {
+      for (const auto& [first, bytes] : w->static_pages) watched = watched || (addr >= first && addr < first + bytes);
+      for (const Region& r : w->statics) {
+        if (addr >= r.begin && addr < r.end) region = &r;
+      }
+    }
+  }
+  if (!watched) {
+    // Not ours: the previous handler gets the fault when the access repeats.
+    if (w != nullptr) sigaction(SIGSEGV, &w->old_segv, nullptr);
+    return;
+  }
+  // Accesses from the scheduler, or to other objects on a static array's page, pass unchecked.
+  if (region != nullptr && l != nullptr && l->current >= 0) {
+    const bool write = (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+    std::string problem = check_access(*w, *l, *region, addr, write);
+    if (!problem.empty()) {
+      w->pending = std::move(problem);
+      // Resume in report_pending() on this fiber's stack, below the red zone,
+      // aligned as at a function's entry.
+      const auto sp = ((static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]) - 1024) & ~uintptr_t{15}) - 8;
+      uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(sp);
+      uc->uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&report_pending);
+      return;
+    }
+  }
   mprotect(reinterpret_cast<void*>(page), kPage, PROT_READ | PROT_WRITE);
   w->open_pages[w->open_pages[0] == 0 ? 0 : 1] = page;
   uc->uc_mcontext.gregs[REG_EFL] |= kTrapFlag;
@@ -235,9 +305,9 @@ void on_segv(int, siginfo_t* si, void* raw) {
 
 void on_trap(int, siginfo_t*, void* raw) {
   auto* uc = static_cast<ucontext_t*>(raw);
-  Watch* w = g_watch;
+  Watch* w = g_handler.watch;
   if (w == nullptr || w->open_pages[0] == 0) {
-    sigaction(SIGTRAP, w != nullptr ? &w->old_trap : nullptr, nullptr);
+    if (w != nullptr) sigaction(SIGTRAP, &w->old_trap, nullptr);
     raise(SIGTRAP);
     return;
   }
@@ -251,21 +321,44 @@ void on_trap(int, siginfo_t*, void* raw) {
 constexpr bool kCanWatch = false;
 #endif
 
-// Maps the window for `size` bytes and, where possible, installs the handlers.
+void protect_statics(const Watch& w, int prot) {
+  for (const auto& [first, bytes] : w.static_pages) mprotect(reinterpret_cast<void*>(first), bytes, prot);
+}
+
+// Maps the dynamic window for `size` bytes (if any), finds the static arrays and,
+// where possible, installs the handlers.
 void watch_begin(Watch& w, Launch& l, size_t size) {
-  const size_t data = (size + kPage - 1) / kPage * kPage;
-  w.map_bytes = data + 2 * kPage;
-  void* m = mmap(nullptr, w.map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map dynamic shared memory");
-  w.map = static_cast<unsigned char*>(m);
-  w.base = w.map + kPage;
-  w.size = size;
-  w.writer.assign(size, -1);
-  w.reader.assign(size, -1);
-  w.write_epoch.assign(size, 0);
-  w.read_epoch.assign(size, 0);
-  w.many_readers.assign(size, 0);
-  l.dynamic_shared = w.base;
+  static const std::vector<Region> statics = find_static_shared();
+  size_t shadow = 0;
+  if (size > 0) {
+    const size_t data = (size + kPage - 1) / kPage * kPage;
+    w.map_bytes = data + 2 * kPage;
+    void* m = mmap(nullptr, w.map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map dynamic shared memory");
+    w.map = static_cast<unsigned char*>(m);
+    w.dynamic.begin = reinterpret_cast<uintptr_t>(w.map) + kPage;
+    w.dynamic.end = w.dynamic.begin + size;
+    w.dynamic.name = "dynamic shared memory";
+    shadow = size;
+    l.dynamic_shared = w.map + kPage;
+  }
+  w.statics = statics;
+  for (Region& r : w.statics) {
+    r.shadow = shadow;
+    shadow += r.end - r.begin;
+    const uintptr_t first = r.begin & ~(kPage - 1);
+    const uintptr_t last = (r.end - 1) & ~(kPage - 1);
+    for (uintptr_t p = first; p <= last; p += kPage) {
+      bool known = false;
+      for (const auto& sp : w.static_pages) known = known || sp.first == p;
+      if (!known) w.static_pages.emplace_back(p, kPage);
+    }
+  }
+  w.writer.assign(shadow, -1);
+  w.reader.assign(shadow, -1);
+  w.write_epoch.assign(shadow, 0);
+  w.read_epoch.assign(shadow, 0);
+  w.many_readers.assign(shadow, 0);
 #if defined(__x86_64__) && defined(__linux__)
   struct sigaction sa {};
   sa.sa_flags = SA_SIGINFO | SA_NODEFER;
@@ -274,29 +367,35 @@ void watch_begin(Watch& w, Launch& l, size_t size) {
   sigaction(SIGSEGV, &sa, &w.old_segv);
   sa.sa_sigaction = on_trap;
   sigaction(SIGTRAP, &sa, &w.old_trap);
-  g_watch = &w;
-  g_watch_launch = &l;
+  g_handler.watch = &w;
+  g_handler.launch = &l;
 #endif
 }
 
-// At a block's start: fresh NaN bits, pages closed again when watched.
+// At a block's start: shared memory is garbage on the GPU, NaN bits here; the
+// pages are closed again when watched.
 void watch_block(Watch& w) {
-  mprotect(w.base, w.map_bytes - 2 * kPage, PROT_READ | PROT_WRITE);
-  std::memset(w.base, 0xff, w.size);
-  if (kCanWatch) mprotect(w.base, w.map_bytes - 2 * kPage, PROT_NONE);
+  if (w.map != nullptr) {
+    mprotect(w.map + kPage, w.map_bytes - 2 * kPage, PROT_READ | PROT_WRITE);
+    std::memset(w.map + kPage, 0xff, w.dynamic.end - w.dynamic.begin);
+    if (kCanWatch) mprotect(w.map + kPage, w.map_bytes - 2 * kPage, PROT_NONE);
+  }
+  protect_statics(w, PROT_READ | PROT_WRITE);
+  for (const Region& r : w.statics) std::memset(reinterpret_cast<void*>(r.begin), 0xff, r.end - r.begin);
+  if (kCanWatch) protect_statics(w, PROT_NONE);
 }
 
 void watch_end(Watch& w) {
-  if (w.map == nullptr) return;
+  protect_statics(w, PROT_READ | PROT_WRITE);
 #if defined(__x86_64__) && defined(__linux__)
-  if (g_watch == &w) {
+  if (g_handler.watch == &w) {
     sigaction(SIGSEGV, &w.old_segv, nullptr);
     sigaction(SIGTRAP, &w.old_trap, nullptr);
-    g_watch = nullptr;
-    g_watch_launch = nullptr;
+    g_handler.watch = nullptr;
+    g_handler.launch = nullptr;
   }
 #endif
-  munmap(w.map, w.map_bytes);
+  if (w.map != nullptr) munmap(w.map, w.map_bytes);
   w.map = nullptr;
 }
 
@@ -430,7 +529,7 @@ void run_block(Launch& l) {
       l.error = report(l, *waiting, what);
       return;
     }
-    ++g_epoch;
+    ++g_handler.epoch;
     for (Fiber& f : l.fibers) f.state = State::Runnable;
   }
 }
@@ -529,7 +628,7 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   }
   g_view.block_dim = block;
   g_view.grid_dim = grid;
-  // Watched launches hold the process-wide handlers; others need no lock.
+  // The launch holds the process-wide signal handlers.
   std::unique_lock<std::mutex> watch_lock(g_watch_mutex, std::defer_lock);
   Watch watch;
   g_launch = &l;
@@ -540,18 +639,15 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
       g_launch = nullptr;
     }
   } reset{watch};
-  if (dynamic_shared_bytes > 0) {
-    watch_lock.lock();
-    watch_begin(watch, l, dynamic_shared_bytes);
-  }
+  watch_lock.lock();
+  watch_begin(watch, l, dynamic_shared_bytes);
   for (unsigned z = 0; z < grid.z; ++z) {
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
         l.block_idx = uint3{x, y, z};
         g_view.block_idx = l.block_idx;
-        ++g_epoch;
-        // Shared memory starts as garbage on the GPU: NaN bits here.
-        if (watch.map != nullptr) watch_block(watch);
+        ++g_handler.epoch;
+        watch_block(watch);
         run_block(l);
         if (!l.error.empty()) throw std::runtime_error(l.error);
       }

@@ -6,7 +6,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace {
+// In op_ext::cuda like the real kernels, so that the harness finds their static
+// __shared__ arrays the same way.
+namespace op_ext::cuda::misuse {
 
 // A warp sum through shuffles, then a block sum through shared memory.
 __global__ void clean_kernel(float* out) {
@@ -92,12 +94,19 @@ __global__ void shared_write_after_write_kernel() {
   slots[0] = static_cast<float>(threadIdx.x);  // every thread, the same word
 }
 
-}  // namespace
+__global__ void static_shared_race_kernel(float* out) {
+  __shared__ float total;
+  if (threadIdx.x == 0) total = 0.0f;
+  out[threadIdx.x] = total;  // the barrier after the write is missing
+}
+
+}  // namespace op_ext::cuda::misuse
 
 extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
   const std::string n = name;
   float out[64] = {};
   using cuda_sim::launch_kernel;
+  using namespace op_ext::cuda::misuse;
   if (n == "clean") {
     launch_kernel<clean_kernel>(2, 64, 0, nullptr, out);
     if (out[0] != 64.0f || out[1] != 64.0f) throw std::runtime_error("cuda_sim misuse: clean kernel summed wrong");
@@ -111,6 +120,8 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
     launch_kernel<shared_write_after_read_kernel>(1, 32, 32 * sizeof(float), nullptr, out);
   } else if (n == "shared_write_after_write") {
     launch_kernel<shared_write_after_write_kernel>(1, 32, 32 * sizeof(float), nullptr);
+  } else if (n == "static_shared_race") {
+    launch_kernel<static_shared_race_kernel>(1, 32, 0, nullptr, out);
   } else if (n == "barrier_after_exit") {
     launch_kernel<barrier_after_exit_kernel>(1, 32, 0, nullptr);
   } else if (n == "barrier_in_branch") {

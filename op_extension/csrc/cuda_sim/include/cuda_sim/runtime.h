@@ -9,10 +9,11 @@
 //     not exist, or names a lane that does not reach the same shuffle;
 //   * launch configurations beyond the GPU's limits (threads, grid, dynamic
 //     shared memory for the configured sm_80 / sm_90);
-//   * dynamic shared memory accessed beyond the launch's size, or by two threads
-//     between the same two barriers with at least one write (x86-64 Linux: every
-//     access is trapped, see harness.cpp). Static __shared__ arrays are not
-//     watched: they are plain statics, which the harness cannot tell apart.
+//   * shared memory accessed by two threads between the same two barriers with
+//     at least one write (dynamic and static __shared__), and dynamic shared
+//     memory accessed beyond the launch's size (x86-64 Linux: every access is
+//     trapped, see harness.cpp). A static array's bounds are not checked: the
+//     object next to it in memory may be another shared array.
 // A report is a std::runtime_error naming the kernel, block and thread, thrown
 // by the launch. A lane that reads a shuffled value from a lane outside the mask
 // gets NaN bits (all ones), as undefined as on the GPU but easy to see.
