@@ -12,11 +12,34 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "cuda_kernels.h"
 
 namespace op_ext::cuda {
 namespace detail {
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...). Every launch goes
+// through here so that the same sources also run on the CPU harness
+// (op_extension/csrc/cuda_sim, built with g++ and OP_EXT_CUDA_SIM).
+template <auto Kernel, typename... Args>
+void launch_kernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+#ifdef OP_EXT_CUDA_SIM
+  ::cuda_sim::launch_kernel<Kernel>(grid, block, shared_bytes, stream, std::forward<Args>(args)...);
+#else
+  Kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
+#endif
+}
+
+// The launch's dynamic shared memory (its shared_bytes), 16-byte aligned.
+__device__ __forceinline__ unsigned char* dynamic_shared_bytes() {
+#ifdef OP_EXT_CUDA_SIM
+  return ::cuda_sim::dynamic_shared_memory();
+#else
+  extern __shared__ __align__(16) unsigned char bytes[];
+  return bytes;
+#endif
+}
 
 // float16 and bfloat16 are computed in float; double stays double.
 template <typename T>
@@ -254,9 +277,11 @@ void launch_map(const MapPtrs<T, kIn, kOut>& p, int64_t n, const F& f, cudaStrea
   for (int k = 0; k < kIn; ++k) aligned = aligned && is_aligned16(p.in[k]);
   for (int k = 0; k < kOut; ++k) aligned = aligned && is_aligned16(p.out[k]);
   if (aligned) {
-    map_kernel<T, kVec, kIn, kOut, F><<<grid_for(n / kVec, kThreads), kThreads, 0, stream>>>(p, n, f);
+    launch_kernel<map_kernel<T, kVec, kIn, kOut, F>>(grid_for(n / kVec, kThreads), kThreads, 0,
+        stream, p, n, f);
   } else {
-    map_kernel<T, 1, kIn, kOut, F><<<grid_for(n, kThreads), kThreads, 0, stream>>>(p, n, f);
+    launch_kernel<map_kernel<T, 1, kIn, kOut, F>>(grid_for(n, kThreads), kThreads, 0, stream, p, n,
+        f);
   }
 }
 
@@ -299,8 +324,8 @@ void launch_sum_partials(const acc_t<T>* partial, T* out, int64_t A, int64_t K, 
                          acc_t<T> alpha, cudaStream_t stream) {
   if (A <= 0 || C <= 0) return;
   const dim3 block(kPartialCols, kPartialRows);
-  sum_partials_kernel<T><<<grid_for(A * ceil_div(C, kPartialCols), 1), block, 0, stream>>>(
-      partial, out, A, K, C, alpha);
+  launch_kernel<sum_partials_kernel<T>>(grid_for(A * ceil_div(C, kPartialCols), 1), block, 0,
+      stream, partial, out, A, K, C, alpha);
 }
 
 // ---- dtype switch ---------------------------------------------------------------------

@@ -106,9 +106,10 @@ void add_typed(const AddArgs& args, cudaStream_t stream) {
   constexpr int kThreads = 256;
   constexpr int kVec = kVecOf<T>;
   if (add_can_vectorize<T>(args)) {
-    add_kernel<T, kVec><<<grid_for(numel / kVec, kThreads), kThreads, 0, stream>>>(args, numel);
+    launch_kernel<add_kernel<T, kVec>>(grid_for(numel / kVec, kThreads), kThreads, 0, stream, args,
+        numel);
   } else {
-    add_kernel<T, 1><<<grid_for(numel, kThreads), kThreads, 0, stream>>>(args, numel);
+    launch_kernel<add_kernel<T, 1>>(grid_for(numel, kThreads), kThreads, 0, stream, args, numel);
   }
 }
 
@@ -282,26 +283,27 @@ void reduce_to_typed(const ReduceToArgs& args, void* workspace, cudaStream_t str
       return;
     case ReducePlan::kZeros:  // summing no elements: the output still exists, as zeros
       if (plan.out_numel > 0) {
-        fill_zero_kernel<T><<<grid_for(plan.out_numel, kThreads), kThreads, 0, stream>>>(
+        launch_kernel<fill_zero_kernel<T>>(grid_for(plan.out_numel, kThreads), kThreads, 0, stream,
             out, plan.out_numel);
       }
       return;
     case ReducePlan::kMiddle: {
       Acc* partial = static_cast<Acc*>(workspace);
       if (plan.C == 1) {
-        chunk_row_sums_kernel<T><<<grid_for(plan.A * plan.chunks, 1), kRowSumThreads, 0, stream>>>(
-            grad, partial, plan.A, plan.R, plan.chunks);
+        launch_kernel<chunk_row_sums_kernel<T>>(grid_for(plan.A * plan.chunks, 1), kRowSumThreads,
+            0, stream, grad, partial, plan.A, plan.R, plan.chunks);
       } else {
         const int64_t blocks = plan.A * plan.chunks * ceil_div(plan.C, kPartialCols);
-        chunk_col_sums_kernel<T><<<grid_for(blocks, 1), dim3(kPartialCols, kPartialRows), 0,
-                                   stream>>>(grad, partial, plan.A, plan.R, plan.C, plan.chunks);
+        launch_kernel<chunk_col_sums_kernel<T>>(grid_for(blocks, 1),
+            dim3(kPartialCols, kPartialRows), 0, stream, grad, partial, plan.A, plan.R, plan.C,
+            plan.chunks);
       }
       launch_sum_partials<T>(partial, out, plan.A, plan.chunks, plan.C, alpha, stream);
       return;
     }
     case ReducePlan::kGeneral:
-      reduce_general_kernel<T><<<grid_for(plan.out_numel, kThreads), kThreads, 0, stream>>>(
-          args, grad, out, plan.out_numel);
+      launch_kernel<reduce_general_kernel<T>>(grid_for(plan.out_numel, kThreads), kThreads, 0,
+          stream, args, grad, out, plan.out_numel);
       return;
   }
 }

@@ -44,7 +44,7 @@ template <typename T, int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
     rms_norm_forward_kernel(RmsNormArgs a, bool cached) {
   using Acc = acc_t<T>;
-  extern __shared__ __align__(16) unsigned char row_cache[];
+  unsigned char* const row_cache = dynamic_shared_bytes();
   T* cache = reinterpret_cast<T*>(row_cache);
   const T* weight = static_cast<const T*>(a.weight);
   const int64_t cols = a.cols;
@@ -125,11 +125,11 @@ void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
   const RowLaunch launch = plan_rows<T>(a.cols, aligned, 1);
   const bool cached = launch.cache_bytes > 0;
   if (launch.vectorized) {
-    rms_norm_forward_kernel<T, kVecOf<T>>
-        <<<row_grid(a.rows), launch.threads, launch.cache_bytes, stream>>>(a, cached);
+    launch_kernel<rms_norm_forward_kernel<T, kVecOf<T>>>(row_grid(a.rows), launch.threads,
+        launch.cache_bytes, stream, a, cached);
   } else {
-    rms_norm_forward_kernel<T, 1>
-        <<<row_grid(a.rows), launch.threads, launch.cache_bytes, stream>>>(a, cached);
+    launch_kernel<rms_norm_forward_kernel<T, 1>>(row_grid(a.rows), launch.threads,
+        launch.cache_bytes, stream, a, cached);
   }
 }
 
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     rms_norm_backward_kernel(RmsNormBackwardArgs a, acc_t<T>* partial_w, RowGroups groups,
                              bool cached) {
   using Acc = acc_t<T>;
-  extern __shared__ __align__(16) unsigned char row_cache[];
+  unsigned char* const row_cache = dynamic_shared_bytes();
   const int64_t cols = a.cols;
   T* cache_x = reinterpret_cast<T*>(row_cache);
   T* cache_dy = cache_x + cols;
@@ -278,13 +278,11 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
     const RowLaunch launch = plan_rows<T>(a.cols, aligned, 2);
     const bool cached = launch.cache_bytes > 0;
     if (launch.vectorized) {
-      rms_norm_backward_kernel<T, kVecOf<T>>
-          <<<row_grid(groups.groups), launch.threads, launch.cache_bytes, stream>>>(
-              a, partial_w, groups, cached);
+      launch_kernel<rms_norm_backward_kernel<T, kVecOf<T>>>(row_grid(groups.groups), launch.threads,
+          launch.cache_bytes, stream, a, partial_w, groups, cached);
     } else {
-      rms_norm_backward_kernel<T, 1>
-          <<<row_grid(groups.groups), launch.threads, launch.cache_bytes, stream>>>(
-              a, partial_w, groups, cached);
+      launch_kernel<rms_norm_backward_kernel<T, 1>>(row_grid(groups.groups), launch.threads,
+          launch.cache_bytes, stream, a, partial_w, groups, cached);
     }
   }
   // With no rows the sum is over nothing: sum_partials writes zeros.
@@ -310,7 +308,7 @@ template <typename T, int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
     layer_norm_forward_kernel(LayerNormArgs a, bool cached) {
   using Acc = acc_t<T>;
-  extern __shared__ __align__(16) unsigned char row_cache[];
+  unsigned char* const row_cache = dynamic_shared_bytes();
   T* cache = reinterpret_cast<T*>(row_cache);
   const T* weight = static_cast<const T*>(a.weight);
   const T* bias = static_cast<const T*>(a.bias);
@@ -399,11 +397,11 @@ void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
   const RowLaunch launch = plan_rows<T>(a.cols, aligned, 1);
   const bool cached = launch.cache_bytes > 0;
   if (launch.vectorized) {
-    layer_norm_forward_kernel<T, kVecOf<T>>
-        <<<row_grid(a.rows), launch.threads, launch.cache_bytes, stream>>>(a, cached);
+    launch_kernel<layer_norm_forward_kernel<T, kVecOf<T>>>(row_grid(a.rows), launch.threads,
+        launch.cache_bytes, stream, a, cached);
   } else {
-    layer_norm_forward_kernel<T, 1>
-        <<<row_grid(a.rows), launch.threads, launch.cache_bytes, stream>>>(a, cached);
+    launch_kernel<layer_norm_forward_kernel<T, 1>>(row_grid(a.rows), launch.threads,
+        launch.cache_bytes, stream, a, cached);
   }
 }
 
@@ -418,7 +416,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     layer_norm_backward_kernel(LayerNormBackwardArgs a, acc_t<T>* partial_w, acc_t<T>* partial_b,
                                RowGroups groups, bool cached) {
   using Acc = acc_t<T>;
-  extern __shared__ __align__(16) unsigned char row_cache[];
+  unsigned char* const row_cache = dynamic_shared_bytes();
   const int64_t cols = a.cols;
   T* cache_x = reinterpret_cast<T*>(row_cache);
   T* cache_dy = cache_x + cols;
@@ -540,13 +538,11 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
     const RowLaunch launch = plan_rows<T>(a.cols, aligned, 2);
     const bool cached = launch.cache_bytes > 0;
     if (launch.vectorized) {
-      layer_norm_backward_kernel<T, kVecOf<T>>
-          <<<row_grid(groups.groups), launch.threads, launch.cache_bytes, stream>>>(
-              a, partial_w, partial_b, groups, cached);
+      launch_kernel<layer_norm_backward_kernel<T, kVecOf<T>>>(row_grid(groups.groups),
+          launch.threads, launch.cache_bytes, stream, a, partial_w, partial_b, groups, cached);
     } else {
-      layer_norm_backward_kernel<T, 1>
-          <<<row_grid(groups.groups), launch.threads, launch.cache_bytes, stream>>>(
-              a, partial_w, partial_b, groups, cached);
+      launch_kernel<layer_norm_backward_kernel<T, 1>>(row_grid(groups.groups), launch.threads,
+          launch.cache_bytes, stream, a, partial_w, partial_b, groups, cached);
     }
   }
   // Decided by the outputs, not the partial pointers: with no rows the

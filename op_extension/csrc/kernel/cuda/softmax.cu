@@ -20,7 +20,7 @@ template <typename T, int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
     softmax_last_dim_kernel(const T* input, T* output, int64_t rows, int64_t cols, bool cached) {
   using Acc = acc_t<T>;
-  extern __shared__ __align__(16) unsigned char row_cache[];
+  unsigned char* const row_cache = dynamic_shared_bytes();
   T* cache = reinterpret_cast<T*>(row_cache);
   const int64_t accesses = cols / kVec;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     softmax_backward_last_dim_kernel(const T* grad_output, const T* output, T* grad_input,
                                      int64_t rows, int64_t cols, bool cached) {
   using Acc = acc_t<T>;
-  extern __shared__ __align__(16) unsigned char row_cache[];
+  unsigned char* const row_cache = dynamic_shared_bytes();
   T* cache_dy = reinterpret_cast<T*>(row_cache);
   T* cache_y = cache_dy + cols;
   const int64_t accesses = cols / kVec;
@@ -152,18 +152,18 @@ void softmax_forward_typed(const SoftmaxArgs& a, cudaStream_t stream) {
   const T* x = static_cast<const T*>(a.input);
   T* y = static_cast<T*>(a.output);
   if (a.inner > 1) {
-    softmax_strided_kernel<T><<<grid_for(a.outer * a.inner, kStridedThreads), kStridedThreads, 0,
-                                stream>>>(x, y, a.outer, a.dim_size, a.inner);
+    launch_kernel<softmax_strided_kernel<T>>(grid_for(a.outer * a.inner, kStridedThreads),
+        kStridedThreads, 0, stream, x, y, a.outer, a.dim_size, a.inner);
     return;
   }
   const RowLaunch launch = plan_rows<T>(a.dim_size, is_aligned16(x) && is_aligned16(y), 1);
   const bool cached = launch.cache_bytes > 0;
   if (launch.vectorized) {
-    softmax_last_dim_kernel<T, kVecOf<T>><<<row_grid(a.outer), launch.threads, launch.cache_bytes,
-                                            stream>>>(x, y, a.outer, a.dim_size, cached);
+    launch_kernel<softmax_last_dim_kernel<T, kVecOf<T>>>(row_grid(a.outer), launch.threads,
+        launch.cache_bytes, stream, x, y, a.outer, a.dim_size, cached);
   } else {
-    softmax_last_dim_kernel<T, 1><<<row_grid(a.outer), launch.threads, launch.cache_bytes, stream>>>(
-        x, y, a.outer, a.dim_size, cached);
+    launch_kernel<softmax_last_dim_kernel<T, 1>>(row_grid(a.outer), launch.threads,
+        launch.cache_bytes, stream, x, y, a.outer, a.dim_size, cached);
   }
 }
 
@@ -174,22 +174,19 @@ void softmax_backward_typed(const SoftmaxBackwardArgs& a, cudaStream_t stream) {
   const T* y = static_cast<const T*>(a.output);
   T* dx = static_cast<T*>(a.grad_input);
   if (a.inner > 1) {
-    softmax_backward_strided_kernel<T><<<grid_for(a.outer * a.inner, kStridedThreads),
-                                         kStridedThreads, 0, stream>>>(dy, y, dx, a.outer,
-                                                                       a.dim_size, a.inner);
+    launch_kernel<softmax_backward_strided_kernel<T>>(grid_for(a.outer * a.inner, kStridedThreads),
+        kStridedThreads, 0, stream, dy, y, dx, a.outer, a.dim_size, a.inner);
     return;
   }
   const bool aligned = is_aligned16(dy) && is_aligned16(y) && is_aligned16(dx);
   const RowLaunch launch = plan_rows<T>(a.dim_size, aligned, 2);
   const bool cached = launch.cache_bytes > 0;
   if (launch.vectorized) {
-    softmax_backward_last_dim_kernel<T, kVecOf<T>>
-        <<<row_grid(a.outer), launch.threads, launch.cache_bytes, stream>>>(dy, y, dx, a.outer,
-                                                                            a.dim_size, cached);
+    launch_kernel<softmax_backward_last_dim_kernel<T, kVecOf<T>>>(row_grid(a.outer), launch.threads,
+        launch.cache_bytes, stream, dy, y, dx, a.outer, a.dim_size, cached);
   } else {
-    softmax_backward_last_dim_kernel<T, 1>
-        <<<row_grid(a.outer), launch.threads, launch.cache_bytes, stream>>>(dy, y, dx, a.outer,
-                                                                            a.dim_size, cached);
+    launch_kernel<softmax_backward_last_dim_kernel<T, 1>>(row_grid(a.outer), launch.threads,
+        launch.cache_bytes, stream, dy, y, dx, a.outer, a.dim_size, cached);
   }
 }
 

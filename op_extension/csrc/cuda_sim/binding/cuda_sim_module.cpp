@@ -1,0 +1,150 @@
+// op_extension._cuda_sim: the CUDA kernels (kernel/cuda/*.cu, compiled by g++
+// with OP_EXT_CUDA_SIM) run on the CPU harness, for CPU tensors.
+//
+// The ops are the real ones: the shared glue (torch_ext/ops_glue.h: checks,
+// dense inputs, outputs, args structs) with a Kernels type that calls the CUDA
+// launchers, registered as torch.ops.cuda_sim.<op> with the schemas of
+// torch.ops.custom.<op>. So the sim runs exactly what cuda_ops.cpp runs on a
+// GPU; only the memory is the host's. Every output (and workspace) is filled with
+// NaN bits before the launch, so an element a kernel forgets to write shows.
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <string>
+
+#include "../../kernel/cuda/cuda_kernels.h"
+#include "../../torch_ext/ops_glue.h"
+#include "cuda_sim/runtime.h"
+#include "op_ext_schemas.h"
+
+extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name);
+
+namespace op_ext {
+namespace {
+
+size_t element_size(cpu::DType d) {
+  switch (d) {
+    case cpu::DType::Float64:
+      return 8;
+    case cpu::DType::Float32:
+      return 4;
+    default:
+      return 2;
+  }
+}
+
+class SimKernels {
+ public:
+  explicit SimKernels(const Tensor&) {}
+
+  void add(cpu::DType d, const cpu::AddArgs& a) const {
+    int64_t n = 1;
+    for (int i = 0; i < a.ndim; ++i) n *= a.sizes[i];
+    poison(a.out, n, d);
+    cuda::add_forward(d, a, nullptr);
+  }
+  void reduce_to(cpu::DType d, const cpu::ReduceToArgs& a) const {
+    int64_t n = 1;
+    for (int i = 0; i < a.ndim; ++i) n *= a.reduced[i] ? 1 : a.sizes[i];
+    poison(a.out, n, d);
+    const Tensor ws = workspace(cuda::reduce_to_workspace_bytes(d, a));
+    cuda::reduce_to(d, a, ws.data_ptr(), nullptr);
+  }
+  void gelu_forward(cpu::DType d, const cpu::GeluArgs& a) const {
+    poison(a.output, a.n, d);
+    cuda::gelu_forward(d, a, nullptr);
+  }
+  void gelu_backward(cpu::DType d, const cpu::GeluBackwardArgs& a) const {
+    poison(a.grad_input, a.n, d);
+    cuda::gelu_backward(d, a, nullptr);
+  }
+  void swiglu_forward(cpu::DType d, const cpu::GluArgs& a) const {
+    poison(a.output, a.n, d);
+    cuda::swiglu_forward(d, a, nullptr);
+  }
+  void swiglu_backward(cpu::DType d, const cpu::GluBackwardArgs& a) const {
+    poison(a.grad_gate, a.n, d);
+    poison(a.grad_up, a.n, d);
+    cuda::swiglu_backward(d, a, nullptr);
+  }
+  void geglu_forward(cpu::DType d, const cpu::GluArgs& a) const {
+    poison(a.output, a.n, d);
+    cuda::geglu_forward(d, a, nullptr);
+  }
+  void geglu_backward(cpu::DType d, const cpu::GluBackwardArgs& a) const {
+    poison(a.grad_gate, a.n, d);
+    poison(a.grad_up, a.n, d);
+    cuda::geglu_backward(d, a, nullptr);
+  }
+  void rms_norm_forward(cpu::DType d, const cpu::RmsNormArgs& a) const {
+    poison(a.output, a.rows * a.cols, d);
+    poison(a.residual_out, a.rows * a.cols, d);
+    cuda::rms_norm_forward(d, a, nullptr);
+  }
+  void rms_norm_backward(cpu::DType d, const cpu::RmsNormBackwardArgs& a) const {
+    poison(a.grad_input, a.rows * a.cols, d);
+    poison(a.grad_weight, a.cols, d);
+    const Tensor ws = workspace(cuda::rms_norm_backward_workspace_bytes(d, a));
+    cuda::rms_norm_backward(d, a, ws.data_ptr(), nullptr);
+  }
+  void layer_norm_forward(cpu::DType d, const cpu::LayerNormArgs& a) const {
+    poison(a.output, a.rows * a.cols, d);
+    cuda::layer_norm_forward(d, a, nullptr);
+  }
+  void layer_norm_backward(cpu::DType d, const cpu::LayerNormBackwardArgs& a) const {
+    poison(a.grad_input, a.rows * a.cols, d);
+    poison(a.grad_weight, a.cols, d);
+    poison(a.grad_bias, a.cols, d);
+    const Tensor ws = workspace(cuda::layer_norm_backward_workspace_bytes(d, a));
+    cuda::layer_norm_backward(d, a, ws.data_ptr(), nullptr);
+  }
+  void softmax_forward(cpu::DType d, const cpu::SoftmaxArgs& a) const {
+    poison(a.output, a.outer * a.dim_size * a.inner, d);
+    cuda::softmax_forward(d, a, nullptr);
+  }
+  void softmax_backward(cpu::DType d, const cpu::SoftmaxBackwardArgs& a) const {
+    poison(a.grad_input, a.outer * a.dim_size * a.inner, d);
+    cuda::softmax_backward(d, a, nullptr);
+  }
+
+ private:
+  // All-ones bits: NaN in every floating dtype.
+  static void poison(void* p, int64_t n, cpu::DType d) {
+    if (p != nullptr && n > 0) std::memset(p, 0xff, static_cast<size_t>(n) * element_size(d));
+  }
+  static Tensor workspace(size_t bytes) {
+    Tensor t = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
+    if (bytes > 0) std::memset(t.data_ptr(), 0xff, bytes);
+    return t;
+  }
+};
+
+void set_arch(const std::string& arch) {
+  if (arch == "sm_80") {
+    cuda_sim::set_arch(cuda_sim::Arch::Sm80);
+  } else if (arch == "sm_90") {
+    cuda_sim::set_arch(cuda_sim::Arch::Sm90);
+  } else {
+    TORCH_CHECK_VALUE(false, "cuda_sim: arch must be sm_80 or sm_90, got ", arch);
+  }
+}
+
+}  // namespace
+
+// The same schemas as torch.ops.custom (registration.cpp), in their own namespace.
+TORCH_LIBRARY(cuda_sim, m) {
+  for (const char* schema : generated::kSchemas) m.def(schema);
+}
+
+TORCH_LIBRARY_IMPL(cuda_sim, CPU, m) {
+  glue::register_ops<SimKernels>(m);
+}
+
+}  // namespace op_ext
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "CUDA kernels on the CPU harness; see op_extension.cuda_sim";
+  m.def("set_arch", &op_ext::set_arch);
+  m.def("_run_misuse", &op_ext_cuda_sim_run_misuse_kernel);
+}

@@ -1,0 +1,658 @@
+// The CPU harness's scheduler: blocks one after another, a block's threads as
+// ucontext fibers on the calling OS thread (see include/cuda_sim/runtime.h for
+// what it checks).
+//
+// A block runs in rounds: every runnable fiber runs until it blocks (at
+// __syncthreads or a shuffle) or returns. When none is runnable, the shuffles
+// whose lanes have all arrived complete; failing that, the barrier opens if
+// every thread waits at the same one. Anything else is a kernel that would hang
+// or read garbage on the GPU, and is reported.
+//
+// Shared memory is watched (x86-64 Linux): the dynamic window's pages, and the
+// pages holding the kernels' static __shared__ arrays, stay PROT_NONE during a
+// launch, so every access faults; the SIGSEGV handler checks the address against
+// the dynamic size and against the other threads' accesses since the last
+// barrier (racecheck's read-after-write, write-after-read and write-after-write
+// hazards between threads), then opens the page for one single-stepped
+// instruction and the SIGTRAP handler closes it again. Slow per access, exact,
+// and it needs nothing from the kernel sources. A report leaves the fiber
+// through report_pending() instead of the faulting instruction.
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda_sim/runtime.h"
+
+namespace cuda_sim {
+
+thread_local ThreadView g_view;
+
+namespace {
+
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+constexpr unsigned kMaxBlockDimZ = 64;
+constexpr unsigned kMaxGridDimX = 0x7fffffffu;
+constexpr unsigned kMaxGridDimYZ = 65535;
+// Without cudaFuncSetAttribute a block gets 48 KiB of dynamic shared memory;
+// the opt-in maxima are 163 KiB on sm_80 and 227 KiB on sm_90. The kernels do not
+// opt in, so the 48 KiB default is the limit on both.
+constexpr size_t kDefaultDynamicShared = 48 * 1024;
+// Kernels keep few locals; ASan builds need the extra room.
+constexpr size_t kStackBytes = 256 * 1024;
+
+enum class State { Runnable, AtBarrier, AtShuffle, Exited };
+
+struct Fiber {
+  ucontext_t context;
+  void* stack = nullptr;
+  State state = State::Runnable;
+  uint3 thread_idx{};
+  // AtBarrier: where
+  const char* barrier_file = nullptr;
+  int barrier_line = 0;
+  // AtShuffle: the exchange
+  unsigned mask = 0;
+  ShuffleKind kind = ShuffleKind::Idx;
+  int arg = 0, width = 32;
+  size_t size = 0;
+  unsigned char value[16] = {};
+  unsigned char result[16] = {};
+};
+
+const char* kind_name(ShuffleKind k) {
+  switch (k) {
+    case ShuffleKind::Idx:
+      return "__shfl_sync";
+    case ShuffleKind::Up:
+      return "__shfl_up_sync";
+    case ShuffleKind::Down:
+      return "__shfl_down_sync";
+    case ShuffleKind::Xor:
+      return "__shfl_xor_sync";
+  }
+  return "shuffle";
+}
+
+struct Launch {
+  std::string name;
+  dim3 grid, block;
+  uint3 block_idx{};
+  void (*body)(void*) = nullptr;
+  void* closure = nullptr;
+  std::vector<Fiber> fibers;  // one per thread of the current block, in linear order
+  unsigned char* dynamic_shared = nullptr;  // inside the watched window
+  ucontext_t scheduler;
+  int current = -1;
+  std::string error;  // the first report; the block stops at once
+};
+
+thread_local Launch* g_launch = nullptr;
+thread_local Arch g_arch = Arch::Sm80;
+// Fiber stacks outlive launches: mapping 1024 of them per launch would cost more
+// than the kernels. Pages are only touched as far as a kernel's frames go.
+thread_local std::vector<void*> g_stacks;
+
+std::string where(const Launch& l, const Fiber& f) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "block (%u,%u,%u) thread (%u,%u,%u)", l.block_idx.x, l.block_idx.y,
+                l.block_idx.z, f.thread_idx.x, f.thread_idx.y, f.thread_idx.z);
+  return buf;
+}
+
+std::string report(const Launch& l, const Fiber& f, const std::string& what) {
+  return "cuda_sim: kernel " + l.name + ": " + where(l, f) + ": " + what;
+}
+
+// From inside a fiber: back to the scheduler until it resumes us.
+void yield() {
+  Launch& l = *g_launch;
+  swapcontext(&l.fibers[l.current].context, &l.scheduler);
+}
+
+[[noreturn]] void fail_in_fiber(const std::string& what) {
+  Launch& l = *g_launch;
+  Fiber& f = l.fibers[l.current];
+  if (l.error.empty()) l.error = report(l, f, what);
+  f.state = State::Exited;
+  setcontext(&l.scheduler);  // the fiber's stack is abandoned: kernels hold no resources
+  __builtin_unreachable();
+}
+
+// ---- watched shared memory ------------------------------------------------------------
+
+constexpr size_t kPage = 4096;
+
+// One watched array: the launch's dynamic shared memory, or a static __shared__
+// array of some kernel (found in this library's symbol table).
+struct Region {
+  uintptr_t begin = 0, end = 0;
+  std::string name;   // for reports
+  size_t shadow = 0;  // index of its first byte in the Watch's shadow arrays
+};
+
+struct Watch {
+  unsigned char* map = nullptr;  // dynamic: guard page, data pages, guard page
+  size_t map_bytes = 0;
+  Region dynamic;
+  std::vector<Region> statics;
+  std::vector<std::pair<uintptr_t, size_t>> static_pages;  // (first page, bytes) closed during the launch
+  // Per watched byte: the last writer and reader (fiber index) and when.
+  std::vector<int32_t> writer, reader;
+  std::vector<uint64_t> write_epoch, read_epoch;
+  std::vector<uint8_t> many_readers;
+  uintptr_t open_pages[2] = {0, 0};  // opened for the instruction being stepped
+  std::string pending;               // a report on its way to report_pending()
+  struct sigaction old_segv {}, old_trap {};
+};
+
+// What the signal handlers read. Static shared arrays sit in .bss among other
+// objects and their pages are closed during a launch: this state has a page of
+// its own so that the handlers never fault on it.
+struct alignas(kPage) HandlerState {
+  Watch* watch = nullptr;
+  Launch* launch = nullptr;
+  // The barrier interval every access belongs to: bumped when a barrier opens
+  // and when a block starts, so hazards never span a barrier or two blocks.
+  uint64_t epoch = 1;
+};
+HandlerState g_handler;
+std::mutex g_watch_mutex;  // one launch at a time holds the process-wide handlers
+
+[[noreturn]] void report_pending() {
+  std::string what;
+  what.swap(g_handler.watch->pending);
+  fail_in_fiber(what);
+}
+
+// "" when the access is fine; records it.
+std::string check_access(Watch& w, const Launch& l, const Region& r, uintptr_t addr, bool write) {
+  const int me = l.current;
+  char what[640];
+  if (addr < r.begin || addr >= r.end) {
+    std::snprintf(what, sizeof what, "%s %s out of bounds: byte offset %lld of a %zu-byte allocation",
+                  r.name.c_str(), write ? "write" : "read", static_cast<long long>(addr - r.begin),
+                  static_cast<size_t>(r.end - r.begin));
+    return what;
+  }
+  const size_t i = r.shadow + (addr - r.begin);
+  const uint64_t e = g_handler.epoch;
+  auto race = [&](const char* hazard, int other) {
+    std::snprintf(what, sizeof what, "shared memory race (%s) at byte offset %zu of %s with %s, no __syncthreads between",
+                  hazard, static_cast<size_t>(addr - r.begin), r.name.c_str(), where(l, l.fibers[other]).c_str());
+    return std::string(what);
+  };
+  if (write) {
+    if (w.write_epoch[i] == e && w.writer[i] != me) return race("write after write", w.writer[i]);
+    if (w.read_epoch[i] == e && (w.reader[i] != me || w.many_readers[i])) {
+      return race("write after read", w.reader[i] != me ? w.reader[i] : me);
+    }
+    w.writer[i] = me;
+    w.write_epoch[i] = e;
+  } else {
+    if (w.write_epoch[i] == e && w.writer[i] != me) return race("read after write", w.writer[i]);
+    if (w.read_epoch[i] == e) {
+      if (w.reader[i] != me) w.many_readers[i] = 1;
+    } else {
+      w.reader[i] = me;
+      w.read_epoch[i] = e;
+      w.many_readers[i] = 0;
+    }
+  }
+  return "";
+}
+
+// The static __shared__ arrays of the kernels: function-local statics of
+// op_ext::cuda (CUDA allows no other statics in device code), read from the
+// symbol table of this library's file once.
+std::vector<Region> find_static_shared() {
+  std::vector<Region> regions;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&find_static_shared), &info) == 0 || info.dli_fname == nullptr) return regions;
+  std::ifstream file(info.dli_fname, std::ios::binary);
+  const std::string elf((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (elf.size() < sizeof(Elf64_Ehdr) || std::memcmp(elf.data(), ELFMAG, SELFMAG) != 0) return regions;
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, elf.data(), sizeof eh);
+  auto section = [&](size_t k) {
+    Elf64_Shdr sh;
+    std::memcpy(&sh, elf.data() + eh.e_shoff + k * eh.e_shentsize, sizeof sh);
+    return sh;
+  };
+  for (size_t k = 0; k < eh.e_shnum; ++k) {
+    const Elf64_Shdr symtab = section(k);
+    if (symtab.sh_type != SHT_SYMTAB) continue;
+    const Elf64_Shdr strtab = section(symtab.sh_link);
+    for (size_t s = 0; s < symtab.sh_size / sizeof(Elf64_Sym); ++s) {
+      Elf64_Sym sym;
+      std::memcpy(&sym, elf.data() + symtab.sh_offset + s * sizeof sym, sizeof sym);
+      if (ELF64_ST_TYPE(sym.st_info) != STT_OBJECT || sym.st_size == 0 || sym.st_shndx == SHN_UNDEF) continue;
+      const char* name = elf.data() + strtab.sh_offset + sym.st_name;
+      if (std::strncmp(name, "_ZZN6op_ext4cuda", 16) != 0) continue;
+      Region r;
+      r.begin = reinterpret_cast<uintptr_t>(info.dli_fbase) + sym.st_value;
+      r.end = r.begin + sym.st_size;
+      int status = 0;
+      char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+      r.name = std::string("static __shared__ ") + (status == 0 ? demangled : name);
+      std::free(demangled);
+      regions.push_back(std::move(r));
+    }
+  }
+  return regions;
+}
+
+#if defined(__x86_64__) && defined(__linux__)
+constexpr bool kCanWatch = true;
+constexpr greg_t kTrapFlag = 0x100;
+
+void on_segv(int, siginfo_t* si, void* raw) {
+  auto* uc = static_cast<ucontext_t*>(raw);
+  Watch* w = g_handler.watch;
+  const Launch* l = g_handler.launch;
+  const auto addr = reinterpret_cast<uintptr_t>(si->si_addr);
+  const uintptr_t page = addr & ~(kPage - 1);
+  const Region* region = nullptr;
+  bool watched = false;
+  if (w != nullptr) {
+    const auto map = reinterpret_cast<uintptr_t>(w->map);
+    if (w->map != nullptr && addr >= map && addr < map + w->map_bytes) {
+      region = &w->dynamic;
+      watched = true;
+    } else {
+      for (const auto& [first, bytes] : w->static_pages) watched = watched || (addr >= first && addr < first + bytes);
+      for (const Region& r : w->statics) {
+        if (addr >= r.begin && addr < r.end) region = &r;
+      }
+    }
+  }
+  if (!watched) {
+    // Not ours: the previous handler gets the fault when the access repeats.
+    if (w != nullptr) sigaction(SIGSEGV, &w->old_segv, nullptr);
+    return;
+  }
+  // Accesses from the scheduler, or to other objects on a static array's page, pass unchecked.
+  if (region != nullptr && l != nullptr && l->current >= 0) {
+    const bool write = (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+    std::string problem = check_access(*w, *l, *region, addr, write);
+    if (!problem.empty()) {
+      w->pending = std::move(problem);
+      // Resume in report_pending() on this fiber's stack, below the red zone,
+      // aligned as at a function's entry.
+      const auto sp = ((static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]) - 1024) & ~uintptr_t{15}) - 8;
+      uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(sp);
+      uc->uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&report_pending);
+      return;
+    }
+  }
+  mprotect(reinterpret_cast<void*>(page), kPage, PROT_READ | PROT_WRITE);
+  w->open_pages[w->open_pages[0] == 0 ? 0 : 1] = page;
+  uc->uc_mcontext.gregs[REG_EFL] |= kTrapFlag;
+}
+
+void on_trap(int, siginfo_t*, void* raw) {
+  auto* uc = static_cast<ucontext_t*>(raw);
+  Watch* w = g_handler.watch;
+  if (w == nullptr || w->open_pages[0] == 0) {
+    if (w != nullptr) sigaction(SIGTRAP, &w->old_trap, nullptr);
+    raise(SIGTRAP);
+    return;
+  }
+  for (uintptr_t& page : w->open_pages) {
+    if (page != 0) mprotect(reinterpret_cast<void*>(page), kPage, PROT_NONE);
+    page = 0;
+  }
+  uc->uc_mcontext.gregs[REG_EFL] &= ~kTrapFlag;
+}
+#else
+constexpr bool kCanWatch = false;
+#endif
+
+void protect_statics(const Watch& w, int prot) {
+  for (const auto& [first, bytes] : w.static_pages) mprotect(reinterpret_cast<void*>(first), bytes, prot);
+}
+
+// Maps the dynamic window for `size` bytes (if any), finds the static arrays and,
+// where possible, installs the handlers.
+void watch_begin(Watch& w, Launch& l, size_t size) {
+  static const std::vector<Region> statics = find_static_shared();
+  size_t shadow = 0;
+  if (size > 0) {
+    const size_t data = (size + kPage - 1) / kPage * kPage;
+    w.map_bytes = data + 2 * kPage;
+    void* m = mmap(nullptr, w.map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map dynamic shared memory");
+    w.map = static_cast<unsigned char*>(m);
+    w.dynamic.begin = reinterpret_cast<uintptr_t>(w.map) + kPage;
+    w.dynamic.end = w.dynamic.begin + size;
+    w.dynamic.name = "dynamic shared memory";
+    shadow = size;
+    l.dynamic_shared = w.map + kPage;
+  }
+  w.statics = statics;
+  for (Region& r : w.statics) {
+    r.shadow = shadow;
+    shadow += r.end - r.begin;
+    const uintptr_t first = r.begin & ~(kPage - 1);
+    const uintptr_t last = (r.end - 1) & ~(kPage - 1);
+    for (uintptr_t p = first; p <= last; p += kPage) {
+      bool known = false;
+      for (const auto& sp : w.static_pages) known = known || sp.first == p;
+      if (!known) w.static_pages.emplace_back(p, kPage);
+    }
+  }
+  w.writer.assign(shadow, -1);
+  w.reader.assign(shadow, -1);
+  w.write_epoch.assign(shadow, 0);
+  w.read_epoch.assign(shadow, 0);
+  w.many_readers.assign(shadow, 0);
+#if defined(__x86_64__) && defined(__linux__)
+  struct sigaction sa {};
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_sigaction = on_segv;
+  sigaction(SIGSEGV, &sa, &w.old_segv);
+  sa.sa_sigaction = on_trap;
+  sigaction(SIGTRAP, &sa, &w.old_trap);
+  g_handler.watch = &w;
+  g_handler.launch = &l;
+#endif
+}
+
+// At a block's start: shared memory is garbage on the GPU, NaN bits here; the
+// pages are closed again when watched.
+void watch_block(Watch& w) {
+  if (w.map != nullptr) {
+    mprotect(w.map + kPage, w.map_bytes - 2 * kPage, PROT_READ | PROT_WRITE);
+    std::memset(w.map + kPage, 0xff, w.dynamic.end - w.dynamic.begin);
+    if (kCanWatch) mprotect(w.map + kPage, w.map_bytes - 2 * kPage, PROT_NONE);
+  }
+  protect_statics(w, PROT_READ | PROT_WRITE);
+  for (const Region& r : w.statics) std::memset(reinterpret_cast<void*>(r.begin), 0xff, r.end - r.begin);
+  if (kCanWatch) protect_statics(w, PROT_NONE);
+}
+
+void watch_end(Watch& w) {
+  protect_statics(w, PROT_READ | PROT_WRITE);
+#if defined(__x86_64__) && defined(__linux__)
+  if (g_handler.watch == &w) {
+    sigaction(SIGSEGV, &w.old_segv, nullptr);
+    sigaction(SIGTRAP, &w.old_trap, nullptr);
+    g_handler.watch = nullptr;
+    g_handler.launch = nullptr;
+  }
+#endif
+  if (w.map != nullptr) munmap(w.map, w.map_bytes);
+  w.map = nullptr;
+}
+
+void fiber_main() {
+  Launch& l = *g_launch;
+  l.body(l.closure);
+  l.fibers[l.current].state = State::Exited;
+  // uc_link returns to the scheduler
+}
+
+const char* state_name(State s) {
+  switch (s) {
+    case State::Runnable:
+      return "runs on";
+    case State::AtBarrier:
+      return "waits at __syncthreads";
+    case State::AtShuffle:
+      return "waits at a shuffle";
+    case State::Exited:
+      return "has exited";
+  }
+  return "?";
+}
+
+// Lanes [first, first + count) of the block form one warp.
+bool resolve_warp(Launch& l, size_t first, size_t count, bool* resolved) {
+  for (size_t i = first; i < first + count; ++i) {
+    Fiber& f = l.fibers[i];
+    if (f.state != State::AtShuffle) continue;
+    // Every lane of the mask must wait at a shuffle with the same mask and kind.
+    for (unsigned lane = 0; lane < 32; ++lane) {
+      if (!(f.mask >> lane & 1u)) continue;
+      const Fiber& o = l.fibers[first + lane];
+      if (o.state != State::AtShuffle || o.mask != f.mask || o.kind != f.kind) {
+        char what[200];
+        std::snprintf(what, sizeof what,
+                      "%s with mask 0x%08x names lane %u, which does not take part (it %s%s)",
+                      kind_name(f.kind), f.mask, lane, state_name(o.state),
+                      o.state == State::AtShuffle ? " with another mask or kind" : "");
+        l.error = report(l, f, what);
+        return false;
+      }
+    }
+  }
+  for (size_t i = first; i < first + count; ++i) {
+    Fiber& f = l.fibers[i];
+    if (f.state != State::AtShuffle) continue;
+    const int lane = static_cast<int>(i - first);
+    const int base = lane & ~(f.width - 1), in = lane & (f.width - 1);
+    int src = lane;
+    switch (f.kind) {
+      case ShuffleKind::Idx:
+        src = base + (f.arg & (f.width - 1));
+        break;
+      case ShuffleKind::Up:
+        src = in - f.arg >= 0 ? lane - f.arg : lane;
+        break;
+      case ShuffleKind::Down:
+        src = in + f.arg < f.width ? lane + f.arg : lane;
+        break;
+      case ShuffleKind::Xor:
+        src = (in ^ f.arg) < f.width ? base + (in ^ f.arg) : lane;
+        break;
+    }
+    if (src < static_cast<int>(count) && (f.mask >> src & 1u)) {
+      std::memcpy(f.result, l.fibers[first + src].value, f.size);
+    } else {
+      std::memset(f.result, 0xff, f.size);  // undefined on the GPU
+    }
+  }
+  for (size_t i = first; i < first + count; ++i) {
+    if (l.fibers[i].state == State::AtShuffle) {
+      l.fibers[i].state = State::Runnable;
+      *resolved = true;
+    }
+  }
+  return true;
+}
+
+void run_block(Launch& l) {
+  const size_t n = l.fibers.size();
+  for (size_t i = 0; i < n; ++i) {
+    Fiber& f = l.fibers[i];
+    f.state = State::Runnable;
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack;
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &l.scheduler;
+    makecontext(&f.context, fiber_main, 0);
+  }
+  while (true) {
+    bool ran = false;
+    for (size_t i = 0; i < n; ++i) {
+      Fiber& f = l.fibers[i];
+      if (f.state != State::Runnable) continue;
+      l.current = static_cast<int>(i);
+      g_view.thread_idx = f.thread_idx;
+      swapcontext(&l.scheduler, &f.context);
+      l.current = -1;  // the scheduler is not a thread of the block
+      if (!l.error.empty()) return;
+      ran = true;
+    }
+    if (ran) continue;
+    bool resolved = false;
+    for (size_t w = 0; w < n; w += 32) {
+      if (!resolve_warp(l, w, std::min<size_t>(32, n - w), &resolved)) return;
+    }
+    if (resolved) continue;
+    // Only barriers (or nothing) remain.
+    const Fiber* waiting = nullptr;
+    for (const Fiber& f : l.fibers) {
+      if (f.state == State::AtBarrier) {
+        waiting = &f;
+        break;
+      }
+    }
+    if (waiting == nullptr) return;  // every thread has exited
+    for (const Fiber& f : l.fibers) {
+      if (f.state == State::AtBarrier &&
+          (f.barrier_line == waiting->barrier_line && std::strcmp(f.barrier_file, waiting->barrier_file) == 0)) {
+        continue;
+      }
+      std::string what = "__syncthreads at " + std::string(waiting->barrier_file) + ":" +
+                         std::to_string(waiting->barrier_line) + " is not reached by " + where(l, f) +
+                         ", which ";
+      if (f.state == State::AtBarrier) {
+        what += "waits at __syncthreads at " + std::string(f.barrier_file) + ":" + std::to_string(f.barrier_line);
+      } else {
+        what += state_name(f.state);
+      }
+      l.error = report(l, *waiting, what);
+      return;
+    }
+    ++g_handler.epoch;
+    for (Fiber& f : l.fibers) f.state = State::Runnable;
+  }
+}
+
+void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared) {
+  auto fail = [&](const std::string& what) {
+    char dims[128];
+    std::snprintf(dims, sizeof dims, " (grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of dynamic shared memory)",
+                  grid.x, grid.y, grid.z, block.x, block.y, block.z, shared);
+    throw std::runtime_error("cuda_sim: kernel " + name + ": invalid launch: " + what + dims);
+  };
+  const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  if (threads == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0) fail("an empty grid or block");
+  if (threads > kMaxThreadsPerBlock || block.z > kMaxBlockDimZ) {
+    fail("more than 1024 threads per block (or blockDim.z > 64)");
+  }
+  if (grid.x > kMaxGridDimX || grid.y > kMaxGridDimYZ || grid.z > kMaxGridDimYZ) fail("grid beyond the GPU's limits");
+  if (shared > kDefaultDynamicShared) {
+    fail(std::string("dynamic shared memory beyond the 48 KiB a block gets without cudaFuncSetAttribute on ") +
+         (g_arch == Arch::Sm80 ? "sm_80" : "sm_90"));
+  }
+}
+
+}  // namespace
+
+void set_arch(Arch a) { g_arch = a; }
+Arch arch() { return g_arch; }
+
+unsigned char* dynamic_shared_memory() { return g_launch->dynamic_shared; }
+
+void syncthreads(const char* file, int line) {
+  Launch& l = *g_launch;
+  Fiber& f = l.fibers[l.current];
+  f.state = State::AtBarrier;
+  // Reports name the file from the package root, not the build machine's path.
+  const char* rel = std::strstr(file, "op_extension/");
+  f.barrier_file = rel != nullptr ? rel : file;
+  f.barrier_line = line;
+  yield();
+}
+
+void shuffle(unsigned mask, ShuffleKind kind, int arg, int width, const void* value, void* result, size_t size) {
+  Launch& l = *g_launch;
+  Fiber& f = l.fibers[l.current];
+  const unsigned lane = static_cast<unsigned>(l.current) & 31u;
+  const size_t warp_first = static_cast<size_t>(l.current) & ~size_t{31};
+  const size_t lanes = std::min<size_t>(32, l.fibers.size() - warp_first);
+  char what[160];
+  if (!(mask >> lane & 1u)) {
+    std::snprintf(what, sizeof what, "%s with mask 0x%08x called by lane %u, which the mask leaves out",
+                  kind_name(kind), mask, lane);
+    fail_in_fiber(what);
+  }
+  if (lanes < 32 && (mask >> lanes) != 0) {
+    std::snprintf(what, sizeof what, "%s with mask 0x%08x names lanes beyond the %zu this warp has",
+                  kind_name(kind), mask, lanes);
+    fail_in_fiber(what);
+  }
+  if (width <= 0 || width > 32 || (width & (width - 1)) != 0) {
+    std::snprintf(what, sizeof what, "%s with width %d (not a power of two up to 32)", kind_name(kind), width);
+    fail_in_fiber(what);
+  }
+  f.state = State::AtShuffle;
+  f.mask = mask;
+  f.kind = kind;
+  f.arg = arg;
+  f.width = width;
+  f.size = size;
+  std::memcpy(f.value, value, size);
+  yield();
+  std::memcpy(result, f.result, size);
+}
+
+void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_shared_bytes, void (*body)(void*),
+            void* closure) {
+  check_config(kernel_name, grid, block, dynamic_shared_bytes);
+  if (g_launch != nullptr) throw std::runtime_error("cuda_sim: a kernel launched from inside a kernel");
+  Launch l;
+  l.name = kernel_name;
+  l.grid = grid;
+  l.block = block;
+  l.body = body;
+  l.closure = closure;
+  const size_t threads = static_cast<size_t>(block.x) * block.y * block.z;
+  while (g_stacks.size() < threads) {
+    void* s = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map a fiber stack");
+    g_stacks.push_back(s);
+  }
+  l.fibers.resize(threads);
+  for (size_t i = 0; i < threads; ++i) {
+    Fiber& f = l.fibers[i];
+    f.stack = g_stacks[i];
+    f.thread_idx = uint3{static_cast<unsigned>(i % block.x), static_cast<unsigned>(i / block.x % block.y),
+                         static_cast<unsigned>(i / (block.x * block.y))};
+  }
+  g_view.block_dim = block;
+  g_view.grid_dim = grid;
+  // The launch holds the process-wide signal handlers.
+  std::unique_lock<std::mutex> watch_lock(g_watch_mutex, std::defer_lock);
+  Watch watch;
+  g_launch = &l;
+  struct Reset {
+    Watch& w;
+    ~Reset() {
+      watch_end(w);
+      g_launch = nullptr;
+    }
+  } reset{watch};
+  watch_lock.lock();
+  watch_begin(watch, l, dynamic_shared_bytes);
+  for (unsigned z = 0; z < grid.z; ++z) {
+    for (unsigned y = 0; y < grid.y; ++y) {
+      for (unsigned x = 0; x < grid.x; ++x) {
+        l.block_idx = uint3{x, y, z};
+        g_view.block_idx = l.block_idx;
+        ++g_handler.epoch;
+        watch_block(watch);
+        run_block(l);
+        if (!l.error.empty()) throw std::runtime_error(l.error);
+      }
+    }
+  }
+}
+
+}  // namespace cuda_sim

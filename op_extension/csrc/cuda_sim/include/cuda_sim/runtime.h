@@ -1,0 +1,177 @@
+// The CUDA language and runtime pieces the kernels use, for g++ and the CPU
+// harness (harness.cpp). A launch runs every block in turn; a block runs each of
+// its threads as a fiber on the calling OS thread, switching at __syncthreads
+// and at warp shuffles, so barriers and shuffles have their GPU meaning, and
+// misuse that a GPU would turn into a hang or garbage is reported instead:
+//   * a __syncthreads not reached by every thread of the block (a thread exited,
+//     or waits at a shuffle or at another __syncthreads);
+//   * a shuffle whose mask leaves out the calling lane, names a lane that does
+//     not exist, or names a lane that does not reach the same shuffle;
+//   * launch configurations beyond the GPU's limits (threads, grid, dynamic
+//     shared memory for the configured sm_80 / sm_90);
+//   * shared memory accessed by two threads between the same two barriers with
+//     at least one write (dynamic and static __shared__), and dynamic shared
+//     memory accessed beyond the launch's size (x86-64 Linux: every access is
+//     trapped, see harness.cpp). A static array's bounds are not checked: the
+//     object next to it in memory may be another shared array.
+// A report is a std::runtime_error naming the kernel, block and thread, thrown
+// by the launch. A lane that reads a shuffled value from a lane outside the mask
+// gets NaN bits (all ones), as undefined as on the GPU but easy to see.
+#pragma once
+
+#include <math.h>  // the global-namespace float overloads device code calls unqualified
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+// Blocks run one after another, so a static variable is one block's shared
+// memory. Dynamic shared memory: cuda_sim::dynamic_shared_memory().
+#define __shared__ static
+
+struct uint3 {
+  unsigned x, y, z;
+};
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+typedef struct CUstream_st* cudaStream_t;
+
+enum cudaError_t { cudaSuccess = 0 };
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline const char* cudaGetErrorString(cudaError_t) { return "no error"; }
+
+namespace cuda_sim {
+
+// What the built-in variables read: the scheduler sets it before it resumes a fiber.
+struct ThreadView {
+  uint3 thread_idx;
+  uint3 block_idx;
+  dim3 block_dim;
+  dim3 grid_dim;
+};
+extern thread_local ThreadView g_view;
+
+void syncthreads(const char* file, int line);
+
+enum class ShuffleKind { Idx, Up, Down, Xor };
+// Exchanges `size` bytes among the lanes of `mask`; writes the value this lane reads.
+void shuffle(unsigned mask, ShuffleKind kind, int arg, int width, const void* value, void* result,
+             size_t size);
+
+template <typename T>
+T shuffle_typed(unsigned mask, ShuffleKind kind, int arg, int width, const T& value) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 16, "shuffle of a non-register type");
+  T result;
+  shuffle(mask, kind, arg, width, &value, &result, sizeof(T));
+  return result;
+}
+
+// The launch's dynamic shared memory (the bytes of its third <<<>>> argument).
+unsigned char* dynamic_shared_memory();
+
+// GPU generations whose limits the launches are checked against.
+enum class Arch { Sm80, Sm90 };
+void set_arch(Arch arch);
+Arch arch();
+
+// Runs body(closure) as every thread of every block; throws std::runtime_error
+// with the first report.
+void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+            void (*body)(void*), void* closure);
+
+namespace detail {
+
+template <auto Kernel>
+std::string kernel_name() {
+  // GCC spells the template argument: "... [with auto Kernel = ns::name<...>]".
+  const std::string pretty = __PRETTY_FUNCTION__;
+  const auto at = pretty.find("Kernel = ");
+  if (at == std::string::npos) return pretty;
+  std::string name = pretty.substr(at + 9);
+  int depth = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    depth += c == '<' ? 1 : (c == '>' ? -1 : 0);
+    if (depth == 0 && (c == ';' || c == ']')) return name.substr(0, i);
+  }
+  return name;
+}
+
+template <auto Kernel, typename Fn>
+struct KernelLaunch;
+
+template <auto Kernel, typename... Params>
+struct KernelLaunch<Kernel, void (*)(Params...)> {
+  template <typename... Args>
+  static void run(dim3 grid, dim3 block, size_t shared, Args&&... args) {
+    // Converted once, as the GPU copies the arguments at the launch; every
+    // thread then gets its own by-value copies through the call.
+    std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+    const std::string name = kernel_name<Kernel>();
+    launch(name.c_str(), grid, block, shared,
+           [](void* p) { std::apply(Kernel, *static_cast<decltype(params)*>(p)); }, &params);
+  }
+};
+
+}  // namespace detail
+
+// The harness's kernel<<<grid, block, shared, stream>>>(args...).
+template <auto Kernel, typename... Args>
+void launch_kernel(dim3 grid, dim3 block, size_t shared, cudaStream_t, Args&&... args) {
+  detail::KernelLaunch<Kernel, decltype(Kernel)>::run(grid, block, shared, std::forward<Args>(args)...);
+}
+
+}  // namespace cuda_sim
+
+#define threadIdx (::cuda_sim::g_view.thread_idx)
+#define blockIdx (::cuda_sim::g_view.block_idx)
+#define blockDim (::cuda_sim::g_view.block_dim)
+#define gridDim (::cuda_sim::g_view.grid_dim)
+constexpr int warpSize = 32;
+
+#define __syncthreads() ::cuda_sim::syncthreads(__FILE__, __LINE__)
+
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  return cuda_sim::shuffle_typed(mask, cuda_sim::ShuffleKind::Idx, src_lane, width, v);
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return cuda_sim::shuffle_typed(mask, cuda_sim::ShuffleKind::Up, static_cast<int>(delta), width, v);
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return cuda_sim::shuffle_typed(mask, cuda_sim::ShuffleKind::Down, static_cast<int>(delta), width, v);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  return cuda_sim::shuffle_typed(mask, cuda_sim::ShuffleKind::Xor, lane_mask, width, v);
+}
+
+// CUDA's overloaded min/max for device code (same-type arguments).
+template <typename T>
+constexpr T min(T a, T b) {
+  return b < a ? b : a;
+}
+template <typename T>
+constexpr T max(T a, T b) {
+  return a < b ? b : a;
+}
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }

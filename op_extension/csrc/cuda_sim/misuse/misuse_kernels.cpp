@@ -1,0 +1,146 @@
+// Planted mistakes for the CPU harness's checks, one per kernel, written in
+// CUDA as a kernel file would be. Each must be reported (tests/test_cuda_sim.py);
+// "clean" uses the same features correctly and must pass.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+// In op_ext::cuda like the real kernels, so that the harness finds their static
+// __shared__ arrays the same way.
+namespace op_ext::cuda::misuse {
+
+// A warp sum through shuffles, then a block sum through shared memory.
+__global__ void clean_kernel(float* out) {
+  __shared__ float partial[32];
+  float v = 1.0f;
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+  v = __shfl_sync(0xffffffffu, v, 0);
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) s += partial[w];
+    out[blockIdx.x] = s;
+  }
+}
+
+__global__ void barrier_after_exit_kernel() {
+  if (threadIdx.x == 5) return;  // thread 5 never reaches the barrier
+  __syncthreads();
+}
+
+__global__ void barrier_in_branch_kernel() {
+  if (threadIdx.x % 2 == 0) {
+    __syncthreads();
+  } else {
+    __syncthreads();  // another barrier: undefined on the GPU
+  }
+}
+
+__global__ void shuffle_mask_leaves_out_caller_kernel(float* out) {
+  out[threadIdx.x] = __shfl_xor_sync(0xfffffffeu, 1.0f, 1);  // lane 0 calls with bit 0 clear
+}
+
+__global__ void shuffle_lane_absent_kernel(float* out) {
+  if (threadIdx.x < 16) out[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1.0f, 1);  // lanes 16..31 skip
+}
+
+__global__ void shuffle_lane_beyond_warp_kernel(float* out) {
+  // Launched with 20 threads: lanes 20..31 do not exist.
+  out[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1.0f, 1);
+}
+
+__global__ void shuffle_lane_at_barrier_kernel(float* out) {
+  if (threadIdx.x == 3) {
+    __syncthreads();
+    return;
+  }
+  out[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1.0f, 1);
+}
+
+__global__ void empty_kernel() {}
+
+// Each thread writes its own float, then (after the barrier) reads its neighbour's.
+__global__ void clean_shared_kernel(float* out) {
+  float* slots = reinterpret_cast<float*>(cuda_sim::dynamic_shared_memory());
+  slots[threadIdx.x] = static_cast<float>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];
+}
+
+__global__ void shared_out_of_bounds_kernel() {
+  float* slots = reinterpret_cast<float*>(cuda_sim::dynamic_shared_memory());
+  slots[threadIdx.x + 1] = 0.0f;  // launched with blockDim.x floats: the last thread writes past them
+}
+
+__global__ void shared_read_after_write_kernel(float* out) {
+  float* slots = reinterpret_cast<float*>(cuda_sim::dynamic_shared_memory());
+  slots[threadIdx.x] = 1.0f;
+  out[threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];  // the barrier is missing
+}
+
+__global__ void shared_write_after_read_kernel(float* out) {
+  float* slots = reinterpret_cast<float*>(cuda_sim::dynamic_shared_memory());
+  if (threadIdx.x == 0) slots[0] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = slots[0];
+  if (threadIdx.x == 1) slots[0] = 2.0f;  // thread 0 read it in this interval
+}
+
+__global__ void shared_write_after_write_kernel() {
+  float* slots = reinterpret_cast<float*>(cuda_sim::dynamic_shared_memory());
+  slots[0] = static_cast<float>(threadIdx.x);  // every thread, the same word
+}
+
+__global__ void static_shared_race_kernel(float* out) {
+  __shared__ float total;
+  if (threadIdx.x == 0) total = 0.0f;
+  out[threadIdx.x] = total;  // the barrier after the write is missing
+}
+
+}  // namespace op_ext::cuda::misuse
+
+extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
+  const std::string n = name;
+  float out[64] = {};
+  using cuda_sim::launch_kernel;
+  using namespace op_ext::cuda::misuse;
+  if (n == "clean") {
+    launch_kernel<clean_kernel>(2, 64, 0, nullptr, out);
+    if (out[0] != 64.0f || out[1] != 64.0f) throw std::runtime_error("cuda_sim misuse: clean kernel summed wrong");
+    launch_kernel<clean_shared_kernel>(3, 64, 64 * sizeof(float), nullptr, out);
+    if (out[0] != 1.0f || out[63] != 0.0f) throw std::runtime_error("cuda_sim misuse: clean shared kernel read wrong");
+  } else if (n == "shared_out_of_bounds") {
+    launch_kernel<shared_out_of_bounds_kernel>(1, 32, 32 * sizeof(float), nullptr);
+  } else if (n == "shared_read_after_write") {
+    launch_kernel<shared_read_after_write_kernel>(1, 32, 32 * sizeof(float), nullptr, out);
+  } else if (n == "shared_write_after_read") {
+    launch_kernel<shared_write_after_read_kernel>(1, 32, 32 * sizeof(float), nullptr, out);
+  } else if (n == "shared_write_after_write") {
+    launch_kernel<shared_write_after_write_kernel>(1, 32, 32 * sizeof(float), nullptr);
+  } else if (n == "static_shared_race") {
+    launch_kernel<static_shared_race_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "barrier_after_exit") {
+    launch_kernel<barrier_after_exit_kernel>(1, 32, 0, nullptr);
+  } else if (n == "barrier_in_branch") {
+    launch_kernel<barrier_in_branch_kernel>(1, 32, 0, nullptr);
+  } else if (n == "shuffle_mask_leaves_out_caller") {
+    launch_kernel<shuffle_mask_leaves_out_caller_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "shuffle_lane_absent") {
+    launch_kernel<shuffle_lane_absent_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "shuffle_lane_beyond_warp") {
+    launch_kernel<shuffle_lane_beyond_warp_kernel>(1, 20, 0, nullptr, out);
+  } else if (n == "shuffle_lane_at_barrier") {
+    launch_kernel<shuffle_lane_at_barrier_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "too_many_threads") {
+    launch_kernel<empty_kernel>(1, dim3(32, 33), 0, nullptr);
+  } else if (n == "too_much_shared") {
+    launch_kernel<empty_kernel>(1, 32, 48 * 1024 + 1, nullptr);
+  } else if (n == "empty_grid") {
+    launch_kernel<empty_kernel>(0, 32, 0, nullptr);
+  } else {
+    throw std::invalid_argument("cuda_sim: no misuse kernel " + n);
+  }
+}

@@ -1,0 +1,62 @@
+"""Run the CUDA path of an op -- the shared glue, the CUDA launcher and its
+kernels -- on the CPU harness, without a GPU.
+
+    from op_extension import cuda_sim
+    y = cuda_sim.run("gelu", x, "tanh")                       # like ops.gelu
+    dgate, dup = cuda_sim.run_backward("swiglu", dy, gate, up)  # like custom::swiglu_backward
+
+Arguments are those of the op's ``op_extension.ops`` function (``run``) or of
+``torch.ops.custom.<op>_backward`` (``run_backward``); tensors are CPU tensors
+and results are CPU tensors. The kernels are the .cu files compiled by g++
+against the harness (csrc/cuda_sim): every block and thread runs, threads as
+fibers, so barriers and warp shuffles keep their GPU meaning. Outputs are
+filled with NaN before the launch. A misuse the harness detects (a
+__syncthreads not reached by every thread, a shuffle mask naming a lane that
+does not take part, dynamic shared memory accessed out of bounds or raced on
+between two barriers, a launch beyond the GPU's limits) raises RuntimeError
+naming the kernel, block and thread; so do the op's input checks.
+
+``arch`` ("sm_80" or "sm_90") picks the GPU whose launch limits are checked.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _cuda_sim
+
+__all__ = ["ARCHS", "OPS", "run", "run_backward"]
+
+ARCHS = ("sm_80", "sm_90")
+# Every op with CUDA kernels: forward and backward.
+OPS = ("add", "gelu", "swiglu", "geglu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax")
+
+
+def _op(name: str):
+    return getattr(torch.ops.cuda_sim, name)
+
+
+def run(op: str, *args, arch: str = "sm_80", **kwargs):
+    """Forward op `op` (one of OPS) on the CPU harness, launch limits of `arch`."""
+    if op not in OPS:
+        raise ValueError(f"cuda_sim: no CUDA kernel for op {op!r} (available: {', '.join(OPS)})")
+    _cuda_sim.set_arch(arch)
+    if op == "add" and len(args) >= 2 and not isinstance(args[1], torch.Tensor):
+        # As ops.add: a number `other` becomes a 0-dim tensor of input's dtype.
+        args = (args[0], torch.full((), args[1], dtype=args[0].dtype)) + tuple(args[2:])
+    return _op(op)(*args, **kwargs)
+
+
+def run_backward(op: str, *args, arch: str = "sm_80", **kwargs):
+    """Backward op of `op` (custom::<op>_backward's arguments) on the CPU harness."""
+    if op not in OPS:
+        raise ValueError(f"cuda_sim: no CUDA backward kernel for op {op!r} (available: {', '.join(OPS)})")
+    _cuda_sim.set_arch(arch)
+    return _op(f"{op}_backward")(*args, **kwargs)
+
+
+def _run_misuse(name: str, arch: str = "sm_80") -> None:
+    """Runs one of the harness's planted-mistake kernels (csrc/cuda_sim/misuse);
+    raises RuntimeError with the harness's report. "clean" runs without error."""
+    _cuda_sim.set_arch(arch)
+    _cuda_sim._run_misuse(name)

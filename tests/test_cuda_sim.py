@@ -1,0 +1,204 @@
+"""The CUDA path of every op (glue -> launcher -> kernels of kernel/cuda/*.cu) on
+the CPU harness (op_extension.cuda_sim), against the references of
+tests/reference.py, and the harness's own checks on planted mistakes.
+
+Forward results are compared with the reference at reference.TOLERANCES.
+Backward results are compared with the CPU kernels' backward op
+(torch.ops.custom.<op>_backward, itself held to the reference by test_ops.py)
+at twice the backward tolerance: each is within one tolerance of the exact
+gradient, so within two of each other.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from op_extension import cuda_sim
+from reference import DTYPE_IDS, DTYPES, backward_args, build, reference, sample_params, tolerance
+
+dtype_params = pytest.mark.parametrize("dtype", DTYPES, ids=[DTYPE_IDS[d] for d in DTYPES])
+
+
+def _tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _twice(tol: dict) -> dict:
+    return {k: 2 * v for k, v in tol.items()}
+
+
+def _assert_close_all(actual, expected, tol, what):
+    actual, expected = _tuple(actual), _tuple(expected)
+    assert len(actual) == len(expected), what
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        if e is None or (isinstance(e, torch.Tensor) and e.numel() == 0 and a is None):
+            continue
+        assert a.dtype == e.dtype and a.shape == e.shape, f"{what} output {k}"
+        torch.testing.assert_close(a, e, **tol, msg=lambda m: f"{what} output {k}: {m}")
+
+
+# ---------------------------------------------------------------------------
+# Every op sample of the reference suite, every dtype
+# ---------------------------------------------------------------------------
+
+
+@dtype_params
+@pytest.mark.parametrize("op,sample", sample_params(large=False))
+def test_forward_matches_reference(op, sample, dtype):
+    torch.manual_seed(0)
+    args, kwargs = build(sample, dtype)
+    outs = cuda_sim.run(op, *args, **kwargs)
+    expected, _ = reference(op, args, kwargs)
+    _assert_close_all(outs, expected, tolerance(dtype, op, "forward"), op)
+
+
+@dtype_params
+@pytest.mark.parametrize("op,sample", sample_params(large=False))
+def test_backward_matches_cpu_kernels(op, sample, dtype):
+    torch.manual_seed(0)
+    args, kwargs = build(sample, dtype)
+    name, bw_args = backward_args(op, args, kwargs)
+    got = cuda_sim.run_backward(op, *bw_args)
+    expected = getattr(torch.ops.custom, name)(*bw_args)
+    _assert_close_all(got, expected, _twice(tolerance(dtype, op, "backward")), name)
+
+
+# ---------------------------------------------------------------------------
+# Elementwise kernels: odd sizes, one element, and base pointers off the 16-byte
+# grid (a view at storage offset 1), which take the one-element-per-access path
+# ---------------------------------------------------------------------------
+
+SIZES = (1, 7, 8, 9, 255, 257, 1025, 4099)
+
+
+def _tensor(n: int, dtype: torch.dtype, misaligned: bool) -> torch.Tensor:
+    t = torch.randn(n + 1, dtype=torch.float64).to(dtype)
+    return t[1:] if misaligned else t[:n].clone()
+
+
+alignment_params = pytest.mark.parametrize("misaligned", [False, True], ids=["aligned", "offset1"])
+size_params = pytest.mark.parametrize("n", SIZES)
+
+
+@dtype_params
+@alignment_params
+@size_params
+def test_elementwise_sizes_and_alignment(n, misaligned, dtype):
+    torch.manual_seed(n)
+    x, y, dy = (_tensor(n, dtype, misaligned) for _ in range(3))
+    assert not misaligned or x.data_ptr() % 16 != 0
+    tol, tol_bw = tolerance(dtype), _twice(tolerance(dtype, None, "backward"))
+    custom = torch.ops.custom
+
+    (ref,), _ = reference("add", (x, y, 0.5))
+    torch.testing.assert_close(cuda_sim.run("add", x, y, 0.5), ref, **tol)
+    for approximate in ("none", "tanh"):
+        (ref,), _ = reference("gelu", (x, approximate))
+        torch.testing.assert_close(cuda_sim.run("gelu", x, approximate), ref, **tolerance(dtype, "gelu"))
+        torch.testing.assert_close(cuda_sim.run_backward("gelu", dy, x, approximate),
+                                   custom.gelu_backward(dy, x, approximate), **tol_bw)
+        (ref,), _ = reference("geglu", (x, y, approximate))
+        torch.testing.assert_close(cuda_sim.run("geglu", x, y, approximate), ref, **tolerance(dtype, "geglu"))
+        _assert_close_all(cuda_sim.run_backward("geglu", dy, x, y, approximate),
+                          custom.geglu_backward(dy, x, y, approximate), tol_bw, "geglu_backward")
+    (ref,), _ = reference("swiglu", (x, y))
+    torch.testing.assert_close(cuda_sim.run("swiglu", x, y), ref, **tolerance(dtype, "swiglu"))
+    _assert_close_all(cuda_sim.run_backward("swiglu", dy, x, y), custom.swiglu_backward(dy, x, y), tol_bw,
+                      "swiglu_backward")
+
+
+@dtype_params
+@alignment_params
+@pytest.mark.parametrize("cols", [1, 8, 33, 1000])
+def test_row_kernels_misaligned_rows(cols, misaligned, dtype):
+    """Norms and softmax with rows that start off the 16-byte grid."""
+    torch.manual_seed(cols)
+    rows = 3
+    x = _tensor(rows * cols, dtype, misaligned).view(rows, cols)
+    w = _tensor(cols, dtype, misaligned)
+    (ref,), _ = reference("rms_norm", (x, [cols], w, 1e-6))
+    torch.testing.assert_close(cuda_sim.run("rms_norm", x, [cols], w, 1e-6), ref, **tolerance(dtype, "rms_norm"))
+    (ref,), _ = reference("layer_norm", (x, [cols], w, w, 1e-5))
+    torch.testing.assert_close(cuda_sim.run("layer_norm", x, [cols], w, w, 1e-5), ref,
+                               **tolerance(dtype, "layer_norm"))
+    (ref,), _ = reference("softmax", (x, -1))
+    torch.testing.assert_close(cuda_sim.run("softmax", x, -1), ref, **tolerance(dtype, "softmax"))
+
+
+def test_special_values_follow_the_cpu_kernels():
+    x = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1e30, -1e30, 3.0])
+    for approximate in ("none", "tanh"):
+        torch.testing.assert_close(cuda_sim.run("gelu", x, approximate), torch.ops.custom.gelu(x, approximate),
+                                   equal_nan=True)
+    torch.testing.assert_close(cuda_sim.run("swiglu", x, x), torch.ops.custom.swiglu(x, x), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_16_bit_results_round_to_nearest_even(dtype):
+    """add in float, rounded once: ties (exactly between two 16-bit values) go to the even one,
+    as torch's own float -> 16-bit conversion does, for normal and subnormal results."""
+    tiny = torch.finfo(dtype).smallest_normal
+    base = torch.tensor([1.0, 3.0, -5.0, 1000.0, tiny, tiny / 8, 2 * tiny], dtype=torch.float32)
+    eps = torch.finfo(dtype).eps
+    for frac in (0.5, 1.5, 0.25, 0.75):
+        step = base.abs() * eps * frac
+        step[4:] = torch.finfo(dtype).smallest_normal * eps * frac  # subnormal spacing
+        a, b = base.to(dtype), step.to(dtype)
+        expected = (a.float() + b.float()).to(dtype)  # torch rounds to nearest even
+        torch.testing.assert_close(cuda_sim.run("add", a, b), expected, atol=0, rtol=0)
+
+
+def test_bad_input_raises_the_op_message():
+    with pytest.raises(TypeError, match="custom::gelu"):
+        cuda_sim.run("gelu", torch.ones(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match="no CUDA kernel"):
+        cuda_sim.run("matmul", torch.ones(3))
+    with pytest.raises(ValueError, match="sm_80 or sm_90"):
+        cuda_sim.run("gelu", torch.ones(3), arch="sm_70")
+
+
+# ---------------------------------------------------------------------------
+# The harness's reports, one planted mistake each (csrc/cuda_sim/misuse)
+# ---------------------------------------------------------------------------
+
+
+def test_clean_kernel_passes():
+    cuda_sim._run_misuse("clean")
+
+
+MISUSE = {
+    "barrier_after_exit": r"barrier_after_exit_kernel: block \(0,0,0\) thread \(0,0,0\): __syncthreads at "
+                          r".*misuse_kernels.cpp:\d+ is not reached by block \(0,0,0\) thread \(5,0,0\), which has exited",
+    "barrier_in_branch": r"__syncthreads at .*:\d+ is not reached by block \(0,0,0\) thread \(1,0,0\), "
+                         r"which waits at __syncthreads at .*:\d+",
+    "shuffle_mask_leaves_out_caller": r"thread \(0,0,0\): __shfl_xor_sync with mask 0xfffffffe called by lane 0, "
+                                      r"which the mask leaves out",
+    "shuffle_lane_absent": r"__shfl_down_sync with mask 0xffffffff names lane 16, which does not take part "
+                           r"\(it has exited\)",
+    "shuffle_lane_beyond_warp": r"__shfl_down_sync with mask 0xffffffff names lanes beyond the 20 this warp has",
+    "shuffle_lane_at_barrier": r"names lane 3, which does not take part \(it waits at __syncthreads\)",
+    "too_many_threads": r"empty_kernel: invalid launch: more than 1024 threads per block.*block \(32,33,1\)",
+    "too_much_shared": r"invalid launch: dynamic shared memory beyond the 48 KiB .* on sm_90.*49153 bytes",
+    "empty_grid": r"invalid launch: an empty grid or block \(grid \(0,1,1\)",
+    "static_shared_race": r"thread \(1,0,0\): shared memory race \(read after write\) at byte offset 0 of static "
+                          r"__shared__ op_ext::cuda::misuse::static_shared_race_kernel\(float\*\)::total with "
+                          r"block \(0,0,0\) thread \(0,0,0\)",
+    "shared_out_of_bounds": r"thread \(31,0,0\): dynamic shared memory write out of bounds: byte offset 128 of a "
+                            r"128-byte allocation",
+    # Threads run in order: thread 0 reads slot 1 before thread 1 writes it.
+    "shared_read_after_write": r"thread \(1,0,0\): shared memory race \(write after read\) at byte offset 4 of "
+                               r"dynamic shared memory with block \(0,0,0\) thread \(0,0,0\), no __syncthreads between",
+    "shared_write_after_read": r"thread \(1,0,0\): shared memory race \(write after read\) at byte offset 0 of "
+                               r"dynamic shared memory with block \(0,0,0\) thread \(0,0,0\)",
+    "shared_write_after_write": r"thread \(1,0,0\): shared memory race \(write after write\) at byte offset 0 of "
+                                r"dynamic shared memory with block \(0,0,0\) thread \(0,0,0\)",
+}
+
+
+@pytest.mark.parametrize("name", MISUSE)
+def test_misuse_is_reported(name):
+    with pytest.raises(RuntimeError, match=MISUSE[name]):
+        cuda_sim._run_misuse(name, arch="sm_90" if name == "too_much_shared" else "sm_80")
+    cuda_sim._run_misuse("clean")  # a report leaves the harness usable
