@@ -500,7 +500,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         Acc xv[kVec], dyv[kVec], out[kVec];
         load_acc<kVec>(x_src + j, xv);
         load_acc<kVec>(dy_src + j, dyv);
-        Acc w[kVec];
+        Acc w[kVec] = {};  // read only with a weight; zeroed for the compilers' flow analysis
         if (weight != nullptr) load_acc<kVec>(weight + j, w);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
