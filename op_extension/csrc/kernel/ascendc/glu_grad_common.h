@@ -19,21 +19,6 @@
 
 namespace op_ext_kernel {
 
-// Every Cast of these kernels, in one place (the round modes are a SoC rule:
-// widening is exact and takes CAST_NONE; narrowing rounds to nearest even).
-struct GluGradCast {
-  template <typename T>
-  __aicore__ static inline void ToFloat(const AscendC::LocalTensor<float>& dst, const AscendC::LocalTensor<T>& src,
-                                        uint32_t count) {
-    AscendC::Cast(dst, src, AscendC::RoundMode::CAST_NONE, count);
-  }
-  template <typename T>
-  __aicore__ static inline void FromFloat(const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<float>& src,
-                                          uint32_t count) {
-    AscendC::Cast(dst, src, op_ext_kernel::NarrowRound<T>(), count);
-  }
-};
-
 // Float scratch rows of the math (GluGradMathRows of glu_tiling.h): SiLU two
 // (s and 1 + g (1 - s)), GELU four (gelu_common.h's s0..s3).
 __aicore__ inline uint32_t GluGradMathRows(uint32_t activation) { return activation == kGluSilu ? 2 : 4; }
@@ -108,14 +93,14 @@ class KernelGluGrad {
       LocalTensor<float> dyf = s[mathRows * tileLength_];
       LocalTensor<float> gf = s[(mathRows + 1) * tileLength_];
       LocalTensor<float> uf = s[(mathRows + 2) * tileLength_];
-      GluGradCast::ToFloat(dyf, dy, count);
-      GluGradCast::ToFloat(gf, g, count);
-      GluGradCast::ToFloat(uf, u, count);
+      CastToFloat(dyf, dy, count);
+      CastToFloat(gf, g, count);
+      CastToFloat(uf, u, count);
       // In place: gate is last read before gradUp is written over it (Grads' order), up
       // is last read as gradGate's first factor.
       Grads(uf, gf, dyf, gf, uf, s, n);
-      GluGradCast::FromFloat(dg, uf, count);
-      GluGradCast::FromFloat(du, gf, count);
+      CastFromFloat(dg, uf, count);
+      CastFromFloat(du, gf, count);
     }
     outQueueGradGate_.EnQue(dg);
     outQueueGradUp_.EnQue(du);

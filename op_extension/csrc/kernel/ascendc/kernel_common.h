@@ -39,6 +39,20 @@ __aicore__ inline constexpr AscendC::RoundMode NarrowRound() {
   return AscendC::IsSameType<T, half>::value ? AscendC::RoundMode::CAST_NONE : AscendC::RoundMode::CAST_RINT;
 }
 
+// float -> T (half or bfloat16_t), rounded to nearest even on every SoC
+// (NarrowRound), and T -> float, exact (widening takes only CAST_NONE): every
+// Cast of the kernels that convert whole rows goes through these two.
+template <typename T>
+__aicore__ inline void CastFromFloat(const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<float>& src,
+                                     uint32_t count) {
+  AscendC::Cast(dst, src, NarrowRound<T>(), count);
+}
+template <typename T>
+__aicore__ inline void CastToFloat(const AscendC::LocalTensor<float>& dst, const AscendC::LocalTensor<T>& src,
+                                   uint32_t count) {
+  AscendC::Cast(dst, src, AscendC::RoundMode::CAST_NONE, count);
+}
+
 template <typename T>
 __aicore__ inline constexpr uint32_t BlockElems() {
   return kBlockBytes / sizeof(T);
@@ -126,6 +140,24 @@ __aicore__ inline void LoadParamRowAsFloat(Queue& queue, const AscendC::GlobalTe
     AscendC::Cast(dst, raw, AscendC::RoundMode::CAST_NONE, cols);
   }
   queue.FreeTensor(raw);
+}
+
+// `width` float sums (a column block of a weight or bias gradient) to GM as T,
+// staged through `queue`, a VECOUT queue whose buffers hold `width` T rounded up
+// to a block.
+template <typename T, typename Queue>
+__aicore__ inline void StoreFloatRow(Queue& queue, const AscendC::GlobalTensor<T>& dst,
+                                     const AscendC::LocalTensor<float>& src, uint32_t width) {
+  AscendC::LocalTensor<T> out = queue.template AllocTensor<T>();
+  if constexpr (AscendC::IsSameType<T, float>::value) {
+    AscendC::DataCopy(out, src, AlignToBlock<float>(width));
+  } else {
+    CastFromFloat(out, src, width);
+  }
+  queue.EnQue(out);
+  out = queue.template DeQue<T>();
+  CopyUbToGm(dst, out, width);
+  queue.FreeTensor(out);
 }
 
 // Elements an input GlobalTensor may be read over: a tensor smaller than one

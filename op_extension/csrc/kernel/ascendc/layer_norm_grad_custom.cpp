@@ -431,13 +431,8 @@ class KernelLayerNormGrad {
     } else {
       Muls(tmp, tmp, rstd, n);
       if (s != 1.0f) Muls(tmp, tmp, s, n);
-      CastToT(dx, tmp, static_cast<uint32_t>(n));
+      op_ext_kernel::CastFromFloat(dx, tmp, static_cast<uint32_t>(n));
     }
-  }
-
-  // Every float -> T narrowing of this kernel: one place for the round mode.
-  __aicore__ inline void CastToT(const LocalTensor<T>& dst, const LocalTensor<float>& src, uint32_t count) {
-    Cast(dst, src, op_ext_kernel::NarrowRound<T>(), count);
   }
 
   // `count` elements of `t` in float: `t` itself for float, else cast into `buf`.
@@ -533,22 +528,8 @@ class KernelLayerNormGrad {
       if (t_.hasBias) Add(accB, accB, dyf, n);
       inQueueDy_.FreeTensor(dy);
     }
-    if (t_.hasWeight) StoreColumnSums(dwGm_, accW, col, width);
-    if (t_.hasBias) StoreColumnSums(dbGm_, accB, col, width);
-  }
-
-  __aicore__ inline void StoreColumnSums(const GlobalTensor<T>& gm, const LocalTensor<float>& acc, uint64_t col,
-                                         uint32_t width) {
-    LocalTensor<T> out = outQueue_.template AllocTensor<T>();
-    if constexpr (kIsFloat) {
-      DataCopy(out, acc, (width + 7) / 8 * 8);
-    } else {
-      CastToT(out, acc, width);
-    }
-    outQueue_.EnQue(out);
-    out = outQueue_.template DeQue<T>();
-    op_ext_kernel::CopyUbToGm(gm[col], out, width);
-    outQueue_.FreeTensor(out);
+    if (t_.hasWeight) op_ext_kernel::StoreFloatRow(outQueue_, dwGm_[col], accW, width);
+    if (t_.hasBias) op_ext_kernel::StoreFloatRow(outQueue_, dbGm_[col], accB, width);
   }
 
   optiling::LayerNormGradCustomTilingData t_;

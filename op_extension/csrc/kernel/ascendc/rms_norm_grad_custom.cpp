@@ -329,7 +329,7 @@ class KernelRmsNormGrad {
       Muls(tmp, tmp, rstd, n);
       if (scale != 1.0f) Muls(tmp, tmp, scale, n);
       if (t_.hasGradResidual) Add(tmp, tmp, AsFloat(gr, inputF_, static_cast<uint32_t>(n)), n);
-      CastToT(dx, tmp, static_cast<uint32_t>(n));
+      op_ext_kernel::CastFromFloat(dx, tmp, static_cast<uint32_t>(n));
     }
   }
 
@@ -365,11 +365,6 @@ class KernelRmsNormGrad {
     }
     RstdAndCoeff(acc, t_.eps * s * s, rstd, coeff);
     scale = s;
-  }
-
-  // Every float -> T narrowing of this kernel: one place for the round mode.
-  __aicore__ inline void CastToT(const LocalTensor<T>& dst, const LocalTensor<float>& src, uint32_t count) {
-    Cast(dst, src, op_ext_kernel::NarrowRound<T>(), count);
   }
 
   // `count` elements of `t` in float: `t` itself for float, else cast into `buf`.
@@ -450,16 +445,7 @@ class KernelRmsNormGrad {
       inQueueX_.FreeTensor(x);
       inQueueDy_.FreeTensor(dy);
     }
-    LocalTensor<T> dw = outQueue_.template AllocTensor<T>();
-    if constexpr (kIsFloat) {
-      DataCopy(dw, acc, (width + 7) / 8 * 8);
-    } else {
-      CastToT(dw, acc, width);
-    }
-    outQueue_.EnQue(dw);
-    dw = outQueue_.template DeQue<T>();
-    op_ext_kernel::CopyUbToGm(dwGm_[col], dw, width);
-    outQueue_.FreeTensor(dw);
+    op_ext_kernel::StoreFloatRow(outQueue_, dwGm_[col], acc, width);
   }
 
   optiling::RmsNormGradCustomTilingData t_;

@@ -27,19 +27,6 @@ namespace {
 using namespace AscendC;
 using op_ext_kernel::kBufferNum;
 
-// Every Cast of this kernel, in one place (the round modes are a SoC rule:
-// widening is exact and takes CAST_NONE; narrowing rounds to nearest even).
-struct SoftmaxGradCast {
-  template <typename T>
-  __aicore__ static inline void ToFloat(const LocalTensor<float>& dst, const LocalTensor<T>& src, uint32_t count) {
-    Cast(dst, src, RoundMode::CAST_NONE, count);
-  }
-  template <typename T>
-  __aicore__ static inline void FromFloat(const LocalTensor<T>& dst, const LocalTensor<float>& src, uint32_t count) {
-    Cast(dst, src, op_ext_kernel::NarrowRound<T>(), count);
-  }
-};
-
 template <typename T>
 class KernelSoftmaxGrad {
  public:
@@ -124,14 +111,14 @@ class KernelSoftmaxGrad {
       } else {
         LocalTensor<float> dyf = dyF_.template Get<float>();
         LocalTensor<float> yf = yF_.template Get<float>();
-        SoftmaxGradCast::ToFloat(dyf, dy[at], len);
-        SoftmaxGradCast::ToFloat(yf, y[at], len);
+        op_ext_kernel::CastToFloat(dyf, dy[at], len);
+        op_ext_kernel::CastToFloat(yf, y[at], len);
         Mul(dyf, dyf, yf, n);
         const float s = ReadSum(dyf, n);
-        SoftmaxGradCast::ToFloat(dyf, dy[at], len);
+        op_ext_kernel::CastToFloat(dyf, dy[at], len);
         Adds(dyf, dyf, -s, n);
         Mul(dyf, dyf, yf, n);
-        SoftmaxGradCast::FromFloat(dx[at], dyf, len);
+        op_ext_kernel::CastFromFloat(dx[at], dyf, len);
       }
     }
     outQueueDx_.EnQue(dx);
@@ -186,7 +173,7 @@ class KernelSoftmaxGrad {
       const LocalTensor<float> out = kIsFloat ? dx.template ReinterpretCast<float>() : dyf;
       Adds(out, dyf, -sum, n);
       Mul(out, out, yf, n);
-      if constexpr (!kIsFloat) SoftmaxGradCast::FromFloat(dx, out, len);
+      if constexpr (!kIsFloat) op_ext_kernel::CastFromFloat(dx, out, len);
       outQueueDx_.EnQue(dx);
       inQueueDy_.FreeTensor(dy);
       inQueueY_.FreeTensor(y);
@@ -217,7 +204,7 @@ class KernelSoftmaxGrad {
       return x.template ReinterpretCast<float>();
     } else {
       LocalTensor<float> xf = buf.template Get<float>();
-      SoftmaxGradCast::ToFloat(xf, x, count);
+      op_ext_kernel::CastToFloat(xf, x, count);
       return xf;
     }
   }
@@ -332,7 +319,7 @@ class KernelSoftmaxGrad {
       return x.template ReinterpretCast<float>();
     } else {
       LocalTensor<float> xf = buf.template Get<float>();
-      for (uint32_t d = 0; d < rows; ++d) SoftmaxGradCast::ToFloat(xf[d * t_.innerTile], x[d * t_.innerTile], len);
+      for (uint32_t d = 0; d < rows; ++d) op_ext_kernel::CastToFloat(xf[d * t_.innerTile], x[d * t_.innerTile], len);
       return xf;
     }
   }
@@ -365,7 +352,7 @@ class KernelSoftmaxGrad {
       const uint32_t at = d * t_.innerTile;
       Sub(out[at], dyf[at], sumRow, n);
       Mul(out[at], out[at], yf[at], n);
-      if constexpr (!kIsFloat) SoftmaxGradCast::FromFloat(dx[at], out[at], len);
+      if constexpr (!kIsFloat) op_ext_kernel::CastFromFloat(dx[at], out[at], len);
     }
     outQueueDx_.EnQue(dx);
   }
