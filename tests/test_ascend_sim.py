@@ -219,19 +219,20 @@ def weight_like(n, dtype):
     return (1 + 0.2 * torch.randn(n)).to(dtype)
 
 
-# (id, input shape, normalized shape, weight, eps, options, socs). 310P has no
-# DataCopyPad, so its rows must be whole 32-byte blocks: its cases use such rows.
+# (id, input shape, normalized shape, weight, eps, options, socs). Every case on
+# both SoCs: Ascend310P (no DataCopyPad) moves rows that are not whole 32-byte
+# blocks as whole blocks (the kernels' RowCopier, kernel_common.h).
 RMS_CASES = [
-    ("3x769_weight", (3, 769), [769], True, 1e-6, {}, ("Ascend910B",)),
-    ("3x769_no_weight", (3, 769), [769], False, None, {}, ("Ascend910B",)),
+    ("3x769_weight", (3, 769), [769], True, 1e-6, {}, SOCS),
+    ("3x769_no_weight", (3, 769), [769], False, None, {}, SOCS),
     ("hidden_4096_few_rows", (4, 4096), [4096], True, 1e-6, {}, SOCS),
     ("rows_of_768", (3, 768), [768], True, 1e-5, {}, SOCS),
-    ("many_rows_per_tile_70x33", (70, 33), [33], True, 1e-6, {}, ("Ascend910B",)),
+    ("many_rows_per_tile_70x33", (70, 33), [33], True, 1e-6, {}, SOCS),
     ("many_rows_70x64_3_cores", (70, 64), [64], True, 1e-6, {"_core_num": 3}, SOCS),
-    ("row_split_small_ub", (3, 1000), [1000], True, 1e-6, {"_ub_size": 8192}, ("Ascend910B",)),
+    ("row_split_small_ub", (3, 1000), [1000], True, 1e-6, {"_ub_size": 8192}, SOCS),
     ("row_split_aligned", (3, 1024), [1024], True, 1e-6, {"_ub_size": 8192}, SOCS),
-    ("row_split_real_ub_9001", (2, 9001), [9001], True, 1e-6, {}, ("Ascend910B",)),
-    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, 1e-5, {}, ("Ascend910B",)),
+    ("row_split_real_ub_9001", (2, 9001), [9001], True, 1e-6, {}, SOCS),
+    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, 1e-5, {}, SOCS),
     ("one_row", (1, 64), [64], False, 1e-6, {}, SOCS),
 ]
 
@@ -274,27 +275,19 @@ def test_rms_norm_backward_no_rows_gives_zero_weight_grad(soc):
 
 
 @pytest.mark.parametrize("soc", SOCS)
-def test_rms_norm_backward_zero_rows_unaligned_runs_shape_checks(soc):
-    # Zero rows used to skip the tiling's SoC checks, and the gradWeight pass then
-    # ran DataCopyPad on 310P. Now an empty input meets the same row-length rule as
-    # a non-empty one (forward too), and 910B still gives a zero weight grad.
+def test_rms_norm_zero_rows_unaligned(soc):
+    # Zero rows of 7 (not a whole block): an empty output, and a zero weight grad
+    # from the gradWeight pass, on both SoCs (310P without DataCopyPad).
     x, w = torch.empty(0, 7), torch.ones(7)
-    if soc == "Ascend310P":
-        message = r"on Ascend310P the row length \(the normalized size\) must be a multiple of 32 bytes"
-        with pytest.raises(RuntimeError, match="RmsNormGradCustom: " + message):
-            ascend_sim.run_backward("rms_norm", torch.empty(0, 7), x, [7], w, 1e-6, soc=soc)
-        with pytest.raises(RuntimeError, match="RmsNormCustom: " + message):
-            ascend_sim.run("rms_norm", x, [7], w, 1e-6, soc=soc)
-    else:
-        dx, dw = ascend_sim.run_backward("rms_norm", torch.empty(0, 7), x, [7], w, 1e-6, soc=soc)
-        assert dx.shape == (0, 7) and torch.equal(dw, torch.zeros(7))
-        assert ascend_sim.run("rms_norm", x, [7], w, 1e-6, soc=soc).shape == (0, 7)
+    dx, dw = ascend_sim.run_backward("rms_norm", torch.empty(0, 7), x, [7], w, 1e-6, soc=soc)
+    assert dx.shape == (0, 7) and torch.equal(dw, torch.zeros(7))
+    assert ascend_sim.run("rms_norm", x, [7], w, 1e-6, soc=soc).shape == (0, 7)
 
 
 # Rows whose float32 sum of squares overflows; against float64. (id, cols, options, socs):
-# whole rows, and split rows (a shrunk UB). 310P rows are whole 32-byte blocks.
+# whole rows, and split rows (a shrunk UB), on both SoCs.
 OVERFLOW_LAYOUTS = [
-    ("two_cols", 2, {}, ("Ascend910B",)),
+    ("two_cols", 2, {}, SOCS),
     ("whole_rows", 8, {}, SOCS),
     ("split_rows", 1024, {"_ub_size": 8192}, SOCS),
 ]
@@ -408,13 +401,6 @@ def test_rms_norm_weight_grad_independent_of_core_count():
     _, dw1 = ascend_sim.run_backward("rms_norm", dy, x, [96], w, 1e-6, _core_num=1)
     _, dw48 = ascend_sim.run_backward("rms_norm", dy, x, [96], w, 1e-6)
     assert torch.equal(dw1, dw48)
-
-
-def test_rms_norm_310p_rejects_unaligned_rows():
-    x = torch.randn(3, 769)
-    with pytest.raises(RuntimeError, match=r"RmsNormCustom: on Ascend310P the row length \(the normalized size\) must be "
-                                           r"a multiple of 32 bytes \(8 float32 elements\), got 769"):
-        ascend_sim.run("rms_norm", x, [769], None, 1e-6, soc="Ascend310P")
 
 
 # ---------------------------------------------------------------------------

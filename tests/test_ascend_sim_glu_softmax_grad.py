@@ -27,7 +27,6 @@ from op_extension import ascend_sim
 from reference import DTYPE_IDS, acc_dtype, reference
 from test_ascend_sim import KERNEL_DTYPES, SOCS, ascend_tolerance, params, rand, supported
 
-ONLY_910B = ("Ascend910B",)
 
 
 def case_params(cases, socs_at: int):
@@ -144,30 +143,30 @@ def test_glu_backward_does_not_depend_on_the_split():
 
 # (id, shape, dim, options, socs)
 SOFTMAX_CASES = [
-    ("last_dim_3x769", (3, 769), -1, {}, ONLY_910B),
+    ("last_dim_3x769", (3, 769), -1, {}, SOCS),
     ("last_dim_hidden_4096", (4, 4096), 1, {}, SOCS),
     ("last_dim_many_rows_per_tile", (70, 64), -1, {"_core_num": 3}, SOCS),
-    ("last_dim_many_rows_unaligned", (70, 33), -1, {}, ONLY_910B),
+    ("last_dim_many_rows_unaligned", (70, 33), -1, {}, SOCS),
     ("last_dim_many_tiles_small_ub", (40, 128), -1, {"_ub_size": 4096, "_core_num": 2}, SOCS),
-    ("last_dim_split_small_ub", (5, 1000), -1, {"_ub_size": 4096}, ONLY_910B),
+    ("last_dim_split_small_ub", (5, 1000), -1, {"_ub_size": 4096}, SOCS),
     ("last_dim_split_aligned", (3, 1024), -1, {"_ub_size": 4096}, SOCS),
-    ("last_dim_split_real_ub", (2, 30001), -1, {}, ONLY_910B),
+    ("last_dim_split_real_ub", (2, 30001), -1, {}, SOCS),
     ("last_dim_split_real_ub_aligned", (2, 40960), -1, {}, SOCS),
-    ("middle_dim_unaligned_inner", (4, 7, 33), 1, {}, ONLY_910B),
+    ("middle_dim_unaligned_inner", (4, 7, 33), 1, {}, SOCS),
     ("middle_dim_aligned_inner", (3, 16, 32), 1, {}, SOCS),
     ("first_dim", (6, 5, 64), 0, {}, SOCS),
     ("middle_dim_wide_inner_many_cores", (1, 7, 4096), 1, {}, SOCS),
     ("middle_dim_many_slabs_small_ub", (3, 20, 96), -2, {"_ub_size": 2048, "_core_num": 2}, SOCS),
-    ("middle_dim_split_small_ub", (2, 300, 40), 1, {"_ub_size": 4096}, ONLY_910B),
+    ("middle_dim_split_small_ub", (2, 300, 40), 1, {"_ub_size": 4096}, SOCS),
     ("middle_dim_split_aligned", (2, 300, 32), 1, {"_ub_size": 4096}, SOCS),
     ("middle_dim_split_past_4095_rows", (1, 5000, 16), 1, {}, SOCS),
-    ("4d_dim_2", (2, 3, 4, 5), 2, {}, ONLY_910B),
-    ("more_cores_than_work", (1, 9), -1, {}, ONLY_910B),
-    ("one_element_dim", (4, 1, 40), 1, {}, ONLY_910B),
+    ("4d_dim_2", (2, 3, 4, 5), 2, {}, SOCS),
+    ("more_cores_than_work", (1, 9), -1, {}, SOCS),
+    ("one_element_dim", (4, 1, 40), 1, {}, SOCS),
 ]
 _rng = random.Random(1201)
 SOFTMAX_CASES += [
-    (f"generated_{i}_{shape}_{dim}", shape, dim, {"_ub_size": ub}, ONLY_910B)
+    (f"generated_{i}_{shape}_{dim}", shape, dim, {"_ub_size": ub}, SOCS)
     for i, (shape, dim, ub) in enumerate(
         ((_rng.randint(1, 9), _rng.randint(1, 700), _rng.randint(1, 50)), _rng.choice([0, 1, 2, -1]),
          _rng.choice([4096, 16384, 196608])) for _ in range(6))
@@ -264,11 +263,6 @@ BAD_INPUT = [
      r"SoftmaxGradCustom: gradOutput has dtype float16 but output has float32"),
     ("softmax_grad_float64", _bw("softmax", *(torch.ones(3, 8, dtype=torch.float64),) * 2, 1),
      r"SoftmaxGradCustom: output has dtype float64; supported: float16, float32, bfloat16"),
-    ("softmax_grad_310p_unaligned_rows", _bw("softmax", *(torch.ones(3, 20),) * 2, 1, soc="Ascend310P"),
-     r"SoftmaxGradCustom: on Ascend310P the row length \(the normalized size\) must be a multiple of 32 bytes"),
-    ("softmax_grad_310p_unaligned_inner", _bw("softmax", *(torch.ones(3, 4, 5),) * 2, 1, soc="Ascend310P"),
-     r"SoftmaxGradCustom: on Ascend310P the dims after `dim` must span a multiple of 32 bytes "
-     r"\(8 float32 elements\), got 5"),
 ]
 
 

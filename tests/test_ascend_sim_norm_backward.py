@@ -5,7 +5,7 @@ kernel with gradResidualOut) on the CPU simulator, against tests/reference.py.
 Same approach as test_ascend_sim.py: shapes per path -- one tile, many tiles (a
 shrunk UB via `_ub_size`), unaligned tails, more cores than work, many cores
 (`_core_num`), rows that do not fit in the UB -- in each dtype on both SoCs
-(bfloat16 on Ascend910B only; Ascend310P rows are whole 32-byte blocks). The
+(bfloat16 on Ascend910B only; Ascend310P without DataCopyPad too). The
 outputs start as NaN (the binding's Unwritten), so an element never written fails.
 Also: weight/bias gradients bit-identical for any core count, rows whose float32
 statistics overflow (against float64), layer_norm eps=0 constant rows (NaN, as
@@ -38,7 +38,6 @@ from test_ascend_sim import (
 )
 from test_ascend_tiling import SOC_LIMITS, check_rows, dtypes_for, generated_row_shapes
 
-ONLY_910B = ("Ascend910B",)
 
 
 def case_params(cases, socs_at: int):
@@ -53,7 +52,7 @@ def case_params(cases, socs_at: int):
 
 def generated_cases(seed: int, count: int, with_bias: bool):
     """Random (rows, cols, weight, bias, options) beyond the hand-picked cases: odd
-    sizes on 910B, block multiples for both SoCs, sometimes a shrunk UB or core count."""
+    sizes and block multiples, on both SoCs, sometimes a shrunk UB or core count."""
     rng = random.Random(seed)
     out = []
     for i in range(count):
@@ -63,7 +62,7 @@ def generated_cases(seed: int, count: int, with_bias: bool):
         options = rng.choice([{}, {"_core_num": rng.randint(1, 7)}, {"_ub_size": 4096}, {"_ub_size": 2048,
                                                                                           "_core_num": 3}])
         weight, bias = rng.random() < 0.7, with_bias and rng.random() < 0.6
-        socs = SOCS if aligned else ONLY_910B
+        socs = SOCS
         out.append((f"gen{i}_{rows}x{cols}", (rows, cols), [cols], weight, bias, options, socs))
     return out
 
@@ -74,21 +73,21 @@ def generated_cases(seed: int, count: int, with_bias: bool):
 
 # (id, input shape, normalized shape, weight, bias, eps, options, socs)
 LAYER_NORM_CASES = [
-    ("3x769_weight_bias", (3, 769), [769], True, True, 1e-5, {}, ONLY_910B),
-    ("3x769_plain", (3, 769), [769], False, False, 1e-5, {}, ONLY_910B),
+    ("3x769_weight_bias", (3, 769), [769], True, True, 1e-5, {}, SOCS),
+    ("3x769_plain", (3, 769), [769], False, False, 1e-5, {}, SOCS),
     ("hidden_4096_weight_only", (4, 4096), [4096], True, False, 1e-5, {}, SOCS),
     ("bias_only_768", (3, 768), [768], False, True, 1e-6, {}, SOCS),
-    ("many_rows_per_tile_70x33", (70, 33), [33], True, True, 1e-5, {}, ONLY_910B),
+    ("many_rows_per_tile_70x33", (70, 33), [33], True, True, 1e-5, {}, SOCS),
     ("many_tiles_small_ub", (40, 128), [128], True, True, 1e-5, {"_ub_size": 8192, "_core_num": 2}, SOCS),
     ("many_cores_130x64", (130, 64), [64], True, True, 1e-5, {"_core_num": 7}, SOCS),
-    ("row_split_small_ub", (3, 1000), [1000], True, True, 1e-5, {"_ub_size": 8192}, ONLY_910B),
+    ("row_split_small_ub", (3, 1000), [1000], True, True, 1e-5, {"_ub_size": 8192}, SOCS),
     ("row_split_aligned_plain", (3, 1024), [1024], False, False, 1e-5, {"_ub_size": 8192}, SOCS),
     ("row_split_aligned_bias_only", (2, 1024), [1024], False, True, 1e-5, {"_ub_size": 8192}, SOCS),
     ("row_split_many_cores", (9, 1024), [1024], True, True, 1e-5, {"_ub_size": 8192, "_core_num": 4}, SOCS),
-    ("row_split_real_ub_9001", (2, 9001), [9001], True, True, 1e-5, {}, ONLY_910B),
-    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, True, 1e-5, {}, ONLY_910B),
+    ("row_split_real_ub_9001", (2, 9001), [9001], True, True, 1e-5, {}, SOCS),
+    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, True, 1e-5, {}, SOCS),
     ("more_cores_than_work", (5, 64), [64], True, True, 1e-5, {}, SOCS),
-    ("one_column", (6, 1), [1], True, True, 1e-5, {}, ONLY_910B),
+    ("one_column", (6, 1), [1], True, True, 1e-5, {}, SOCS),
 ]
 LAYER_NORM_GENERATED = [c[:5] + (1e-5,) + c[5:] for c in generated_cases(zlib.crc32(b"ln_bwd"), 12, True)]
 
@@ -189,18 +188,18 @@ def test_layer_norm_backward_eps0_constant_row_gives_nan(options, dtype, soc):
 
 # (id, input shape, normalized shape, weight, grad_residual_out, eps, options, socs)
 FUSED_CASES = [
-    ("3x769_weight", (3, 769), [769], True, True, 1e-6, {}, ONLY_910B),
-    ("3x769_no_weight_no_grad_residual", (3, 769), [769], False, False, None, {}, ONLY_910B),
+    ("3x769_weight", (3, 769), [769], True, True, 1e-6, {}, SOCS),
+    ("3x769_no_weight_no_grad_residual", (3, 769), [769], False, False, None, {}, SOCS),
     ("hidden_4096_few_rows", (4, 4096), [4096], True, True, 1e-6, {}, SOCS),
     ("no_grad_residual_768", (3, 768), [768], True, False, 1e-5, {}, SOCS),
-    ("many_rows_per_tile_70x33", (70, 33), [33], True, True, 1e-6, {}, ONLY_910B),
+    ("many_rows_per_tile_70x33", (70, 33), [33], True, True, 1e-6, {}, SOCS),
     ("many_rows_70x64_3_cores", (70, 64), [64], True, True, 1e-6, {"_core_num": 3}, SOCS),
     ("many_tiles_small_ub", (40, 128), [128], True, True, 1e-5, {"_ub_size": 8192, "_core_num": 2}, SOCS),
-    ("row_split_small_ub", (3, 1000), [1000], True, True, 1e-6, {"_ub_size": 8192}, ONLY_910B),
+    ("row_split_small_ub", (3, 1000), [1000], True, True, 1e-6, {"_ub_size": 8192}, SOCS),
     ("row_split_aligned_no_weight", (3, 1024), [1024], False, True, 1e-6, {"_ub_size": 8192}, SOCS),
     ("row_split_many_cores", (9, 1024), [1024], True, True, 1e-6, {"_ub_size": 8192, "_core_num": 4}, SOCS),
-    ("row_split_real_ub_9001", (2, 9001), [9001], True, True, 1e-6, {}, ONLY_910B),
-    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, True, 1e-5, {}, ONLY_910B),
+    ("row_split_real_ub_9001", (2, 9001), [9001], True, True, 1e-6, {}, SOCS),
+    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, True, 1e-5, {}, SOCS),
     ("one_row", (1, 64), [64], False, True, 1e-6, {}, SOCS),
 ]
 FUSED_GENERATED = [c[:5] + (1e-6,) + c[5:] for c in generated_cases(zlib.crc32(b"fused_bwd"), 12, True)]
@@ -303,13 +302,6 @@ def test_no_rows_give_zero_parameter_grads(soc):
 
 
 BAD_INPUT = [
-    ("ln_310p_unaligned_rows", lambda: ascend_sim.run_backward("layer_norm", torch.ones(3, 20), torch.ones(3, 20), [20],
-                                                               soc="Ascend310P"),
-     r"LayerNormGradCustom: on Ascend310P the row length \(the normalized size\) must be a multiple of 32 bytes "
-     r"\(8 float32 elements\), got 20; this SoC has no DataCopyPad"),
-    ("ln_310p_zero_rows_unaligned", lambda: ascend_sim.run_backward("layer_norm", torch.ones(0, 7), torch.ones(0, 7),
-                                                                    [7], torch.ones(7), None, soc="Ascend310P"),
-     r"LayerNormGradCustom: on Ascend310P the row length"),
     ("ln_bf16_310p", lambda: ascend_sim.run_backward("layer_norm", torch.ones(2, 16).bfloat16(),
                                                      torch.ones(2, 16).bfloat16(), [16], soc="Ascend310P"),
      r"LayerNormGradCustom: input is bfloat16, which Ascend310P does not support"),
@@ -321,10 +313,6 @@ BAD_INPUT = [
     ("ln_float64", lambda: ascend_sim.run_backward("layer_norm", torch.ones(3, 8).double(), torch.ones(3, 8).double(),
                                                    [8]),
      r"LayerNormGradCustom: input has dtype float64; supported: float16, float32, bfloat16"),
-    ("fused_310p_unaligned_rows", lambda: ascend_sim.run_backward("fused_add_rms_norm", torch.ones(3, 769), None,
-                                                                  torch.ones(3, 769), [769], soc="Ascend310P"),
-     r"FusedAddRmsNormGradCustom: on Ascend310P the row length \(the normalized size\) must be a multiple of 32 "
-     r"bytes \(8 float32 elements\), got 769; this SoC has no DataCopyPad"),
     ("fused_grad_residual_shape", lambda: ascend_sim.run_backward("fused_add_rms_norm", torch.ones(3, 8),
                                                                   torch.ones(3, 9), torch.ones(3, 8), [8]),
      r"FusedAddRmsNormGradCustom: gradResidualOutOptional has shape \[3, 9\] but residualOut has \[3, 8\]"),
@@ -363,12 +351,8 @@ def test_row_tilings_contract(op, soc):
     for dtype in dtypes_for(soc):
         block_elems = 32 // (4 if dtype == torch.float32 else 2)
         for rows, cols in generated_row_shapes(seed=zlib.crc32(f"{op}{soc}{dtype}".encode()), count=40):
-            if soc == "Ascend310P" and cols % block_elems:
-                with pytest.raises(RuntimeError, match="must be a multiple of 32 bytes"):
-                    ascend_sim.tiling(op, [(rows, cols)], dtype, soc=soc)
-                continue
             (t,) = ascend_sim.tiling(op, [(rows, cols)], dtype, soc=soc, eps=1e-5)
-            check_rows(t, rows, cols, dtype, core_num, ub_size)
+            check_rows(t, rows, cols, dtype, core_num, ub_size, soc)
             repeats = -(-(t["chunkLength"] if t["splitRow"] else cols) // 64)  # ReduceSum: a float per repeat
             assert t["reduceWorkLength"] == -(-2 * repeats // 8) * 8  # ReduceMax: (value, index) pairs
             assert t["_dwUbBytes"] <= ub_size and t["dwChunkCols"] % block_elems == 0

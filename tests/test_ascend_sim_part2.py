@@ -4,8 +4,8 @@ geglu (forward kernels) on the CPU simulator, against tests/reference.py.
 Same approach as test_ascend_sim.py (whose helpers this file reuses): shapes
 chosen per path -- one tile, many tiles (a shrunk UB via `_ub_size`), tails that
 are not 32-byte aligned, more cores than work, rows that do not fit in the UB --
-in each dtype on both SoCs (bfloat16 on Ascend910B only; Ascend310P has no
-DataCopyPad, so its row lengths are whole 32-byte blocks).
+in each dtype on both SoCs (bfloat16 on Ascend910B only; Ascend310P, which has no
+DataCopyPad, moves rows that are not whole 32-byte blocks as whole blocks).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from op_extension import ascend_sim
 from reference import DTYPE_IDS, reference
 from test_ascend_sim import KERNEL_DTYPES, SOCS, ascend_tolerance, params, rand, supported, weight_like
 
-ONLY_910B = ("Ascend910B",)
 
 
 def case_params(cases, socs_at: int):
@@ -91,19 +90,20 @@ def test_glu_non_contiguous_made_contiguous_by_the_binding():
 # fused_add_rms_norm
 # ---------------------------------------------------------------------------
 
-# (id, input shape, normalized shape, weight, eps, options, socs). 310P has no
-# DataCopyPad, so its rows must be whole 32-byte blocks: its cases use such rows.
+# (id, input shape, normalized shape, weight, eps, options, socs). Every case on
+# both SoCs: Ascend310P (no DataCopyPad) moves rows that are not whole 32-byte
+# blocks as whole blocks (the kernels' RowCopier, kernel_common.h).
 NORM_CASES = [
-    ("3x769_weight", (3, 769), [769], True, 1e-6, {}, ONLY_910B),
-    ("3x769_no_weight", (3, 769), [769], False, None, {}, ONLY_910B),
+    ("3x769_weight", (3, 769), [769], True, 1e-6, {}, SOCS),
+    ("3x769_no_weight", (3, 769), [769], False, None, {}, SOCS),
     ("hidden_4096_few_rows", (4, 4096), [4096], True, 1e-6, {}, SOCS),
-    ("many_rows_per_tile_70x33", (70, 33), [33], True, 1e-6, {}, ONLY_910B),
+    ("many_rows_per_tile_70x33", (70, 33), [33], True, 1e-6, {}, SOCS),
     ("many_rows_70x64_3_cores", (70, 64), [64], True, 1e-6, {"_core_num": 3}, SOCS),
     ("many_tiles_small_ub", (40, 128), [128], True, 1e-5, {"_ub_size": 8192, "_core_num": 2}, SOCS),
-    ("row_split_small_ub", (3, 1000), [1000], True, 1e-6, {"_ub_size": 8192}, ONLY_910B),
+    ("row_split_small_ub", (3, 1000), [1000], True, 1e-6, {"_ub_size": 8192}, SOCS),
     ("row_split_aligned_no_weight", (3, 1024), [1024], False, 1e-6, {"_ub_size": 8192}, SOCS),
-    ("row_split_real_ub_9001", (2, 9001), [9001], True, 1e-6, {}, ONLY_910B),
-    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, 1e-5, {}, ONLY_910B),
+    ("row_split_real_ub_9001", (2, 9001), [9001], True, 1e-6, {}, SOCS),
+    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, 1e-5, {}, SOCS),
     ("one_row", (1, 64), [64], False, 1e-6, {}, SOCS),
 ]
 
@@ -135,17 +135,17 @@ def test_fused_add_rms_norm_is_rms_norm_of_the_stored_sum(soc):
 
 # (id, input shape, normalized shape, weight, bias, eps, options, socs)
 LAYER_NORM_CASES = [
-    ("3x769_weight_bias", (3, 769), [769], True, True, 1e-5, {}, ONLY_910B),
-    ("3x769_plain", (3, 769), [769], False, False, 1e-5, {}, ONLY_910B),
+    ("3x769_weight_bias", (3, 769), [769], True, True, 1e-5, {}, SOCS),
+    ("3x769_plain", (3, 769), [769], False, False, 1e-5, {}, SOCS),
     ("hidden_4096_weight_only", (4, 4096), [4096], True, False, 1e-5, {}, SOCS),
     ("bias_only_768", (3, 768), [768], False, True, 1e-6, {}, SOCS),
-    ("many_rows_per_tile_70x33", (70, 33), [33], True, True, 1e-5, {}, ONLY_910B),
+    ("many_rows_per_tile_70x33", (70, 33), [33], True, True, 1e-5, {}, SOCS),
     ("many_tiles_small_ub", (40, 128), [128], True, True, 1e-5, {"_ub_size": 8192, "_core_num": 2}, SOCS),
-    ("row_split_small_ub", (3, 1000), [1000], True, True, 1e-5, {"_ub_size": 8192}, ONLY_910B),
+    ("row_split_small_ub", (3, 1000), [1000], True, True, 1e-5, {"_ub_size": 8192}, SOCS),
     ("row_split_aligned_plain", (3, 1024), [1024], False, False, 1e-5, {"_ub_size": 8192}, SOCS),
     ("row_split_aligned_bias_only", (2, 1024), [1024], False, True, 1e-5, {"_ub_size": 8192}, SOCS),
-    ("row_split_real_ub_9001", (2, 9001), [9001], True, True, 1e-5, {}, ONLY_910B),
-    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, True, 1e-5, {}, ONLY_910B),
+    ("row_split_real_ub_9001", (2, 9001), [9001], True, True, 1e-5, {}, SOCS),
+    ("multi_dim_normalized", (2, 4, 6), [4, 6], True, True, 1e-5, {}, SOCS),
     ("more_cores_than_work", (5, 64), [64], True, True, 1e-5, {}, SOCS),
 ]
 
@@ -178,22 +178,22 @@ def test_layer_norm_large_mean_is_stable(options):
 
 # (id, shape, dim, options, socs)
 SOFTMAX_CASES = [
-    ("last_dim_3x769", (3, 769), -1, {}, ONLY_910B),
+    ("last_dim_3x769", (3, 769), -1, {}, SOCS),
     ("last_dim_hidden_4096", (4, 4096), 1, {}, SOCS),
     ("last_dim_many_rows_per_tile", (70, 64), -1, {"_core_num": 3}, SOCS),
     ("last_dim_many_tiles_small_ub", (40, 128), -1, {"_ub_size": 4096, "_core_num": 2}, SOCS),
-    ("last_dim_split_small_ub", (5, 1000), -1, {"_ub_size": 4096}, ONLY_910B),
+    ("last_dim_split_small_ub", (5, 1000), -1, {"_ub_size": 4096}, SOCS),
     ("last_dim_split_aligned", (3, 1024), -1, {"_ub_size": 4096}, SOCS),
-    ("last_dim_split_real_ub", (2, 30001), -1, {}, ONLY_910B),
-    ("middle_dim_unaligned_inner", (4, 7, 33), 1, {}, ONLY_910B),
+    ("last_dim_split_real_ub", (2, 30001), -1, {}, SOCS),
+    ("middle_dim_unaligned_inner", (4, 7, 33), 1, {}, SOCS),
     ("middle_dim_aligned_inner", (3, 16, 32), 1, {}, SOCS),
     ("first_dim", (6, 5, 64), 0, {}, SOCS),
     ("middle_dim_wide_inner_many_cores", (1, 7, 4096), 1, {}, SOCS),
     ("middle_dim_many_slabs_small_ub", (3, 20, 96), -2, {"_ub_size": 2048, "_core_num": 2}, SOCS),
-    ("middle_dim_split_small_ub", (2, 300, 40), 1, {"_ub_size": 4096}, ONLY_910B),
+    ("middle_dim_split_small_ub", (2, 300, 40), 1, {"_ub_size": 4096}, SOCS),
     ("middle_dim_split_aligned", (2, 300, 32), 1, {"_ub_size": 4096}, SOCS),
-    ("4d_dim_2", (2, 3, 4, 5), 2, {}, ONLY_910B),
-    ("more_cores_than_work", (1, 9), -1, {}, ONLY_910B),
+    ("4d_dim_2", (2, 3, 4, 5), 2, {}, SOCS),
+    ("more_cores_than_work", (1, 9), -1, {}, SOCS),
 ]
 
 
@@ -276,11 +276,6 @@ BAD_INPUT = [
      r"SoftmaxCustom: dim 2 is out of range for input \[3, 8\] \(expected \[-2, 1\]\)"),
     ("softmax_float64", lambda: ascend_sim.run("softmax", torch.ones(3, 8, dtype=torch.float64), 1),
      r"SoftmaxCustom: input has dtype float64; supported: float16, float32, bfloat16"),
-    ("softmax_310p_unaligned_rows", lambda: ascend_sim.run("softmax", torch.ones(3, 20), 1, soc="Ascend310P"),
-     r"SoftmaxCustom: on Ascend310P the row length \(the normalized size\) must be a multiple of 32 bytes"),
-    ("softmax_310p_unaligned_inner", lambda: ascend_sim.run("softmax", torch.ones(3, 4, 5), 1, soc="Ascend310P"),
-     r"SoftmaxCustom: on Ascend310P the dims after `dim` must span a multiple of 32 bytes \(8 float32 elements\), "
-     r"got 5"),
     ("layer_norm_bias_shape", lambda: ascend_sim.run("layer_norm", torch.ones(3, 8), [8], None, torch.ones(7)),
      r"LayerNormCustom: biasOptional has shape \[7\] but normalizedShape \(input's trailing 1 dims\) is \[8\]"),
     ("layer_norm_out_of_range_shape", lambda: ascend_sim.run("layer_norm", torch.ones(8), [2, 8]),
@@ -293,9 +288,6 @@ BAD_INPUT = [
     ("fused_weight_dtype", lambda: ascend_sim.run("fused_add_rms_norm", torch.ones(3, 8), torch.ones(3, 8), [8],
                                                   torch.ones(8).half()),
      r"FusedAddRmsNormCustom: weightOptional has dtype float16 but input has float32"),
-    ("fused_310p_unaligned_rows", lambda: ascend_sim.run("fused_add_rms_norm", torch.ones(3, 769), torch.ones(3, 769),
-                                                         [769], soc="Ascend310P"),
-     r"FusedAddRmsNormCustom: on Ascend310P the row length \(the normalized size\) must be a multiple of 32 bytes"),
     ("swiglu_shapes", lambda: ascend_sim.run("swiglu", torch.ones(3, 4), torch.ones(3, 5)),
      r"SwiGluCustom: up has shape \[3, 5\] but gate has \[3, 4\]"),
     ("swiglu_dtypes", lambda: ascend_sim.run("swiglu", torch.ones(3, 4), torch.ones(3, 4).half()),

@@ -670,41 +670,6 @@ def _bits(t):
 
 
 # ---------------------------------------------------------------------------
-# Ascend 310P limits (no DataCopyPad: everything it moves is whole 32-byte
-# blocks); host/tiling/*.cpp raise these, test_ascend_sim*.py test the messages.
-# ---------------------------------------------------------------------------
-
-
-def ascend_310p_rejects(case: Case, args) -> bool:
-    esize = torch.finfo(case.dtype).bits // 8
-    be = 32 // esize
-    op = case.op
-    if case.backward and op == "add":
-        return False  # issue 12: any shape (short rows and outputs written element-wise)
-    if op in ("rms_norm", "fused_add_rms_norm", "layer_norm"):
-        x_at = {("fused_add_rms_norm", True): 2, ("fused_add_rms_norm", False): 0}.get((op, case.backward),
-                                                                                   1 if case.backward else 0)
-        x = args[x_at]
-        norm = args[x_at + 2] if op == "fused_add_rms_norm" and not case.backward else args[x_at + 1]
-        cols = math.prod(norm)
-        rows = x.numel() // cols if cols else 0
-        # Checked for empty inputs too, as for any other shape (host/tiling/row_tiling.cpp).
-        return cols > 0 and (cols * esize) % 32 != 0
-    if op == "softmax":
-        x, dim = (args[1], args[2]) if case.backward else (args[0], args[1])  # backward: (dy, y, dim)
-        shape = list(x.shape) if x.dim() else [1]
-        dim = dim % len(shape)
-        outer, size, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
-        if outer == 0 or size == 0 or inner == 0:
-            return False
-        cols = size if inner == 1 else inner
-        return (cols * esize) % 32 != 0
-    # elementwise: add, gelu, swiglu, geglu and their backward: any size (issue 12: a
-    # tensor below one block is read from the allocator's padding, written element-wise)
-    return False
-
-
-# ---------------------------------------------------------------------------
 # Tests
 # ---------------------------------------------------------------------------
 
@@ -733,10 +698,6 @@ def check_case(case: Case, target: str) -> None:
     note(f"Reproduce: {repro}")
     args = case.build()
     before = [_bits(a) if isinstance(a, torch.Tensor) else None for a in args]
-    if target == "ascend-Ascend310P" and ascend_310p_rejects(case, args):
-        with pytest.raises(RuntimeError, match=r"on Ascend310P .*(32 bytes|32-byte block)"):
-            run_target(case, target, args)
-        return
     outs = run_target(case, target, args)
     outs = outs if isinstance(outs, tuple) else (outs,)
     refs = reference(case, args)

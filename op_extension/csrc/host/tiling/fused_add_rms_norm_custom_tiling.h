@@ -22,6 +22,7 @@ TILING_DATA_FIELD_DEF(uint32_t, chunkLength)       // split rows: elements per c
 TILING_DATA_FIELD_DEF(uint32_t, reduceWorkLength)  // floats of ReduceSum's work tensor
 TILING_DATA_FIELD_DEF(uint32_t, hasWeight)
 TILING_DATA_FIELD_DEF(uint32_t, dataType)          // KernelDType
+TILING_DATA_FIELD_DEF(uint32_t, tailMode)          // TailMode: how runs that are not whole blocks move (row_tiling.h)
 TILING_DATA_FIELD_DEF(float, eps)
 TILING_DATA_FIELD_DEF(float, invCols)              // 1 / cols
 END_TILING_DATA_DEF;
@@ -44,11 +45,11 @@ namespace op_ext::ascend {
 //     weight) of C; work; one block.
 inline uint64_t FusedAddRmsNormUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols) {
   const uint64_t e = dtype == 0 ? 4 : 2;
-  return 8 * k * stride * e + 4 * stride * (dtype == 0 ? 2 : 3) + 4 * ReduceWorkFloats(cols) + 32;
+  return 8 * k * stride * e + 4 * stride * (dtype == 0 ? 2 : 3) + 4 * ReduceWorkFloats(cols) + 32 + kRowCopierStageBytes;
 }
 inline uint64_t FusedAddRmsNormUbBytesChunk(uint32_t dtype, uint64_t chunk) {
   const uint64_t e = dtype == 0 ? 4 : 2;
-  return 8 * chunk * e + 4 * chunk * (dtype == 0 ? 1 : 3) + 4 * ReduceWorkFloats(chunk) + 32;
+  return 8 * chunk * e + 4 * chunk * (dtype == 0 ? 1 : 3) + 4 * ReduceWorkFloats(chunk) + 32 + kRowCopierStageBytes;
 }
 
 optiling::FusedAddRmsNormCustomTilingData ComputeFusedAddRmsNormTiling(uint64_t rows, uint64_t cols, uint32_t dtype,

@@ -25,6 +25,7 @@ optiling::LayerNormCustomTilingData ComputeLayerNormTiling(uint64_t rows, uint64
   t.set_hasWeight(hasWeight ? 1 : 0);
   t.set_hasBias(hasBias ? 1 : 0);
   t.set_dataType(dtype);
+  t.set_tailMode(RowTailMode(soc));
   t.set_eps(float(eps));
   t.set_invCols(cols == 0 ? 0.0f : float(1.0 / double(cols)));
   return t;

@@ -25,6 +25,7 @@ TILING_DATA_FIELD_DEF(uint32_t, reduceWorkLength)  // floats of ReduceSum's work
 TILING_DATA_FIELD_DEF(uint32_t, hasWeight)
 TILING_DATA_FIELD_DEF(uint32_t, hasBias)
 TILING_DATA_FIELD_DEF(uint32_t, dataType)          // KernelDType
+TILING_DATA_FIELD_DEF(uint32_t, tailMode)          // TailMode: how runs that are not whole blocks move (row_tiling.h)
 TILING_DATA_FIELD_DEF(float, eps)
 TILING_DATA_FIELD_DEF(float, invCols)              // 1 / cols
 END_TILING_DATA_DEF;
@@ -46,11 +47,11 @@ namespace op_ext::ascend {
 //     (and for 16-bit: input, weight-or-bias) of C; work; one block.
 inline uint64_t LayerNormUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols) {
   const uint64_t e = dtype == 0 ? 4 : 2;
-  return 4 * k * stride * e + 4 * stride * (dtype == 0 ? 3 : 4) + 4 * ReduceWorkFloats(cols) + 32;
+  return 4 * k * stride * e + 4 * stride * (dtype == 0 ? 3 : 4) + 4 * ReduceWorkFloats(cols) + 32 + kRowCopierStageBytes;
 }
 inline uint64_t LayerNormUbBytesChunk(uint32_t dtype, uint64_t chunk) {
   const uint64_t e = dtype == 0 ? 4 : 2;
-  return 6 * chunk * e + 4 * chunk * (dtype == 0 ? 1 : 3) + 4 * ReduceWorkFloats(chunk) + 32;
+  return 6 * chunk * e + 4 * chunk * (dtype == 0 ? 1 : 3) + 4 * ReduceWorkFloats(chunk) + 32 + kRowCopierStageBytes;
 }
 
 optiling::LayerNormCustomTilingData ComputeLayerNormTiling(uint64_t rows, uint64_t cols, uint32_t dtype,

@@ -11,17 +11,17 @@ namespace op_ext::ascend {
 uint64_t LayerNormGradUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols) {
   const uint64_t e = DTypeBytes(dtype);
   return 6 * k * stride * e + 4 * stride * (dtype == kDTypeFloat ? 3 : 5) + 4 * ReduceWorkFloats(cols) + 64 +
-         4 * RoundUp(kLayerNormGradStatFloats * k, 8);
+         4 * RoundUp(kLayerNormGradStatFloats * k, 8) + kRowCopierStageBytes;
 }
 
 uint64_t LayerNormGradUbBytesChunk(uint32_t dtype, uint64_t chunk) {
   const uint64_t e = DTypeBytes(dtype);
-  return 6 * chunk * e + 4 * chunk * (dtype == kDTypeFloat ? 2 : 5) + 4 * ReduceWorkFloats(chunk) + 64 + 32;
+  return 6 * chunk * e + 4 * chunk * (dtype == kDTypeFloat ? 2 : 5) + 4 * ReduceWorkFloats(chunk) + 64 + 32 + kRowCopierStageBytes;
 }
 
 uint64_t LayerNormGradUbBytesColumns(uint32_t dtype, uint64_t chunk) {
   const uint64_t e = DTypeBytes(dtype);
-  return 6 * chunk * e + 4 * chunk * (dtype == kDTypeFloat ? 3 : 5);
+  return 6 * chunk * e + 4 * chunk * (dtype == kDTypeFloat ? 3 : 5) + kRowCopierStageBytes;
 }
 
 uint64_t LayerNormGradWorkspaceBytes(const optiling::LayerNormGradCustomTilingData& t) {
@@ -52,6 +52,7 @@ optiling::LayerNormGradCustomTilingData ComputeLayerNormGradTiling(uint64_t rows
   t.set_hasWeight(hasWeight ? 1 : 0);
   t.set_hasBias(hasBias ? 1 : 0);
   t.set_dataType(dtype);
+  t.set_tailMode(RowTailMode(soc));
   t.set_eps(float(eps));
   t.set_invCols(cols == 0 ? 0.0f : float(1.0 / double(cols)));
   const uint64_t maxRowsPerCore = plan.rowsPerCore + (plan.bigCoreNum ? 1 : 0);
@@ -62,7 +63,7 @@ optiling::LayerNormGradCustomTilingData ComputeLayerNormGradTiling(uint64_t rows
   // Pass 1: column blocks of gradWeight / gradBias over cores; every core reads all rows.
   const uint64_t e = DTypeBytes(dtype);
   const uint64_t blockElems = kBlockBytes / e;
-  const uint64_t colBlocks = CeilDiv(cols, blockElems);
+  const uint64_t colBlocks = ColumnUnits(soc, cols, blockElems);
   const uint64_t minBlocks =
       std::max<uint64_t>(1, CeilDiv(kMinBytesPerCore / kBlockBytes, std::max<uint64_t>(1, rows)));
   const CoreSplit split = SplitOverCores(colBlocks, soc.vectorCoreNum, minBlocks);

@@ -51,6 +51,7 @@ TILING_DATA_FIELD_DEF(uint32_t, dwChunkCols)
 TILING_DATA_FIELD_DEF(uint32_t, hasWeight)
 TILING_DATA_FIELD_DEF(uint32_t, hasBias)
 TILING_DATA_FIELD_DEF(uint32_t, dataType)
+TILING_DATA_FIELD_DEF(uint32_t, tailMode)          // TailMode: how runs that are not whole blocks move (row_tiling.h)
 TILING_DATA_FIELD_DEF(float, eps)
 TILING_DATA_FIELD_DEF(float, invCols)
 END_TILING_DATA_DEF;

@@ -23,6 +23,7 @@ optiling::RmsNormCustomTilingData ComputeRmsNormTiling(uint64_t rows, uint64_t c
   t.set_reduceWorkLength(uint32_t(ReduceWorkFloats(plan.splitRow ? plan.chunkLength : cols)));
   t.set_hasWeight(hasWeight ? 1 : 0);
   t.set_dataType(dtype);
+  t.set_tailMode(RowTailMode(soc));
   t.set_eps(float(eps));
   t.set_invCols(cols == 0 ? 0.0f : float(1.0 / double(cols)));
   return t;

@@ -11,18 +11,18 @@ namespace op_ext::ascend {
 uint64_t RmsNormGradUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols, bool gradResidual) {
   const uint64_t e = DTypeBytes(dtype);
   return (gradResidual ? 8 : 6) * k * stride * e + 4 * stride * (dtype == kDTypeFloat ? 2 : 4) +
-         4 * ReduceWorkFloats(cols) + 64 + 4 * RoundUp(k, 8);
+         4 * ReduceWorkFloats(cols) + 64 + 4 * RoundUp(k, 8) + kRowCopierStageBytes;
 }
 
 uint64_t RmsNormGradUbBytesChunk(uint32_t dtype, uint64_t chunk, bool gradResidual) {
   const uint64_t e = DTypeBytes(dtype);
   return (gradResidual ? 8 : 6) * chunk * e + 4 * chunk * (dtype == kDTypeFloat ? 1 : 4) +
-         4 * ReduceWorkFloats(chunk) + 160;
+         4 * ReduceWorkFloats(chunk) + 160 + kRowCopierStageBytes;
 }
 
 uint64_t RmsNormGradUbBytesColumns(uint32_t dtype, uint64_t chunk) {
   const uint64_t e = DTypeBytes(dtype);
-  return 6 * chunk * e + 4 * chunk * (dtype == kDTypeFloat ? 2 : 4);
+  return 6 * chunk * e + 4 * chunk * (dtype == kDTypeFloat ? 2 : 4) + kRowCopierStageBytes;
 }
 
 uint64_t RmsNormGradWorkspaceBytes(const optiling::RmsNormGradCustomTilingData& t) {
@@ -54,6 +54,7 @@ optiling::RmsNormGradCustomTilingData PlanRmsNormGrad(const char* op, uint64_t r
   t.set_hasWeight(hasWeight ? 1 : 0);
   t.set_hasGradResidual(gradResidual ? 1 : 0);
   t.set_dataType(dtype);
+  t.set_tailMode(RowTailMode(soc));
   t.set_eps(float(eps));
   t.set_invCols(cols == 0 ? 0.0f : float(1.0 / double(cols)));
   const uint64_t maxRowsPerCore = plan.rowsPerCore + (plan.bigCoreNum ? 1 : 0);
@@ -64,7 +65,7 @@ optiling::RmsNormGradCustomTilingData PlanRmsNormGrad(const char* op, uint64_t r
   // Pass 1: column blocks of gradWeight over cores; every core reads all rows.
   const uint64_t e = DTypeBytes(dtype);
   const uint64_t blockElems = kBlockBytes / e;
-  const uint64_t colBlocks = CeilDiv(cols, blockElems);
+  const uint64_t colBlocks = ColumnUnits(soc, cols, blockElems);
   const uint64_t minBlocks = std::max<uint64_t>(1, CeilDiv(kMinBytesPerCore / kBlockBytes, std::max<uint64_t>(1, rows)));
   const CoreSplit split = SplitOverCores(colBlocks, soc.vectorCoreNum, minBlocks);
   t.set_dwUsedCoreNum(split.usedCoreNum);

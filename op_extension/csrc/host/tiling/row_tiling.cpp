@@ -18,17 +18,9 @@ RowPlan PlanRows(const char* op, uint64_t rows, uint64_t cols, uint32_t dtype, c
   plan.cols = uint32_t(cols);
   plan.rowStride = uint32_t(RoundUp(cols, blockElems));
   if (cols == 0) return plan;
-  // Checked before the zero-rows return: a row length this SoC cannot move is
-  // refused for every row count, and a zero-row plan (RmsNormGradCustom still
-  // launches its gradWeight pass for it) never reaches a kernel with it.
-  if (!soc.hasDataCopyPad && (cols * elemBytes) % kBlockBytes != 0) {
-    throw TilingError(std::string(op) + ": on " + soc.name + " the row length (the normalized size) must be a multiple "
-                      "of 32 bytes (" + std::to_string(blockElems) + " " + DTypeName(dtype) + " elements), got " +
-                      std::to_string(cols) + "; this SoC has no DataCopyPad to move unaligned rows");
-  }
   if (rows == 0) return plan;
   const uint64_t minRows = std::max<uint64_t>(1, CeilDiv(kMinBytesPerCore, cols * elemBytes));
-  const CoreSplit split = SplitOverCores(rows, soc.vectorCoreNum, minRows);
+  const CoreSplit split = SplitOverCores(rows, CoresForRuns(soc, cols * elemBytes), minRows);
   plan.usedCoreNum = split.usedCoreNum;
   plan.rowsPerCore = split.unitsPerCore;
   plan.bigCoreNum = split.bigCoreNum;

@@ -9,6 +9,14 @@
 //   * split rows (splitRow 1), when one row does not fit: each row is walked in
 //     chunks of chunkLength elements (a block multiple), twice -- statistics,
 //     then output.
+// Rows (or chunks, slab rows) that are not whole 32-byte blocks move by
+// DataCopyPad where the SoC has it (tailMode kTailPad); on Ascend310P
+// (kTailOverlap) by whole-block copies: reads rounded up into the next row or the
+// allocator's padding, writes as whole blocks plus a last block staged through
+// one UB block, rows under one block element by element (the kernels'
+// RowCopier, kernel_common.h). Element-wise stores share the scalar unit's data
+// cache lines with the neighbouring rows, so a tensor whose rows are under one
+// block gets one core there.
 // Core c owns rows [c * rowsPerCore + min(c, bigCoreNum), ... + rowsPerCore + (c < bigCoreNum)).
 #ifndef OP_EXT_HOST_TILING_ROW_TILING_H_
 #define OP_EXT_HOST_TILING_ROW_TILING_H_
@@ -16,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "elementwise_tiling.h"
 #include "soc_spec.h"
 #include "tiling_util.h"
 
@@ -33,6 +42,25 @@ struct RowPlan {
   uint32_t chunkLength = 0;   // split rows: elements per chunk
   uint64_t ubBytes = 0;       // what the kernel allocates with this plan
 };
+
+// The kernels' RowCopier stage: one block of UB on every SoC.
+constexpr uint64_t kRowCopierStageBytes = kBlockBytes;
+
+inline uint32_t RowTailMode(const SocSpec& soc) { return soc.hasDataCopyPad ? kTailPad : kTailOverlap; }
+
+// Cores for `runBytes`-long runs written element-wise below one block (see above).
+inline uint32_t CoresForRuns(const SocSpec& soc, uint64_t runBytes) {
+  return (!soc.hasDataCopyPad && runBytes < kBlockBytes) ? 1 : soc.vectorCoreNum;
+}
+
+// Column blocks of a weight/bias gradient pass, the unit its columns are split over
+// cores in: with kTailOverlap a last partial block joins the block before it, so
+// that the last core's columns are at least one block (its last block is staged,
+// never written element-wise across another core's columns).
+inline uint64_t ColumnUnits(const SocSpec& soc, uint64_t cols, uint64_t blockElems) {
+  if (!soc.hasDataCopyPad && cols > blockElems) return cols / blockElems;
+  return CeilDiv(cols, blockElems);
+}
 
 // ubBytesForRows(k, rowStride): UB bytes the kernel needs for k whole rows per
 // tile; ubBytesForChunk(c): for chunks of c elements. Both must mirror the

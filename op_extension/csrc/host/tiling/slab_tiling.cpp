@@ -4,6 +4,7 @@
 #include <string>
 
 #include "elementwise_tiling.h"
+#include "row_tiling.h"
 
 namespace op_ext::ascend {
 
@@ -19,11 +20,6 @@ SlabPlan PlanSlabs(const char* op, uint64_t outer, uint64_t dimSize, uint64_t in
                    const SocSpec& soc, const std::function<uint64_t(uint64_t rows, uint64_t width)>& ubBytesForSlab) {
   const uint64_t elemBytes = DTypeBytes(dtype);
   const uint64_t blockElems = kBlockBytes / elemBytes;
-  if (!soc.hasDataCopyPad && (inner * elemBytes) % kBlockBytes != 0) {
-    throw TilingError(std::string(op) + ": on " + soc.name + " the dims after `dim` must span a multiple of 32 "
-                      "bytes (" + std::to_string(blockElems) + " " + DTypeName(dtype) + " elements), got " +
-                      std::to_string(inner) + "; this SoC has no DataCopyPad to move unaligned rows");
-  }
   if (inner * elemBytes > UINT32_MAX) {
     // DataCopyPad's GM stride between slab rows is a 32-bit byte count.
     throw TilingError(std::string(op) + ": the dims after `dim` span more than 4 GiB");
@@ -64,7 +60,7 @@ SlabPlan PlanSlabs(const char* op, uint64_t outer, uint64_t dimSize, uint64_t in
   const uint64_t units = outer * innerTiles;
   const uint64_t unitBytes = dimSize * std::min(width, inner) * elemBytes;
   const CoreSplit split =
-      SplitOverCores(units, soc.vectorCoreNum, std::max<uint64_t>(1, CeilDiv(kMinBytesPerCore, unitBytes)));
+      SplitOverCores(units, CoresForRuns(soc, inner * elemBytes), std::max<uint64_t>(1, CeilDiv(kMinBytesPerCore, unitBytes)));
   plan.unitsPerCore = split.unitsPerCore;
   plan.bigCoreNum = split.bigCoreNum;
   plan.usedCoreNum = split.usedCoreNum;

@@ -42,6 +42,7 @@ TILING_DATA_FIELD_DEF(uint32_t, innerTiles)        // columns: slabs per outer i
 TILING_DATA_FIELD_DEF(uint32_t, reduceWorkLength)  // rows: floats of ReduceMax / ReduceSum's work tensor
 TILING_DATA_FIELD_DEF(uint32_t, stridedCopyPad)    // columns: move a slab with one strided DataCopyPad (else row by row)
 TILING_DATA_FIELD_DEF(uint32_t, dataType)          // KernelDType
+TILING_DATA_FIELD_DEF(uint32_t, tailMode)          // TailMode: how runs that are not whole blocks move (row_tiling.h)
 END_TILING_DATA_DEF;
 
 REGISTER_TILING_DATA_CLASS(SoftmaxCustom, SoftmaxCustomTilingData)
@@ -61,15 +62,15 @@ namespace op_ext::ascend {
 //     D * W floats (the slab in float); max and sum rows of W floats.
 inline uint64_t SoftmaxUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols) {
   const uint64_t e = dtype == 0 ? 4 : 2;
-  return 4 * k * stride * e + (dtype == 0 ? 0 : 4 * stride) + 4 * ReduceWorkFloats(cols) + 32;
+  return 4 * k * stride * e + (dtype == 0 ? 0 : 4 * stride) + 4 * ReduceWorkFloats(cols) + 32 + kRowCopierStageBytes;
 }
 inline uint64_t SoftmaxUbBytesChunk(uint32_t dtype, uint64_t chunk) {
   const uint64_t e = dtype == 0 ? 4 : 2;
-  return 4 * chunk * e + (dtype == 0 ? 0 : 4 * chunk) + 4 * ReduceWorkFloats(chunk) + 32;
+  return 4 * chunk * e + (dtype == 0 ? 0 : 4 * chunk) + 4 * ReduceWorkFloats(chunk) + 32 + kRowCopierStageBytes;
 }
 inline uint64_t SoftmaxUbBytesSlab(uint32_t dtype, uint64_t rows, uint64_t width) {
   const uint64_t e = dtype == 0 ? 4 : 2;
-  return 4 * rows * width * e + (dtype == 0 ? 0 : 4 * rows * width) + 8 * width;
+  return 4 * rows * width * e + (dtype == 0 ? 0 : 4 * rows * width) + 8 * width + kRowCopierStageBytes;
 }
 
 // input viewed as [outer, dimSize, inner].

@@ -41,6 +41,7 @@ optiling::SoftmaxGradCustomTilingData ComputeSoftmaxGradTiling(uint64_t outer, u
   t.set_dimSize(uint32_t(dimSize));
   t.set_columns(inner > 1 ? 1 : 0);
   t.set_dataType(dtype);
+  t.set_tailMode(RowTailMode(soc));
   if (outer == 0 || dimSize == 0 || inner == 0) return t;
   if (inner == 1) {
     FillRows(t, outer, dimSize, dtype, soc);

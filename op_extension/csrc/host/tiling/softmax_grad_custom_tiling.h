@@ -33,6 +33,7 @@ TILING_DATA_FIELD_DEF(uint32_t, innerTiles)        // columns: slabs per outer i
 TILING_DATA_FIELD_DEF(uint32_t, reduceWorkLength)  // rows: floats of ReduceSum's work tensor
 TILING_DATA_FIELD_DEF(uint32_t, stridedCopyPad)    // columns: move a slab with one strided DataCopyPad (else row by row)
 TILING_DATA_FIELD_DEF(uint32_t, dataType)          // KernelDType
+TILING_DATA_FIELD_DEF(uint32_t, tailMode)          // TailMode: how runs that are not whole blocks move (row_tiling.h)
 END_TILING_DATA_DEF;
 
 REGISTER_TILING_DATA_CLASS(SoftmaxGradCustom, SoftmaxGradCustomTilingData)
@@ -57,15 +58,15 @@ namespace op_ext::ascend {
 // from the still-queued input afterwards.
 inline uint64_t SoftmaxGradUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols) {
   const uint64_t e = dtype == 0 ? 4 : 2;
-  return 6 * k * stride * e + (dtype == 0 ? 0 : 8 * stride) + 4 * ReduceWorkFloats(cols) + 32;
+  return 6 * k * stride * e + (dtype == 0 ? 0 : 8 * stride) + 4 * ReduceWorkFloats(cols) + 32 + kRowCopierStageBytes;
 }
 inline uint64_t SoftmaxGradUbBytesChunk(uint32_t dtype, uint64_t chunk) {
   const uint64_t e = dtype == 0 ? 4 : 2;
-  return 6 * chunk * e + (dtype == 0 ? 0 : 8 * chunk) + 4 * ReduceWorkFloats(chunk) + 32;
+  return 6 * chunk * e + (dtype == 0 ? 0 : 8 * chunk) + 4 * ReduceWorkFloats(chunk) + 32 + kRowCopierStageBytes;
 }
 inline uint64_t SoftmaxGradUbBytesSlab(uint32_t dtype, uint64_t rows, uint64_t width) {
   const uint64_t e = dtype == 0 ? 4 : 2;
-  return 6 * rows * width * e + (dtype == 0 ? 0 : 8 * rows * width) + 4 * width;
+  return 6 * rows * width * e + (dtype == 0 ? 0 : 8 * rows * width) + 4 * width + kRowCopierStageBytes;
 }
 
 // gradOutput and output viewed as [outer, dimSize, inner].

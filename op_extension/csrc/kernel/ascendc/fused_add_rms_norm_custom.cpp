@@ -36,11 +36,14 @@ class KernelFusedAddRmsNorm {
     firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
     rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
     const uint64_t total = t_.rows * t_.cols;
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), total);
-    rGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(r), total);
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
+    rGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(r), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
     yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
     zGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(z), total);
-    if (t_.hasWeight) wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), t_.cols);
+    if (t_.hasWeight) {
+      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode));
+    }
+    copier_.Init(pipe, t_.tailMode);
     const uint32_t tileElems = t_.splitRow ? t_.chunkLength : t_.rowsPerTile * t_.rowStride;
     const uint32_t rowElems = t_.splitRow ? t_.chunkLength : t_.rowStride;
     pipe->InitBuffer(inQueueX_, kBufferNum, tileElems * sizeof(T));
@@ -75,14 +78,14 @@ class KernelFusedAddRmsNorm {
 
   // The weight row, once per core, through the input queue into a float row.
   __aicore__ inline void LoadWeight() {
-    op_ext_kernel::LoadParamRowAsFloat(inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
+    op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
   }
 
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
     LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
     LocalTensor<T> r = inQueueR_.template AllocTensor<T>();
-    op_ext_kernel::CopyRowsGmToUb(x, xGm_[row * t_.cols], k, t_.cols);
-    op_ext_kernel::CopyRowsGmToUb(r, rGm_[row * t_.cols], k, t_.cols);
+    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
+    copier_.RowsIn(r, rGm_[row * t_.cols], k, t_.cols);
     inQueueX_.EnQue(x);
     inQueueR_.EnQue(r);
   }
@@ -123,8 +126,8 @@ class KernelFusedAddRmsNorm {
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
     LocalTensor<T> y = outQueueY_.template DeQue<T>();
     LocalTensor<T> z = outQueueZ_.template DeQue<T>();
-    op_ext_kernel::CopyRowsUbToGm(yGm_[row * t_.cols], y, k, t_.cols);
-    op_ext_kernel::CopyRowsUbToGm(zGm_[row * t_.cols], z, k, t_.cols);
+    copier_.RowsOut(yGm_[row * t_.cols], y, k, t_.cols);
+    copier_.RowsOut(zGm_[row * t_.cols], z, k, t_.cols);
     outQueueY_.FreeTensor(y);
     outQueueZ_.FreeTensor(z);
   }
@@ -136,6 +139,9 @@ class KernelFusedAddRmsNorm {
     LocalTensor<float> sq = square_.template Get<float>();
     float sumSq = 0.0f;
     // Pass 1: z = x + r, written out; sum of squares, chunk sums added in order.
+    // Where only whole blocks move, a last chunk that is not whole blocks is
+    // written after the pass, shifted back (WriteResidualChunk).
+    bool deferredLast = false;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
       CopyInChunk(base + c, len);
@@ -150,19 +156,36 @@ class KernelFusedAddRmsNorm {
       inQueueX_.FreeTensor(x);
       inQueueR_.FreeTensor(r);
       z = outQueueZ_.template DeQue<T>();
-      op_ext_kernel::CopyUbToGm(zGm_[base + c], z, len);
+      uint64_t at = c;
+      uint32_t whole = len;
+      copier_.ShiftLastChunk(0, at, whole);
+      if (at == c) {
+        copier_.Out(zGm_[base + c], z, len);
+      } else {
+        deferredLast = true;
+      }
       outQueueZ_.FreeTensor(z);
+    }
+    if (deferredLast) {
+      const uint32_t lastLen = t_.cols % t_.chunkLength;
+      uint64_t at = t_.cols - lastLen;
+      uint32_t whole = lastLen;
+      copier_.ShiftLastChunk(0, at, whole);
+      WriteResidualChunk(base + at, whole);
     }
     float rstd = ScalarRstd(sumSq, t_.eps);
     float scale = 1.0f;
     if (rstd == 0.0f) RescaleSplitRow(base, rstd, scale);
-    // Pass 2: output, chunk by chunk, from x + r recomputed.
-    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+    // Pass 2: output, chunk by chunk, from x + r recomputed (the last chunk
+    // shifted back to whole blocks where only whole blocks move).
+    for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
+      uint64_t c = c0;
+      uint32_t len = t_.cols - c0 < t_.chunkLength ? t_.cols - c0 : t_.chunkLength;
+      copier_.ShiftLastChunk(0, c, len);
       LocalTensor<T> w;
       if (t_.hasWeight) {
         w = inQueueX_.template AllocTensor<T>();
-        op_ext_kernel::CopyGmToUb(w, wGm_[c], len);
+        copier_.In(w, wGm_[c], len);
         inQueueX_.EnQue(w);
       }
       CopyInChunk(base + c, len);
@@ -188,7 +211,7 @@ class KernelFusedAddRmsNorm {
       inQueueX_.FreeTensor(x);
       inQueueR_.FreeTensor(r);
       y = outQueueY_.template DeQue<T>();
-      op_ext_kernel::CopyUbToGm(yGm_[base + c], y, len);
+      copier_.Out(yGm_[base + c], y, len);
       outQueueY_.FreeTensor(y);
     }
   }
@@ -196,10 +219,27 @@ class KernelFusedAddRmsNorm {
   __aicore__ inline void CopyInChunk(uint64_t offset, uint32_t len) {
     LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
     LocalTensor<T> r = inQueueR_.template AllocTensor<T>();
-    op_ext_kernel::CopyGmToUb(x, xGm_[offset], len);
-    op_ext_kernel::CopyGmToUb(r, rGm_[offset], len);
+    copier_.In(x, xGm_[offset], len);
+    copier_.In(r, rGm_[offset], len);
     inQueueX_.EnQue(x);
     inQueueR_.EnQue(r);
+  }
+
+  // z = x + r over [offset, offset + len) of the tensor, recomputed and written (a
+  // split row's last chunk, shifted back to whole blocks: the elements it shares
+  // with the chunk before get the same values again).
+  __aicore__ inline void WriteResidualChunk(uint64_t offset, uint32_t len) {
+    CopyInChunk(offset, len);
+    LocalTensor<T> x = inQueueX_.template DeQue<T>();
+    LocalTensor<T> r = inQueueR_.template DeQue<T>();
+    LocalTensor<T> z = outQueueZ_.template AllocTensor<T>();
+    AddResidual(z, x, r, square_.template Get<float>(), len);
+    outQueueZ_.EnQue(z);
+    inQueueX_.FreeTensor(x);
+    inQueueR_.FreeTensor(r);
+    z = outQueueZ_.template DeQue<T>();
+    copier_.Out(zGm_[offset], z, len);
+    outQueueZ_.FreeTensor(z);
   }
 
   // ---- shared -------------------------------------------------------------------
@@ -316,6 +356,7 @@ class KernelFusedAddRmsNorm {
   TBuf<TPosition::VECCALC> sumF_;
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
+  op_ext_kernel::RowCopier<T> copier_;
   GlobalTensor<T> xGm_;
   GlobalTensor<T> rGm_;
   GlobalTensor<T> wGm_;

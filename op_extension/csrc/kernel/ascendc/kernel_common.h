@@ -123,53 +123,16 @@ __aicore__ inline void CopyRowsUbToGm(const AscendC::GlobalTensor<T>& dst, const
 #endif
 }
 
-// A parameter row (weight or bias) of `cols` elements from GM into a float row of
-// the UB (`dst`, `rowStride` elements), staged through `queue`, a VECIN queue
-// whose buffers hold at least one row of T. The norm kernels call it once per core.
-template <typename T, typename Queue>
-__aicore__ inline void LoadParamRowAsFloat(Queue& queue, const AscendC::GlobalTensor<T>& src,
-                                           const AscendC::LocalTensor<float>& dst, uint32_t cols,
-                                           uint32_t rowStride) {
-  AscendC::LocalTensor<T> raw = queue.template AllocTensor<T>();
-  CopyGmToUb(raw, src, cols);
-  queue.EnQue(raw);
-  raw = queue.template DeQue<T>();
-  if constexpr (AscendC::IsSameType<T, float>::value) {
-    AscendC::DataCopy(dst, raw, rowStride);
-  } else {
-    AscendC::Cast(dst, raw, AscendC::RoundMode::CAST_NONE, cols);
-  }
-  queue.FreeTensor(raw);
-}
-
-// `width` float sums (a column block of a weight or bias gradient) to GM as T,
-// staged through `queue`, a VECOUT queue whose buffers hold `width` T rounded up
-// to a block.
-template <typename T, typename Queue>
-__aicore__ inline void StoreFloatRow(Queue& queue, const AscendC::GlobalTensor<T>& dst,
-                                     const AscendC::LocalTensor<float>& src, uint32_t width) {
-  AscendC::LocalTensor<T> out = queue.template AllocTensor<T>();
-  if constexpr (AscendC::IsSameType<T, float>::value) {
-    AscendC::DataCopy(out, src, AlignToBlock<float>(width));
-  } else {
-    CastFromFloat(out, src, width);
-  }
-  queue.EnQue(out);
-  out = queue.template DeQue<T>();
-  CopyUbToGm(dst, out, width);
-  queue.FreeTensor(out);
-}
-
-// Elements an input GlobalTensor may be read over: a tensor smaller than one
-// 32-byte block on a SoC without DataCopyPad (kTailOverlap) is read as one whole
-// block, its end in the padding the device allocator guarantees behind every
-// allocation (at least up to the next 32 bytes plus 32: aclrtMalloc and
-// torch_npu's caching allocator; docs/ascend.md, "Tails"). Outputs are never
-// written past their end: that padding may hold another tensor.
+// Elements an input GlobalTensor may be read over. With kTailOverlap (no
+// DataCopyPad) reads are whole blocks, so a run that ends less than a block before
+// the tensor's end is read up to B - 1 elements past it, into the padding the
+// device allocator guarantees behind every allocation (at least up to the next 32
+// bytes plus 32: aclrtMalloc and torch_npu's caching allocator; docs/ascend.md,
+// "Tails"). Outputs are never written past their end: that padding may hold
+// another tensor.
 template <typename T>
 __aicore__ inline uint64_t ReadableLength(uint64_t totalLength, uint32_t tailMode) {
-  return (tailMode == kTailOverlap && totalLength > 0 && totalLength < BlockElems<T>()) ? BlockElems<T>()
-                                                                                       : totalLength;
+  return (tailMode == kTailOverlap && totalLength > 0) ? totalLength + BlockElems<T>() - 1 : totalLength;
 }
 
 // The first n (< one block) elements of src to GM, one scalar store each: a
@@ -191,6 +154,156 @@ __aicore__ inline void WriteShortTensor(const AscendC::GlobalTensor<T>& dst, con
   for (uint32_t i = 0; i < n; ++i) dst.SetValue(i, src.GetValue(i));
   AscendC::DataCacheCleanAndInvalid<T, AscendC::CacheLine::SINGLE_CACHE_LINE>(dst);
   AscendC::DataCacheCleanAndInvalid<T, AscendC::CacheLine::SINGLE_CACHE_LINE>(dst[n - 1]);
+}
+
+// Copies of runs that need not be whole 32-byte blocks (rows, chunks and slab rows
+// of the row kernels), on every SoC. tailMode (host/tiling/row_tiling.h):
+//   kTailPad (DataCopyPad exists): DataCopyPad moves any length.
+//   kTailOverlap (Ascend310P: DataCopy only, whole blocks, 32-byte aligned UB
+//   addresses), the way the official ops move unaligned rows there:
+//   * reads round the length up to whole blocks. The extra elements (under one
+//     block) are the next row's or, at the tensor's end, the allocator's padding
+//     (ReadableLength); no vector op reads them (every op takes the exact count);
+//   * a write of n >= one block moves the whole blocks, then the run's last block
+//     [n - B, n), which starts off a 32-byte boundary in the UB: the scalar unit
+//     copies those B elements into an aligned one-block stage that DataCopy then
+//     moves. The last block rewrites up to B - 1 elements of the first copy with
+//     the same values; nothing outside the run is written;
+//   * a write of n < one block stores element by element (WriteShortTensor); the
+//     tilings give a tensor whose rows are under one block a single core;
+//   * a walk in chunks shifts its last chunk back to end on the row's end with a
+//     whole number of blocks (ShiftLastChunk), recomputing a few elements of the
+//     chunk before it (same core, same values), so its output is a plain DataCopy.
+template <typename T>
+class RowCopier {
+ public:
+  __aicore__ inline RowCopier() {}
+
+  // The stage is allocated on every SoC (one block), so the host's UB plans count
+  // kBlockBytes for it unconditionally.
+  __aicore__ inline void Init(AscendC::TPipe* pipe, uint32_t tailMode) {
+    tailMode_ = tailMode;
+    pipe->InitBuffer(stage_, kBlockBytes);
+  }
+
+  __aicore__ inline uint32_t TailMode() const { return tailMode_; }
+
+  // GM -> UB of `count` elements; the UB side ends up padded to whole blocks
+  // (padding content undefined).
+  __aicore__ inline void In(const AscendC::LocalTensor<T>& dst, const AscendC::GlobalTensor<T>& src,
+                            uint32_t count) const {
+    if (count % BlockElems<T>() == 0 || tailMode_ == kTailOverlap) {
+      AscendC::DataCopy(dst, src, AlignToBlock<T>(count));
+      return;
+    }
+    CopyGmToUb(dst, src, count);
+  }
+
+  // GM -> UB of `rows` consecutive rows of `cols` elements; in the UB each row
+  // starts on a block (stride AlignToBlock(cols)).
+  __aicore__ inline void RowsIn(const AscendC::LocalTensor<T>& dst, const AscendC::GlobalTensor<T>& src,
+                                uint32_t rows, uint32_t cols) const {
+    if (tailMode_ == kTailOverlap && cols % BlockElems<T>() != 0) {
+      const uint32_t stride = AlignToBlock<T>(cols);
+      for (uint32_t j = 0; j < rows; ++j) AscendC::DataCopy(dst[j * stride], src[uint64_t(j) * cols], stride);
+      return;
+    }
+    CopyRowsGmToUb(dst, src, rows, cols);
+  }
+
+  // UB -> GM of exactly `count` elements.
+  __aicore__ inline void Out(const AscendC::GlobalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
+                             uint32_t count) {
+    constexpr uint32_t kB = BlockElems<T>();
+    if (count % kB == 0 || tailMode_ != kTailOverlap) {
+      CopyUbToGm(dst, src, count);
+      return;
+    }
+    if (count < kB) {
+      WriteShortTensor(dst, src, count);
+      return;
+    }
+    AscendC::DataCopy(dst, src, count / kB * kB);
+    AscendC::LocalTensor<T> stage = stage_.template Get<T>();
+    // The vector unit wrote src; the scalar unit reads it, then MTE3 reads the stage.
+    event_t eventVS = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(AscendC::HardEvent::V_S));
+    AscendC::SetFlag<AscendC::HardEvent::V_S>(eventVS);
+    AscendC::WaitFlag<AscendC::HardEvent::V_S>(eventVS);
+    for (uint32_t i = 0; i < kB; ++i) stage.SetValue(i, src.GetValue(count - kB + i));
+    event_t eventSMte3 = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(AscendC::HardEvent::S_MTE3));
+    AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(eventSMte3);
+    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(eventSMte3);
+    AscendC::DataCopy(dst[count - kB], stage, kB);
+    // The next Out writes the stage again only after this copy has read it.
+    event_t eventMte3S = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(AscendC::HardEvent::MTE3_S));
+    AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(eventMte3S);
+    AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(eventMte3S);
+  }
+
+  // UB -> GM of `rows` rows laid out as RowsIn leaves them.
+  __aicore__ inline void RowsOut(const AscendC::GlobalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
+                                 uint32_t rows, uint32_t cols) {
+    if (tailMode_ == kTailOverlap && cols % BlockElems<T>() != 0) {
+      const uint32_t stride = AlignToBlock<T>(cols);
+      for (uint32_t j = 0; j < rows; ++j) Out(dst[uint64_t(j) * cols], src[j * stride], cols);
+      return;
+    }
+    CopyRowsUbToGm(dst, src, rows, cols);
+  }
+
+  // In a walk over [begin, end) in chunks (c the chunk's start, len its length, a
+  // block multiple for every chunk but the last): with kTailOverlap, the last
+  // chunk, if it is not whole blocks and not the first, moves back to
+  // [end - AlignToBlock(len), end). Chunks are at most chunkLength long, a block
+  // multiple, so it stays inside the walk.
+  __aicore__ inline void ShiftLastChunk(uint64_t begin, uint64_t& c, uint32_t& len) const {
+    if (tailMode_ == kTailOverlap && c > begin && len % BlockElems<T>() != 0) {
+      const uint32_t whole = AlignToBlock<T>(len);
+      c = c + len - whole;
+      len = whole;
+    }
+  }
+
+ private:
+  uint32_t tailMode_ = kTailPad;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> stage_;
+};
+
+// A parameter row (weight or bias) of `cols` elements from GM into a float row of
+// the UB (`dst`, `rowStride` elements), staged through `queue`, a VECIN queue
+// whose buffers hold at least one row of T. The norm kernels call it once per core.
+template <typename T, typename Queue>
+__aicore__ inline void LoadParamRowAsFloat(RowCopier<T>& copier, Queue& queue, const AscendC::GlobalTensor<T>& src,
+                                           const AscendC::LocalTensor<float>& dst, uint32_t cols,
+                                           uint32_t rowStride) {
+  AscendC::LocalTensor<T> raw = queue.template AllocTensor<T>();
+  copier.In(raw, src, cols);
+  queue.EnQue(raw);
+  raw = queue.template DeQue<T>();
+  if constexpr (AscendC::IsSameType<T, float>::value) {
+    AscendC::DataCopy(dst, raw, rowStride);
+  } else {
+    AscendC::Cast(dst, raw, AscendC::RoundMode::CAST_NONE, cols);
+  }
+  queue.FreeTensor(raw);
+}
+
+// `width` float sums (a column block of a weight or bias gradient) to GM as T,
+// staged through `queue`, a VECOUT queue whose buffers hold `width` T rounded up
+// to a block.
+template <typename T, typename Queue>
+__aicore__ inline void StoreFloatRow(RowCopier<T>& copier, Queue& queue, const AscendC::GlobalTensor<T>& dst,
+                                     const AscendC::LocalTensor<float>& src, uint32_t width) {
+  AscendC::LocalTensor<T> out = queue.template AllocTensor<T>();
+  if constexpr (AscendC::IsSameType<T, float>::value) {
+    AscendC::DataCopy(out, src, AlignToBlock<float>(width));
+  } else {
+    CastFromFloat(out, src, width);
+  }
+  queue.EnQue(out);
+  out = queue.template DeQue<T>();
+  copier.Out(dst, out, width);
+  queue.FreeTensor(out);
 }
 
 // The tiles of one core under an elementwise split (elementwise_tiling.h):

@@ -50,10 +50,12 @@ class KernelLayerNorm {
     firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
     rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
     const uint64_t total = t_.rows * t_.cols;
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), total);
+    const uint64_t paramLength = op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode);
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
     yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
-    if (t_.hasWeight) wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), t_.cols);
-    if (t_.hasBias) bGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(b), t_.cols);
+    if (t_.hasWeight) wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), paramLength);
+    if (t_.hasBias) bGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(b), paramLength);
+    copier_.Init(pipe, t_.tailMode);
     if (t_.splitRow) {
       pipe->InitBuffer(inQueueX_, kBufferNum, t_.chunkLength * sizeof(T));
       pipe->InitBuffer(inQueueWB_, kBufferNum, t_.chunkLength * sizeof(T));
@@ -98,12 +100,12 @@ class KernelLayerNorm {
 
   // A parameter row (weight or bias), once per core, through the input queue into a float row.
   __aicore__ inline void LoadParam(const GlobalTensor<T>& gm, TBuf<TPosition::VECCALC>& dst) {
-    op_ext_kernel::LoadParamRowAsFloat(inQueueX_, gm, dst.template Get<float>(), t_.cols, t_.rowStride);
+    op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, gm, dst.template Get<float>(), t_.cols, t_.rowStride);
   }
 
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
     LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    op_ext_kernel::CopyRowsGmToUb(x, xGm_[row * t_.cols], k, t_.cols);
+    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
     inQueueX_.EnQue(x);
   }
 
@@ -138,7 +140,7 @@ class KernelLayerNorm {
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
     LocalTensor<T> y = outQueueY_.template DeQue<T>();
-    op_ext_kernel::CopyRowsUbToGm(yGm_[row * t_.cols], y, k, t_.cols);
+    copier_.RowsOut(yGm_[row * t_.cols], y, k, t_.cols);
     outQueueY_.FreeTensor(y);
   }
 
@@ -172,9 +174,12 @@ class KernelLayerNorm {
     if (Overflowed(mean, rstd) || NeedsMeanCorrection(mean, rstd)) {
       CarefulSplitRowStats(base, Overflowed(mean, rstd), mean, rstd, scale);
     }
-    // Pass 3: output, chunk by chunk.
-    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = ChunkLen(c);
+    // Pass 3: output, chunk by chunk (the last one shifted back to whole blocks
+    // where only whole blocks move).
+    for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
+      uint64_t c = c0;
+      uint32_t len = ChunkLen(c0);
+      copier_.ShiftLastChunk(0, c, len);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> w, b;
       if (t_.hasWeight) w = CopyInParamChunk(wGm_[c], len);
@@ -208,7 +213,7 @@ class KernelLayerNorm {
       if (t_.hasBias) inQueueWB_.FreeTensor(b);
       inQueueX_.FreeTensor(x);
       y = outQueueY_.template DeQue<T>();
-      op_ext_kernel::CopyUbToGm(yGm_[base + c], y, len);
+      copier_.Out(yGm_[base + c], y, len);
       outQueueY_.FreeTensor(y);
     }
   }
@@ -220,14 +225,14 @@ class KernelLayerNorm {
   // A chunk of x, copied in and dequeued (the caller frees it).
   __aicore__ inline LocalTensor<T> CopyInChunk(uint64_t offset, uint32_t len) {
     LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    op_ext_kernel::CopyGmToUb(x, xGm_[offset], len);
+    copier_.In(x, xGm_[offset], len);
     inQueueX_.EnQue(x);
     return inQueueX_.template DeQue<T>();
   }
 
   __aicore__ inline LocalTensor<T> CopyInParamChunk(const GlobalTensor<T>& gm, uint32_t len) {
     LocalTensor<T> p = inQueueWB_.template AllocTensor<T>();
-    op_ext_kernel::CopyGmToUb(p, gm, len);
+    copier_.In(p, gm, len);
     inQueueWB_.EnQue(p);
     return inQueueWB_.template DeQue<T>();
   }
@@ -362,6 +367,7 @@ class KernelLayerNorm {
   TBuf<TPosition::VECCALC> inputF_;
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
+  op_ext_kernel::RowCopier<T> copier_;
   GlobalTensor<T> xGm_;
   GlobalTensor<T> wGm_;
   GlobalTensor<T> bGm_;

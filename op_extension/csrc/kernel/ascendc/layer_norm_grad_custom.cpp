@@ -45,10 +45,12 @@ class KernelLayerNormGrad {
                               GM_ADDR workspace, const optiling::LayerNormGradCustomTilingData& tiling, TPipe* pipe) {
     t_ = tiling;
     const uint64_t total = t_.rows * t_.cols;
-    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), total);
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), total);
+    const uint64_t readable = op_ext_kernel::ReadableLength<T>(total, t_.tailMode);
+    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), readable);
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), readable);
+    copier_.Init(pipe, t_.tailMode);
     if (t_.hasWeight) {
-      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), t_.cols);
+      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode));
       dwGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dw), t_.cols);
       const uint64_t statFloats = uint64_t(t_.usedCoreNum) * t_.statTilesPerCore * t_.statPitch;
       if (statFloats > 0) statGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(workspace), statFloats);
@@ -77,7 +79,7 @@ class KernelLayerNormGrad {
       for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(r);
     } else {
       if (t_.hasWeight) {
-        op_ext_kernel::LoadParamRowAsFloat(inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
+        op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
       }
       uint32_t tile = 0;
       for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile, ++tile) {
@@ -114,8 +116,8 @@ class KernelLayerNormGrad {
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
     LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
     LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
-    op_ext_kernel::CopyRowsGmToUb(x, xGm_[row * t_.cols], k, t_.cols);
-    op_ext_kernel::CopyRowsGmToUb(dy, dyGm_[row * t_.cols], k, t_.cols);
+    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
+    copier_.RowsIn(dy, dyGm_[row * t_.cols], k, t_.cols);
     inQueueX_.EnQue(x);
     inQueueDy_.EnQue(dy);
   }
@@ -169,7 +171,7 @@ class KernelLayerNormGrad {
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k, uint32_t tile) {
     LocalTensor<T> dx = outQueue_.template DeQue<T>();
-    op_ext_kernel::CopyRowsUbToGm(dxGm_[row * t_.cols], dx, k, t_.cols);
+    copier_.RowsOut(dxGm_[row * t_.cols], dx, k, t_.cols);
     outQueue_.FreeTensor(dx);
     if (t_.hasWeight) StoreStats(tile);
   }
@@ -218,15 +220,15 @@ class KernelLayerNormGrad {
     const bool withWeight = withGrad && t_.hasWeight;
     if (withWeight) {
       w = inQueueX_.template AllocTensor<T>();
-      op_ext_kernel::CopyGmToUb(w, wGm_[c], len);
+      copier_.In(w, wGm_[c], len);
       inQueueX_.EnQue(w);
     }
     x = inQueueX_.template AllocTensor<T>();
-    op_ext_kernel::CopyGmToUb(x, xGm_[base], len);
+    copier_.In(x, xGm_[base], len);
     inQueueX_.EnQue(x);
     if (withGrad) {
       dy = inQueueDy_.template AllocTensor<T>();
-      op_ext_kernel::CopyGmToUb(dy, dyGm_[base], len);
+      copier_.In(dy, dyGm_[base], len);
       inQueueDy_.EnQue(dy);
     }
     if (withWeight) w = inQueueX_.template DeQue<T>();
@@ -316,8 +318,13 @@ class KernelLayerNormGrad {
       rstd = Rstd(sums.sumSq, eps);
     }
     LocalTensor<float> cen = cen_.template Get<float>();
-    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = ChunkLen(c);
+    // gradInput chunk by chunk (the last one shifted back to whole blocks where
+    // only whole blocks move).
+    for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
+      uint64_t shifted = c0;
+      uint32_t len = ChunkLen(c0);
+      copier_.ShiftLastChunk(0, shifted, len);
+      const uint32_t c = static_cast<uint32_t>(shifted);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
@@ -328,7 +335,7 @@ class KernelLayerNormGrad {
       outQueue_.EnQue(dx);
       ReleaseChunk(true, w, x, dy);
       dx = outQueue_.template DeQue<T>();
-      op_ext_kernel::CopyUbToGm(dxGm_[row * t_.cols + c], dx, len);
+      copier_.Out(dxGm_[row * t_.cols + c], dx, len);
       outQueue_.FreeTensor(dx);
     }
     if (t_.hasWeight) {
@@ -487,9 +494,13 @@ class KernelLayerNormGrad {
     const uint64_t blocks = t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? 1 : 0);
     const uint64_t begin = firstBlock * blockElems;
     uint64_t end = begin + blocks * blockElems;
-    if (end > t_.cols) end = t_.cols;
-    for (uint64_t c = begin; c < end; c += t_.dwChunkCols) {
-      const uint32_t width = static_cast<uint32_t>(end - c < t_.dwChunkCols ? end - c : t_.dwChunkCols);
+    // The last core's columns run to the end (with only whole blocks moving, the
+    // tiling joins a last partial block to the one before it: ColumnUnits).
+    if (end > t_.cols || core + 1 == t_.dwUsedCoreNum) end = t_.cols;
+    for (uint64_t c0 = begin; c0 < end; c0 += t_.dwChunkCols) {
+      uint64_t c = c0;
+      uint32_t width = static_cast<uint32_t>(end - c0 < t_.dwChunkCols ? end - c0 : t_.dwChunkCols);
+      copier_.ShiftLastChunk(begin, c, width);
       SumColumnChunk(c, width);
     }
   }
@@ -505,11 +516,11 @@ class KernelLayerNormGrad {
       LocalTensor<T> x;
       if (t_.hasWeight) {
         x = inQueueX_.template AllocTensor<T>();
-        op_ext_kernel::CopyGmToUb(x, xGm_[r * t_.cols + col], width);
+        copier_.In(x, xGm_[r * t_.cols + col], width);
         inQueueX_.EnQue(x);
       }
       LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
-      op_ext_kernel::CopyGmToUb(dy, dyGm_[r * t_.cols + col], width);
+      copier_.In(dy, dyGm_[r * t_.cols + col], width);
       inQueueDy_.EnQue(dy);
       dy = inQueueDy_.template DeQue<T>();
       LocalTensor<float> dyf = AsFloat(dy, gradF_, width);
@@ -528,8 +539,8 @@ class KernelLayerNormGrad {
       if (t_.hasBias) Add(accB, accB, dyf, n);
       inQueueDy_.FreeTensor(dy);
     }
-    if (t_.hasWeight) op_ext_kernel::StoreFloatRow(outQueue_, dwGm_[col], accW, width);
-    if (t_.hasBias) op_ext_kernel::StoreFloatRow(outQueue_, dbGm_[col], accB, width);
+    if (t_.hasWeight) op_ext_kernel::StoreFloatRow(copier_, outQueue_, dwGm_[col], accW, width);
+    if (t_.hasBias) op_ext_kernel::StoreFloatRow(copier_, outQueue_, dbGm_[col], accB, width);
   }
 
   optiling::LayerNormGradCustomTilingData t_;
@@ -549,6 +560,7 @@ class KernelLayerNormGrad {
   TBuf<TPosition::VECCALC> statTile_;
   TBuf<TPosition::VECCALC> accW_;
   TBuf<TPosition::VECCALC> accB_;
+  op_ext_kernel::RowCopier<T> copier_;
   GlobalTensor<T> dyGm_;
   GlobalTensor<T> xGm_;
   GlobalTensor<T> wGm_;

@@ -31,9 +31,12 @@ class KernelRmsNorm {
     firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
     rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
     const uint64_t total = t_.rows * t_.cols;
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), total);
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
     yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
-    if (t_.hasWeight) wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), t_.cols);
+    if (t_.hasWeight) {
+      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode));
+    }
+    copier_.Init(pipe, t_.tailMode);
     if (t_.splitRow) {
       InitChunks(pipe);
     } else {
@@ -73,12 +76,12 @@ class KernelRmsNorm {
 
   // The weight row, once per core, through the input queue into a float row.
   __aicore__ inline void LoadWeight() {
-    op_ext_kernel::LoadParamRowAsFloat(inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
+    op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
   }
 
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
     LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    op_ext_kernel::CopyRowsGmToUb(x, xGm_[row * t_.cols], k, t_.cols);
+    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
     inQueueX_.EnQue(x);
   }
 
@@ -113,7 +116,7 @@ class KernelRmsNorm {
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
     LocalTensor<T> y = outQueueY_.template DeQue<T>();
-    op_ext_kernel::CopyRowsUbToGm(yGm_[row * t_.cols], y, k, t_.cols);
+    copier_.RowsOut(yGm_[row * t_.cols], y, k, t_.cols);
     outQueueY_.FreeTensor(y);
   }
 
@@ -141,10 +144,7 @@ class KernelRmsNorm {
     // Pass 1: sum of squares, chunk sums added in order.
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
-      LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-      op_ext_kernel::CopyGmToUb(x, xGm_[base + c], len);
-      inQueueX_.EnQue(x);
-      x = inQueueX_.template DeQue<T>();
+      LocalTensor<T> x = CopyInChunk(base + c, len);
       LocalTensor<float> part = SumOfSquares(InputAsFloat(x, len), sq, static_cast<int32_t>(len));
       Add(acc, acc, part, 1);
       inQueueX_.FreeTensor(x);
@@ -152,18 +152,21 @@ class KernelRmsNorm {
     float rstd = RowRstd(acc, t_.eps);
     float scale = 1.0f;
     if (rstd == 0.0f) RescaleSplitRow(base, rstd, scale);
-    // Pass 2: output, chunk by chunk.
-    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+    // Pass 2: output, chunk by chunk (the last one shifted back to whole blocks
+    // where only whole blocks move).
+    for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
+      uint64_t c = c0;
+      uint32_t len = t_.cols - c0 < t_.chunkLength ? t_.cols - c0 : t_.chunkLength;
+      copier_.ShiftLastChunk(0, c, len);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> w;
       if (t_.hasWeight) {
         w = inQueueX_.template AllocTensor<T>();
-        op_ext_kernel::CopyGmToUb(w, wGm_[c], len);
+        copier_.In(w, wGm_[c], len);
         inQueueX_.EnQue(w);
       }
       LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-      op_ext_kernel::CopyGmToUb(x, xGm_[base + c], len);
+      copier_.In(x, xGm_[base + c], len);
       inQueueX_.EnQue(x);
       if (t_.hasWeight) w = inQueueX_.template DeQue<T>();
       x = inQueueX_.template DeQue<T>();
@@ -186,7 +189,7 @@ class KernelRmsNorm {
       if (t_.hasWeight) inQueueX_.FreeTensor(w);
       inQueueX_.FreeTensor(x);
       y = outQueueY_.template DeQue<T>();
-      op_ext_kernel::CopyUbToGm(yGm_[base + c], y, len);
+      copier_.Out(yGm_[base + c], y, len);
       outQueueY_.FreeTensor(y);
     }
   }
@@ -267,7 +270,7 @@ class KernelRmsNorm {
   // A chunk of x, copied in and dequeued (the caller frees it).
   __aicore__ inline LocalTensor<T> CopyInChunk(uint64_t offset, uint32_t len) {
     LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    op_ext_kernel::CopyGmToUb(x, xGm_[offset], len);
+    copier_.In(x, xGm_[offset], len);
     inQueueX_.EnQue(x);
     return inQueueX_.template DeQue<T>();
   }
@@ -283,6 +286,7 @@ class KernelRmsNorm {
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
   TBuf<TPosition::VECCALC> acc_;
+  op_ext_kernel::RowCopier<T> copier_;
   GlobalTensor<T> xGm_;
   GlobalTensor<T> wGm_;
   GlobalTensor<T> yGm_;

@@ -32,17 +32,19 @@ class KernelRmsNormGrad {
                               GM_ADDR workspace, const optiling::RmsNormGradCustomTilingData& tiling, TPipe* pipe) {
     t_ = tiling;
     const uint64_t total = t_.rows * t_.cols;
-    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), total);
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), total);
+    const uint64_t readable = op_ext_kernel::ReadableLength<T>(total, t_.tailMode);
+    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), readable);
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), readable);
+    copier_.Init(pipe, t_.tailMode);
     if (t_.hasWeight) {
-      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), t_.cols);
+      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode));
       dwGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dw), t_.cols);
       const uint64_t rstdFloats = uint64_t(t_.usedCoreNum) * t_.rstdTilesPerCore * t_.rstdPitch;
       if (rstdFloats > 0) rstdGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(workspace), rstdFloats);
     }
     if (t_.pass == 0) {
       dxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx), total);
-      if (t_.hasGradResidual) grGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gr), total);
+      if (t_.hasGradResidual) grGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gr), readable);
       const uint64_t core = GetBlockIdx();
       coreIdx_ = core;
       firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
@@ -99,19 +101,19 @@ class KernelRmsNormGrad {
   __aicore__ inline uint32_t RstdPitch(uint32_t rows) const { return (rows + 7) / 8 * 8; }
 
   __aicore__ inline void LoadWeight() {
-    op_ext_kernel::LoadParamRowAsFloat(inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
+    op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
   }
 
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
     LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
     LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
-    op_ext_kernel::CopyRowsGmToUb(x, xGm_[row * t_.cols], k, t_.cols);
-    op_ext_kernel::CopyRowsGmToUb(dy, dyGm_[row * t_.cols], k, t_.cols);
+    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
+    copier_.RowsIn(dy, dyGm_[row * t_.cols], k, t_.cols);
     inQueueX_.EnQue(x);
     inQueueDy_.EnQue(dy);
     if (t_.hasGradResidual) {
       LocalTensor<T> gr = inQueueGr_.template AllocTensor<T>();
-      op_ext_kernel::CopyRowsGmToUb(gr, grGm_[row * t_.cols], k, t_.cols);
+      copier_.RowsIn(gr, grGm_[row * t_.cols], k, t_.cols);
       inQueueGr_.EnQue(gr);
     }
   }
@@ -157,7 +159,7 @@ class KernelRmsNormGrad {
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k, uint32_t tile) {
     LocalTensor<T> dx = outQueue_.template DeQue<T>();
-    op_ext_kernel::CopyRowsUbToGm(dxGm_[row * t_.cols], dx, k, t_.cols);
+    copier_.RowsOut(dxGm_[row * t_.cols], dx, k, t_.cols);
     outQueue_.FreeTensor(dx);
     if (t_.hasWeight) StoreRstd(tile);
   }
@@ -201,13 +203,13 @@ class KernelRmsNormGrad {
     const uint64_t base = row * t_.cols + c;
     if (t_.hasWeight) {
       w = inQueueX_.template AllocTensor<T>();
-      op_ext_kernel::CopyGmToUb(w, wGm_[c], len);
+      copier_.In(w, wGm_[c], len);
       inQueueX_.EnQue(w);
     }
     x = inQueueX_.template AllocTensor<T>();
     dy = inQueueDy_.template AllocTensor<T>();
-    op_ext_kernel::CopyGmToUb(x, xGm_[base], len);
-    op_ext_kernel::CopyGmToUb(dy, dyGm_[base], len);
+    copier_.In(x, xGm_[base], len);
+    copier_.In(dy, dyGm_[base], len);
     inQueueX_.EnQue(x);
     inQueueDy_.EnQue(dy);
     if (t_.hasWeight) w = inQueueX_.template DeQue<T>();
@@ -245,16 +247,20 @@ class KernelRmsNormGrad {
     RstdAndCoeff(acc, t_.eps, rstd, coeff);
     float scale = 1.0f;
     if (rstd == 0.0f) RescaleSplitRow(row, rstd, coeff, scale);
-    // Pass 2: gradInput chunk by chunk.
-    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+    // Pass 2: gradInput chunk by chunk (the last one shifted back to whole blocks
+    // where only whole blocks move).
+    for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
+      uint64_t shifted = c0;
+      uint32_t len = t_.cols - c0 < t_.chunkLength ? t_.cols - c0 : t_.chunkLength;
+      copier_.ShiftLastChunk(0, shifted, len);
+      const uint32_t c = static_cast<uint32_t>(shifted);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
       LoadChunk(row, c, len, w, x, dy, xf, g);
       LocalTensor<T> gr;
       if (t_.hasGradResidual) {
         gr = inQueueGr_.template AllocTensor<T>();
-        op_ext_kernel::CopyGmToUb(gr, grGm_[row * t_.cols + c], len);
+        copier_.In(gr, grGm_[row * t_.cols + c], len);
         inQueueGr_.EnQue(gr);
         gr = inQueueGr_.template DeQue<T>();
       }
@@ -265,7 +271,7 @@ class KernelRmsNormGrad {
       ReleaseChunk(w, x, dy);
       if (t_.hasGradResidual) inQueueGr_.FreeTensor(gr);
       dx = outQueue_.template DeQue<T>();
-      op_ext_kernel::CopyUbToGm(dxGm_[row * t_.cols + c], dx, len);
+      copier_.Out(dxGm_[row * t_.cols + c], dx, len);
       outQueue_.FreeTensor(dx);
     }
     if (t_.hasWeight) {
@@ -417,9 +423,13 @@ class KernelRmsNormGrad {
     const uint64_t blocks = t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? 1 : 0);
     const uint64_t begin = firstBlock * blockElems;
     uint64_t end = begin + blocks * blockElems;
-    if (end > t_.cols) end = t_.cols;
-    for (uint64_t c = begin; c < end; c += t_.dwChunkCols) {
-      const uint32_t width = static_cast<uint32_t>(end - c < t_.dwChunkCols ? end - c : t_.dwChunkCols);
+    // The last core's columns run to the end (with only whole blocks moving, the
+    // tiling joins a last partial block to the one before it: ColumnUnits).
+    if (end > t_.cols || core + 1 == t_.dwUsedCoreNum) end = t_.cols;
+    for (uint64_t c0 = begin; c0 < end; c0 += t_.dwChunkCols) {
+      uint64_t c = c0;
+      uint32_t width = static_cast<uint32_t>(end - c0 < t_.dwChunkCols ? end - c0 : t_.dwChunkCols);
+      copier_.ShiftLastChunk(begin, c, width);
       SumColumnChunk(c, width);
     }
   }
@@ -432,8 +442,8 @@ class KernelRmsNormGrad {
     for (uint64_t r = 0; r < t_.rows; ++r) {
       LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
       LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
-      op_ext_kernel::CopyGmToUb(x, xGm_[r * t_.cols + col], width);
-      op_ext_kernel::CopyGmToUb(dy, dyGm_[r * t_.cols + col], width);
+      copier_.In(x, xGm_[r * t_.cols + col], width);
+      copier_.In(dy, dyGm_[r * t_.cols + col], width);
       inQueueX_.EnQue(x);
       inQueueDy_.EnQue(dy);
       x = inQueueX_.template DeQue<T>();
@@ -445,7 +455,7 @@ class KernelRmsNormGrad {
       inQueueX_.FreeTensor(x);
       inQueueDy_.FreeTensor(dy);
     }
-    op_ext_kernel::StoreFloatRow(outQueue_, dwGm_[col], acc, width);
+    op_ext_kernel::StoreFloatRow(copier_, outQueue_, dwGm_[col], acc, width);
   }
 
   optiling::RmsNormGradCustomTilingData t_;
@@ -464,6 +474,7 @@ class KernelRmsNormGrad {
   TBuf<TPosition::VECCALC> stat_;
   TBuf<TPosition::VECCALC> acc_;
   TBuf<TPosition::VECCALC> rstd_;
+  op_ext_kernel::RowCopier<T> copier_;
   GlobalTensor<T> dyGm_;
   GlobalTensor<T> xGm_;
   GlobalTensor<T> wGm_;

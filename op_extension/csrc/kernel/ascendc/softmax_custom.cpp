@@ -36,8 +36,9 @@ class KernelSoftmax {
     firstUnit_ = core * t_.unitsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
     unitCount_ = t_.unitsPerCore + (core < t_.bigCoreNum ? 1 : 0);
     const uint64_t total = t_.outer * t_.dimSize * t_.inner;
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), total);
+    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
     yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
+    copier_.Init(pipe, t_.tailMode);
     uint32_t tileElems = 0;
     if (t_.columns) {
       tileElems = t_.chunkLength * t_.innerTile;
@@ -77,7 +78,7 @@ class KernelSoftmax {
 
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
     LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    op_ext_kernel::CopyRowsGmToUb(x, xGm_[row * t_.dimSize], k, t_.dimSize);
+    copier_.RowsIn(x, xGm_[row * t_.dimSize], k, t_.dimSize);
     inQueueX_.EnQue(x);
   }
 
@@ -106,7 +107,7 @@ class KernelSoftmax {
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
     LocalTensor<T> y = outQueueY_.template DeQue<T>();
-    op_ext_kernel::CopyRowsUbToGm(yGm_[row * t_.dimSize], y, k, t_.dimSize);
+    copier_.RowsOut(yGm_[row * t_.dimSize], y, k, t_.dimSize);
     outQueueY_.FreeTensor(y);
   }
 
@@ -136,9 +137,12 @@ class KernelSoftmax {
       inQueueX_.FreeTensor(x);
     }
     const float scale = 1.0f / sum;
-    // Pass 3: output.
-    for (uint32_t c = 0; c < t_.dimSize; c += t_.chunkLength) {
-      const uint32_t len = ChunkLen(c);
+    // Pass 3: output (the last chunk shifted back to whole blocks where only
+    // whole blocks move).
+    for (uint32_t c0 = 0; c0 < t_.dimSize; c0 += t_.chunkLength) {
+      uint64_t c = c0;
+      uint32_t len = ChunkLen(c0);
+      copier_.ShiftLastChunk(0, c, len);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> x = CopyInChunk(base + c, len);
       LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
@@ -154,7 +158,7 @@ class KernelSoftmax {
       outQueueY_.EnQue(y);
       inQueueX_.FreeTensor(x);
       y = outQueueY_.template DeQue<T>();
-      op_ext_kernel::CopyUbToGm(yGm_[base + c], y, len);
+      copier_.Out(yGm_[base + c], y, len);
       outQueueY_.FreeTensor(y);
     }
   }
@@ -165,7 +169,7 @@ class KernelSoftmax {
 
   __aicore__ inline LocalTensor<T> CopyInChunk(uint64_t offset, uint32_t len) {
     LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    op_ext_kernel::CopyGmToUb(x, xGm_[offset], len);
+    copier_.In(x, xGm_[offset], len);
     inQueueX_.EnQue(x);
     return inQueueX_.template DeQue<T>();
   }
@@ -210,8 +214,13 @@ class KernelSoftmax {
   // One slab: outer index o, inner elements [i0, i0 + len).
   __aicore__ inline void ProcessSlab(uint64_t unit) {
     const uint64_t o = unit / t_.innerTiles;
-    const uint64_t i0 = (unit % t_.innerTiles) * t_.innerTile;
-    const uint32_t len = static_cast<uint32_t>(t_.inner - i0 < t_.innerTile ? t_.inner - i0 : t_.innerTile);
+    uint64_t i0 = (unit % t_.innerTiles) * t_.innerTile;
+    uint32_t len = static_cast<uint32_t>(t_.inner - i0 < t_.innerTile ? t_.inner - i0 : t_.innerTile);
+    // Where only whole blocks move, a last slab that is not whole blocks moves back
+    // to end on inner's end: its first columns are the slab before's, recomputed
+    // (a column's softmax depends on that column only) and written again with the
+    // same values -- possibly by another core, with the same bytes.
+    copier_.ShiftLastChunk(0, i0, len);
     const uint64_t base = o * t_.dimSize * t_.inner + i0;  // GM offset of the slab's row 0
     LocalTensor<float> maxRow = maxRow_.template Get<float>();
     LocalTensor<float> sumRow = sumRow_.template Get<float>();
@@ -274,8 +283,8 @@ class KernelSoftmax {
       DataCopyPad(x, xGm_[offset], params, pad);
 #endif
     } else {
-      // No DataCopyPad (Ascend310P): the tiling guarantees whole blocks per row.
-      for (uint32_t d = 0; d < rows; ++d) DataCopy(x[d * t_.innerTile], xGm_[offset + d * t_.inner], len);
+      // No DataCopyPad (Ascend310P): row by row, each rounded up to whole blocks.
+      for (uint32_t d = 0; d < rows; ++d) copier_.In(x[d * t_.innerTile], xGm_[offset + d * t_.inner], len);
     }
     inQueueX_.EnQue(x);
     return inQueueX_.template DeQue<T>();
@@ -292,7 +301,7 @@ class KernelSoftmax {
       DataCopyPad(yGm_[offset], y, params);
 #endif
     } else {
-      for (uint32_t d = 0; d < rows; ++d) DataCopy(yGm_[offset + d * t_.inner], y[d * t_.innerTile], len);
+      for (uint32_t d = 0; d < rows; ++d) copier_.Out(yGm_[offset + d * t_.inner], y[d * t_.innerTile], len);
     }
     outQueueY_.FreeTensor(y);
   }
@@ -370,6 +379,7 @@ class KernelSoftmax {
   TBuf<TPosition::VECCALC> stat_;
   TBuf<TPosition::VECCALC> maxRow_;
   TBuf<TPosition::VECCALC> sumRow_;
+  op_ext_kernel::RowCopier<T> copier_;
   GlobalTensor<T> xGm_;
   GlobalTensor<T> yGm_;
 };

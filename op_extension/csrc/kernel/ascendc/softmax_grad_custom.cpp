@@ -39,9 +39,10 @@ class KernelSoftmaxGrad {
     firstUnit_ = core * t_.unitsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
     unitCount_ = t_.unitsPerCore + (core < t_.bigCoreNum ? 1 : 0);
     const uint64_t total = t_.outer * t_.dimSize * t_.inner;
-    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), total);
-    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
+    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
+    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
     dxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx), total);
+    copier_.Init(pipe, t_.tailMode);
     uint32_t tileElems = 0;
     uint32_t floatElems = 0;  // elements of each float copy (dy, y) for 16-bit types
     if (t_.columns) {
@@ -86,8 +87,8 @@ class KernelSoftmaxGrad {
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
     LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
     LocalTensor<T> y = inQueueY_.template AllocTensor<T>();
-    op_ext_kernel::CopyRowsGmToUb(dy, dyGm_[row * t_.dimSize], k, t_.dimSize);
-    op_ext_kernel::CopyRowsGmToUb(y, yGm_[row * t_.dimSize], k, t_.dimSize);
+    copier_.RowsIn(dy, dyGm_[row * t_.dimSize], k, t_.dimSize);
+    copier_.RowsIn(y, yGm_[row * t_.dimSize], k, t_.dimSize);
     inQueueDy_.EnQue(dy);
     inQueueY_.EnQue(y);
   }
@@ -128,7 +129,7 @@ class KernelSoftmaxGrad {
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
     LocalTensor<T> dx = outQueueDx_.template DeQue<T>();
-    op_ext_kernel::CopyRowsUbToGm(dxGm_[row * t_.dimSize], dx, k, t_.dimSize);
+    copier_.RowsOut(dxGm_[row * t_.dimSize], dx, k, t_.dimSize);
     outQueueDx_.FreeTensor(dx);
   }
 
@@ -160,9 +161,12 @@ class KernelSoftmaxGrad {
       inQueueDy_.FreeTensor(dy);
       inQueueY_.FreeTensor(y);
     }
-    // Pass 2: dx = (dy - sum) * y.
-    for (uint32_t c = 0; c < t_.dimSize; c += t_.chunkLength) {
-      const uint32_t len = ChunkLen(c);
+    // Pass 2: dx = (dy - sum) * y (the last chunk shifted back to whole blocks
+    // where only whole blocks move).
+    for (uint32_t c0 = 0; c0 < t_.dimSize; c0 += t_.chunkLength) {
+      uint64_t c = c0;
+      uint32_t len = ChunkLen(c0);
+      copier_.ShiftLastChunk(0, c, len);
       const int32_t n = static_cast<int32_t>(len);
       CopyIn(base + c, len);
       LocalTensor<T> dy = inQueueDy_.template DeQue<T>();
@@ -178,7 +182,7 @@ class KernelSoftmaxGrad {
       inQueueDy_.FreeTensor(dy);
       inQueueY_.FreeTensor(y);
       dx = outQueueDx_.template DeQue<T>();
-      op_ext_kernel::CopyUbToGm(dxGm_[base + c], dx, len);
+      copier_.Out(dxGm_[base + c], dx, len);
       outQueueDx_.FreeTensor(dx);
     }
   }
@@ -191,8 +195,8 @@ class KernelSoftmaxGrad {
   __aicore__ inline void CopyIn(uint64_t offset, uint32_t len) {
     LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
     LocalTensor<T> y = inQueueY_.template AllocTensor<T>();
-    op_ext_kernel::CopyGmToUb(dy, dyGm_[offset], len);
-    op_ext_kernel::CopyGmToUb(y, yGm_[offset], len);
+    copier_.In(dy, dyGm_[offset], len);
+    copier_.In(y, yGm_[offset], len);
     inQueueDy_.EnQue(dy);
     inQueueY_.EnQue(y);
   }
@@ -214,8 +218,11 @@ class KernelSoftmaxGrad {
   // One slab: outer index o, inner elements [i0, i0 + len).
   __aicore__ inline void ProcessSlab(uint64_t unit) {
     const uint64_t o = unit / t_.innerTiles;
-    const uint64_t i0 = (unit % t_.innerTiles) * t_.innerTile;
-    const uint32_t len = static_cast<uint32_t>(t_.inner - i0 < t_.innerTile ? t_.inner - i0 : t_.innerTile);
+    uint64_t i0 = (unit % t_.innerTiles) * t_.innerTile;
+    uint32_t len = static_cast<uint32_t>(t_.inner - i0 < t_.innerTile ? t_.inner - i0 : t_.innerTile);
+    // A last slab that is not whole blocks moves back where only whole blocks move
+    // (as in softmax_custom.cpp: its first columns are recomputed, same values).
+    copier_.ShiftLastChunk(0, i0, len);
     const uint64_t base = o * t_.dimSize * t_.inner + i0;  // GM offset of the slab's row 0
     LocalTensor<float> sumRow = sumRow_.template Get<float>();
     if (!t_.split) {
@@ -284,8 +291,8 @@ class KernelSoftmaxGrad {
       DataCopyPad(dst, src[offset], params, pad);
 #endif
     } else {
-      // No DataCopyPad (Ascend310P): the tiling guarantees whole blocks per row.
-      for (uint32_t d = 0; d < rows; ++d) DataCopy(dst[d * t_.innerTile], src[offset + d * t_.inner], len);
+      // No DataCopyPad (Ascend310P): row by row, each rounded up to whole blocks.
+      for (uint32_t d = 0; d < rows; ++d) copier_.In(dst[d * t_.innerTile], src[offset + d * t_.inner], len);
     }
   }
 
@@ -299,7 +306,7 @@ class KernelSoftmaxGrad {
       DataCopyPad(dxGm_[offset], dx, params);
 #endif
     } else {
-      for (uint32_t d = 0; d < rows; ++d) DataCopy(dxGm_[offset + d * t_.inner], dx[d * t_.innerTile], len);
+      for (uint32_t d = 0; d < rows; ++d) copier_.Out(dxGm_[offset + d * t_.inner], dx[d * t_.innerTile], len);
     }
     outQueueDx_.FreeTensor(dx);
   }
@@ -368,6 +375,7 @@ class KernelSoftmaxGrad {
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
   TBuf<TPosition::VECCALC> sumRow_;
+  op_ext_kernel::RowCopier<T> copier_;
   GlobalTensor<T> dyGm_;
   GlobalTensor<T> yGm_;
   GlobalTensor<T> dxGm_;
