@@ -110,6 +110,8 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     float16/bfloat16 inputs, as F.rms_norm does.
     """
     shape = _shape_list("rms_norm", normalized_shape)
+    if weight is not None and weight.dtype is not input.dtype:
+        return _mixed_rms_norm(input, shape, weight, eps)
     if _eager(input, weight):
         return _C.rms_norm(input, shape, weight, eps)
     return _rms_norm(input, _int64_list("rms_norm", "normalized_shape", shape), weight, _optional_float("rms_norm", eps))
@@ -124,6 +126,8 @@ def fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(input + residual), input + residual) in one pass over memory."""
     shape = _shape_list("fused_add_rms_norm", normalized_shape)
+    if residual.dtype is not input.dtype or (weight is not None and weight.dtype is not input.dtype):
+        return _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
     if _eager(input, residual, weight):
         return _C.fused_add_rms_norm(input, residual, shape, weight, eps)
     return _fused_add_rms_norm(
@@ -142,6 +146,8 @@ def layer_norm(
     """LayerNorm over the trailing `normalized_shape` dims, as F.layer_norm."""
     shape = _shape_list("layer_norm", normalized_shape)
     eps = _float("layer_norm", "eps", eps)
+    if (weight is not None and weight.dtype is not input.dtype) or (bias is not None and bias.dtype is not input.dtype):
+        return _mixed_layer_norm(input, shape, weight, bias, eps)
     if _eager(input, weight, bias):
         return _C.layer_norm(input, shape, weight, bias, eps)
     return _layer_norm(input, _int64_list("layer_norm", "normalized_shape", shape), weight, bias, eps)
@@ -168,3 +174,62 @@ def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> to
     if _eager(gate, up):
         return _C.geglu(gate, up, approximate)
     return _geglu(gate, up, approximate)
+
+
+# ---------------------------------------------------------------------------
+# Parameters (or a residual) of another floating dtype than the input's, as
+# F.rms_norm / F.layer_norm take them: under torch.autocast a bfloat16
+# activation meets a float32 weight. The dispatcher ops keep one dtype per call
+# (their checks say so); here the call is made in the wider dtype of the two and
+# the result rounded once to the input's dtype, as torch returns it. Non-floating
+# dtypes go to the op as they are, whose dtype check names them.
+# ---------------------------------------------------------------------------
+
+
+def _common_float(input: torch.Tensor, *others: torch.Tensor | None) -> torch.dtype | None:
+    dtype = input.dtype
+    for t in others:
+        if t is not None:
+            dtype = torch.promote_types(dtype, t.dtype)
+    return dtype if dtype.is_floating_point and input.dtype.is_floating_point else None
+
+
+def _default_eps(eps, input: torch.Tensor):
+    # eps=None means the epsilon of the input's computation dtype (float32 for
+    # 16-bit inputs), not of the wider dtype the call is made in.
+    if eps is not None:
+        return eps
+    return torch.finfo(torch.float64 if input.dtype == torch.float64 else torch.float32).eps
+
+
+def _mixed_rms_norm(input, shape, weight, eps):
+    wide = _common_float(input, weight)
+    if wide is None:
+        return _rms_norm(input, shape, weight, _optional_float("rms_norm", eps))
+    out = rms_norm(input.to(wide), shape, weight.to(wide), _default_eps(eps, input))
+    return out.to(input.dtype)
+
+
+def _mixed_layer_norm(input, shape, weight, bias, eps):
+    wide = _common_float(input, weight, bias)
+    if wide is None:
+        return _layer_norm(input, shape, weight, bias, eps)
+    out = layer_norm(input.to(wide), shape, None if weight is None else weight.to(wide),
+                     None if bias is None else bias.to(wide), eps)
+    return out.to(input.dtype)
+
+
+def _mixed_fused_add_rms_norm(input, residual, shape, weight, eps):
+    """The sum in the promoted dtype of input and residual (a float32 residual
+    stream stays float32; a same-dtype sum is rounded to that dtype, as in a
+    model), its RMSNorm rounded once to the input's dtype."""
+    wide = _common_float(input, residual, weight)
+    if wide is None:
+        return _fused_add_rms_norm(input, residual, shape, weight, _optional_float("fused_add_rms_norm", eps))
+    total_dtype = torch.promote_types(input.dtype, residual.dtype)
+    if total_dtype == input.dtype == residual.dtype:
+        total = add(input, residual)
+    else:
+        total = add(input.to(total_dtype), residual.to(total_dtype))
+    normed = rms_norm(total.to(wide), shape, None if weight is None else weight.to(wide), _default_eps(eps, input))
+    return normed.to(input.dtype), total

@@ -25,5 +25,7 @@ fi
 echo "setup: torch $("$PY" -c 'import torch; print(torch.__version__)')"
 
 # Build tools and test/bench dependencies; none of them depends on torch, so
-# none can replace the torch installed above.
-"$PY" -m pip install --quiet ninja numpy pytest expecttest hypothesis matplotlib
+# none can replace the torch installed above. transformers (pinned: its class
+# names are what op_extension.transformers recognises) is for the Hugging Face
+# tests and benchmark; op_extension itself never imports it.
+"$PY" -m pip install --quiet ninja numpy pytest expecttest hypothesis matplotlib "transformers==5.23.0"
