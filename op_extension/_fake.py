@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch._prims_common  # layout rules (keeps_layout, in_memory_format)
 
 from ._protos import load_protos
 
@@ -114,6 +115,33 @@ def broadcast_shape(op: str, a: Sequence, b: Sequence) -> torch.Size:
         raise ValueError(f"custom::{op}: shapes {list(a)} and {list(b)} are not broadcastable") from None
 
 
+def keeps_layout(*operands: torch.Tensor) -> bool:
+    """The output layout rule of csrc/torch_ext/ops_glue.h (keeps_layout): the
+    operands' layout when they all share one dense, non-overlapping layout other
+    than row-major (channels_last, a transpose, ...), as torch's elementwise ops."""
+    first = operands[0]
+    if first.is_contiguous() or not torch._prims_common.is_non_overlapping_and_dense_or_false(first):
+        return False
+    return all(t.shape == first.shape and t.stride() == first.stride() for t in operands[1:])
+
+
+def in_layout(result, like: torch.Tensor, keep: bool):
+    """`result` (an output or a tuple of them) in like's layout when keep."""
+    if not keep:
+        return result
+    if isinstance(result, tuple):
+        return tuple(torch.empty_like(like) for _ in result)
+    return torch.empty_like(like)
+
+
+def in_memory_format(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """ops_glue.h's in_memory_format_of: like's channels_last (3d) format, else row-major."""
+    fmt = torch._prims_common.suggest_memory_format(like)
+    if fmt == torch.contiguous_format or like.is_contiguous():
+        return result
+    return torch.empty_like(result, memory_format=fmt)
+
+
 def outputs(op: str, **args):
     """Empty outputs shaped by each output's `shape` rule in the op's prototype:
     the name of an argument (its shape; an absent parameter gives an empty
@@ -141,7 +169,7 @@ def outputs(op: str, **args):
 def _add_fake(input, other, alpha=1.0):
     check_dtype("add", input, "input")
     check_same("add", input, "input", other, "other")
-    return outputs("add", input=input, other=other)
+    return in_layout(outputs("add", input=input, other=other), input, keeps_layout(input, other))
 
 
 @torch.library.register_fake("custom::add_backward")
@@ -167,7 +195,7 @@ def _add_backward_fake(grad_output, input_size, alpha=1.0):
 def _gelu_fake(input, approximate="none"):
     check_dtype("gelu", input, "input")
     check_gelu_approximate("gelu", approximate)
-    return outputs("gelu", input=input)
+    return in_layout(outputs("gelu", input=input), input, keeps_layout(input))
 
 
 @torch.library.register_fake("custom::gelu_backward")
@@ -177,7 +205,8 @@ def _gelu_backward_fake(grad_output, input, approximate="none"):
     check_same(op, input, "input", grad_output, "grad_output")
     check_same_shape(op, input, "input", grad_output, "grad_output")
     check_gelu_approximate(op, approximate)
-    return outputs("gelu_backward", grad_output=grad_output, input=input)
+    return in_layout(outputs("gelu_backward", grad_output=grad_output, input=input), input,
+                     keeps_layout(input, grad_output))
 
 
 def _check_glu(op, gate, up):
@@ -189,7 +218,7 @@ def _check_glu(op, gate, up):
 @torch.library.register_fake("custom::swiglu")
 def _swiglu_fake(gate, up):
     _check_glu("swiglu", gate, up)
-    return outputs("swiglu", gate=gate, up=up)
+    return in_layout(outputs("swiglu", gate=gate, up=up), gate, keeps_layout(gate, up))
 
 
 @torch.library.register_fake("custom::swiglu_backward")
@@ -198,14 +227,15 @@ def _swiglu_backward_fake(grad_output, gate, up):
     _check_glu(op, gate, up)
     check_same(op, gate, "gate", grad_output, "grad_output")
     check_same_shape(op, gate, "gate", grad_output, "grad_output")
-    return outputs("swiglu_backward", grad_output=grad_output, gate=gate, up=up)
+    return in_layout(outputs("swiglu_backward", grad_output=grad_output, gate=gate, up=up), gate,
+                     keeps_layout(gate, up, grad_output))
 
 
 @torch.library.register_fake("custom::geglu")
 def _geglu_fake(gate, up, approximate="none"):
     _check_glu("geglu", gate, up)
     check_gelu_approximate("geglu", approximate)
-    return outputs("geglu", gate=gate, up=up)
+    return in_layout(outputs("geglu", gate=gate, up=up), gate, keeps_layout(gate, up))
 
 
 @torch.library.register_fake("custom::geglu_backward")
@@ -215,7 +245,8 @@ def _geglu_backward_fake(grad_output, gate, up, approximate="none"):
     check_same(op, gate, "gate", grad_output, "grad_output")
     check_same_shape(op, gate, "gate", grad_output, "grad_output")
     check_gelu_approximate(op, approximate)
-    return outputs("geglu_backward", grad_output=grad_output, gate=gate, up=up)
+    return in_layout(outputs("geglu_backward", grad_output=grad_output, gate=gate, up=up), gate,
+                     keeps_layout(gate, up, grad_output))
 
 
 def _check_norm(op, input, normalized_shape, weight, bias=None):
@@ -228,7 +259,7 @@ def _check_norm(op, input, normalized_shape, weight, bias=None):
 @torch.library.register_fake("custom::rms_norm")
 def _rms_norm_fake(input, normalized_shape, weight=None, eps=None):
     _check_norm("rms_norm", input, normalized_shape, weight)
-    return outputs("rms_norm", input=input, normalized_shape=normalized_shape, weight=weight)
+    return in_memory_format(outputs("rms_norm", input=input, normalized_shape=normalized_shape, weight=weight), input)
 
 
 @torch.library.register_fake("custom::rms_norm_backward")

@@ -843,6 +843,88 @@ def dispatch_overhead(ops, cfg: RunConfig, progress: Progress):
     return rows
 
 
+# Hugging Face models: op_extension.transformers.patch on a small decoder of
+# each family (random init, built from its config), forward + backward of a
+# causal-LM loss, unpatched vs patched in the same interleaved run.
+HF_FAMILIES = ("llama", "qwen3", "gemma3", "phi3")
+HF_SHAPE = dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=2, num_attention_heads=8,
+                num_key_value_heads=4, head_dim=64, vocab_size=1024, max_position_embeddings=512,
+                pad_token_id=0, eos_token_id=1, bos_token_id=2)
+HF_BATCH, HF_SEQ = 4, 128
+
+
+def _hf_model(family, transformers, dtype):
+    config_cls, model_cls = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+        "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
+        "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
+    }[family]
+    torch.manual_seed(0)
+    model = model_cls(config_cls(**HF_SHAPE)).to(dtype).train()
+    with torch.no_grad():  # norm weights away from their init value, so they count
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def hf_models(cfg: RunConfig, progress: Progress):
+    """Rows: family, dtype, unpatched and patched fwd+bwd ms, speed-up, and how
+    the logits compare: the max |difference| with the default patch (fused MLP),
+    and, for 16-bit dtypes, whether they are bit for bit equal with the Hugging
+    Face casting modes (mlp_casting_mode="hf"); that can fail where a norm's
+    float32 sum of squares, summed in another order than torch's, rounds one
+    16-bit output the other way (about 1e-5 of them: docs/transformers.md)."""
+    import copy
+
+    import transformers
+
+    import op_extension.transformers as oxt
+
+    rows = []
+    ids = torch.randint(3, HF_SHAPE["vocab_size"], (HF_BATCH, HF_SEQ), generator=torch.Generator().manual_seed(0))
+    for family in HF_FAMILIES:
+        for dtype in cfg.dtypes:
+            progress.show(f"hf {family} {str(dtype).replace('torch.', '')}")
+            model = _hf_model(family, transformers, dtype)
+            patched = copy.deepcopy(model)
+            report = oxt.patch(patched)
+            exact = copy.deepcopy(model)
+            oxt.patch(exact, mlp_casting_mode="hf")
+            with torch.no_grad():
+                want = model(ids).logits
+                diff = (patched(ids).logits.float() - want.float()).abs().max().item()
+                identical = bool(torch.equal(exact(ids).logits, want))
+            steps = {}
+            for name, m in (("hf", model), ("patched", patched)):
+                def step(m=m):
+                    m.zero_grad(set_to_none=True)
+                    m(ids, labels=ids).loss.backward()
+                warm_up(step, cfg.device, min_calls=2)
+                steps[name] = step
+            timings, errors = measure(cfg.host_timer, steps)
+            row = {"family": family, "dtype": str(dtype).replace("torch.", ""), "replaced": dict(report),
+                   "max_abs_logit_diff": diff, "logits_identical_hf_casting": identical,
+                   "errors": errors}
+            for name, t in timings.items():
+                row[f"{name}_ms"] = t.median_s * 1e3
+            if "hf_ms" in row and "patched_ms" in row:
+                row["speedup"] = row["hf_ms"] / row["patched_ms"]
+            rows.append(row)
+            progress.advance(f"hf {family}")
+    return rows
+
+
+def print_hf(rows, file=sys.stdout):
+    header = ("family", "dtype", "HF ms", "patched ms", "speed-up", "max|dlogit|", "bitwise (hf casting)")
+    table = [(r["family"], r["dtype"], _fmt(r.get("hf_ms"), ".1f"), _fmt(r.get("patched_ms"), ".1f"),
+              _fmt(r.get("speedup"), ".2f", "x"), f"{r['max_abs_logit_diff']:.2e}",
+              "-" if r["dtype"] in ("float32", "float64") else
+              ("yes" if r["logits_identical_hf_casting"] else "no")) for r in rows]
+    _print_aligned(header, table, file, right=range(2, 6))
+
+
 # --------------------------------------------------------------------------
 # 5. Reporting.
 # --------------------------------------------------------------------------
@@ -1053,6 +1135,9 @@ def parse_args(argv=None):
                    help="skip the torch.compile baseline")
     p.add_argument("--no-dispatch", action="store_true",
                    help="skip the dispatch-overhead section")
+    p.add_argument("--no-hf", action="store_true",
+                   help="skip the Hugging Face model section (patched vs unpatched small "
+                        "Llama, Qwen3, Gemma3, Phi-3 decoders, forward+backward; needs transformers)")
     p.add_argument("--allocator", choices=("reuse", "system"), default="reuse",
                    help="host allocator policy: reuse freed large blocks (no page faults "
                         "per call, as with jemalloc/tcmalloc) or glibc's defaults "
@@ -1139,11 +1224,21 @@ def main(argv=None):
     run_start = cfg.other_load.snapshot()
 
     n_cells = len(cfg.ops) * len(cfg.dtypes) * len(cfg.tokens) * len(cfg.directions)
-    progress = Progress(n_cells + (0 if args.no_dispatch else len(cfg.ops)))
+    run_hf = not args.no_hf and device.type == "cpu"
+    if run_hf:
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            print("hf section: skipped: transformers is not installed (scripts/setup_env.sh installs it)",
+                  file=sys.stderr)
+            run_hf = False
+    progress = Progress(n_cells + (0 if args.no_dispatch else len(cfg.ops))
+                        + (len(HF_FAMILIES) * len(cfg.dtypes) if run_hf else 0))
     t_start = time.perf_counter()
     try:
         rows = run_benchmarks(ops, cfg, progress)
         dispatch = [] if args.no_dispatch else dispatch_overhead(ops, cfg, progress)
+        hf_rows = hf_models(cfg, progress) if run_hf else []
     finally:
         progress.close()
     elapsed = time.perf_counter() - t_start
@@ -1168,6 +1263,11 @@ def main(argv=None):
         print("\n# dispatch overhead: one eager call on a [1, 8] float32 tensor, "
               "grad mode on\n")
         print_dispatch(dispatch)
+    if hf_rows:
+        print(f"\n# Hugging Face models: forward+backward of a causal-LM loss, batch {HF_BATCH} x "
+              f"{HF_SEQ} tokens, {HF_SHAPE['num_hidden_layers']} layers of hidden {HF_SHAPE['hidden_size']}; "
+              "unpatched vs op_extension.transformers.patch (same run, interleaved)\n")
+        print_hf(hf_rows)
 
     os.makedirs(args.out, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -1192,6 +1292,7 @@ def main(argv=None):
         },
         "results": rows,
         "dispatch_overhead": dispatch,
+        "hf_models": hf_rows,
     }
     with open(json_path, "w") as f:
         json.dump(report, f, indent=1)

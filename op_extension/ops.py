@@ -110,7 +110,8 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     float16/bfloat16 inputs, as F.rms_norm does.
     """
     shape = _shape_list("rms_norm", normalized_shape)
-    if weight is not None and weight.dtype is not input.dtype:
+    dtype = getattr(input, "dtype", None)  # non-tensors: the op's own argument error
+    if weight is not None and getattr(weight, "dtype", dtype) is not dtype:
         return _mixed_rms_norm(input, shape, weight, eps)
     if _eager(input, weight):
         return _C.rms_norm(input, shape, weight, eps)
@@ -126,7 +127,8 @@ def fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(input + residual), input + residual) in one pass over memory."""
     shape = _shape_list("fused_add_rms_norm", normalized_shape)
-    if residual.dtype is not input.dtype or (weight is not None and weight.dtype is not input.dtype):
+    dtype = getattr(input, "dtype", None)
+    if getattr(residual, "dtype", dtype) is not dtype or (weight is not None and getattr(weight, "dtype", dtype) is not dtype):
         return _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
     if _eager(input, residual, weight):
         return _C.fused_add_rms_norm(input, residual, shape, weight, eps)
@@ -146,7 +148,9 @@ def layer_norm(
     """LayerNorm over the trailing `normalized_shape` dims, as F.layer_norm."""
     shape = _shape_list("layer_norm", normalized_shape)
     eps = _float("layer_norm", "eps", eps)
-    if (weight is not None and weight.dtype is not input.dtype) or (bias is not None and bias.dtype is not input.dtype):
+    dtype = getattr(input, "dtype", None)
+    if (weight is not None and getattr(weight, "dtype", dtype) is not dtype) or (
+            bias is not None and getattr(bias, "dtype", dtype) is not dtype):
         return _mixed_layer_norm(input, shape, weight, bias, eps)
     if _eager(input, weight, bias):
         return _C.layer_norm(input, shape, weight, bias, eps)
@@ -188,10 +192,14 @@ def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> to
 
 def _common_float(input: torch.Tensor, *others: torch.Tensor | None) -> torch.dtype | None:
     dtype = input.dtype
+    if not dtype.is_floating_point:
+        return None
     for t in others:
         if t is not None:
+            if not t.dtype.is_floating_point:
+                return None
             dtype = torch.promote_types(dtype, t.dtype)
-    return dtype if dtype.is_floating_point and input.dtype.is_floating_point else None
+    return dtype
 
 
 def _default_eps(eps, input: torch.Tensor):

@@ -118,11 +118,15 @@ BAD_CASES = dict(
         ("other_int", Bad("add", lambda t: ops.add(t(3, 4), t(3, 4, dtype=torch.int64)), TypeError, "other has dtype")),
         ("up_bfloat16", Bad("swiglu", lambda t: ops.swiglu(t(3, 4), t(3, 4, dtype=torch.bfloat16)), TypeError, SAME_DTYPE)),
         ("up_float64", Bad("geglu", lambda t: ops.geglu(t(3, 4), t(3, 4, dtype=torch.float64)), TypeError, SAME_DTYPE)),
-        ("weight_float16", Bad("rms_norm", lambda t: ops.rms_norm(t(3, 4), [4], t(4, dtype=torch.float16)), TypeError, "weight has dtype .* but input has dtype")),
-        ("residual_float64", Bad("fused_add_rms_norm", lambda t: ops.fused_add_rms_norm(t(3, 4), t(3, 4, dtype=torch.float64), [4]), TypeError, "residual has dtype")),
-        ("weight_bfloat16", Bad("fused_add_rms_norm", lambda t: ops.fused_add_rms_norm(t(3, 4), t(3, 4), [4], t(4, dtype=torch.bfloat16)), TypeError, SAME_DTYPE)),
-        ("weight_float64", Bad("layer_norm", lambda t: ops.layer_norm(t(3, 4), [4], t(4, dtype=torch.float64)), TypeError, "weight has dtype")),
-        ("bias_float16", Bad("layer_norm", lambda t: ops.layer_norm(t(3, 4), [4], t(4), t(4, dtype=torch.float16)), TypeError, "bias has dtype")),
+        # The functional API takes a weight, bias or residual of another floating dtype
+        # (tests/test_mixed_dtypes.py); the dispatcher ops keep one dtype per call.
+        ("weight_float16", Bad("rms_norm", lambda t: custom.rms_norm(t(3, 4), [4], t(4, dtype=torch.float16)), TypeError, "weight has dtype .* but input has dtype")),
+        ("weight_int", Bad("rms_norm", lambda t: ops.rms_norm(t(3, 4), [4], t(4, dtype=torch.int32)), TypeError, "weight has dtype .* but input has dtype")),
+        ("residual_float64", Bad("fused_add_rms_norm", lambda t: custom.fused_add_rms_norm(t(3, 4), t(3, 4, dtype=torch.float64), [4]), TypeError, "residual has dtype")),
+        ("weight_bfloat16", Bad("fused_add_rms_norm", lambda t: custom.fused_add_rms_norm(t(3, 4), t(3, 4), [4], t(4, dtype=torch.bfloat16)), TypeError, SAME_DTYPE)),
+        ("weight_float64", Bad("layer_norm", lambda t: custom.layer_norm(t(3, 4), [4], t(4, dtype=torch.float64)), TypeError, "weight has dtype")),
+        ("bias_float16", Bad("layer_norm", lambda t: custom.layer_norm(t(3, 4), [4], t(4), t(4, dtype=torch.float16)), TypeError, "bias has dtype")),
+        ("bias_int", Bad("layer_norm", lambda t: ops.layer_norm(t(3, 4), [4], t(4), t(4, dtype=torch.int64)), TypeError, "bias has dtype")),
     ),
     # --- backward ops, called directly ---------------------------------------
     **_cases(

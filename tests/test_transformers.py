@@ -10,9 +10,11 @@ Hugging Face modules themselves.
 from __future__ import annotations
 
 import copy
+import datetime
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -305,7 +307,9 @@ def _ddp_worker(rank: int, world: int, port: int, out: str):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # A rank that never arrives fails the collective in 2 minutes instead of the
+    # default 30: a CI run must not hang on it.
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
     torch.set_num_threads(1)
     model = build("llama").train()
     oxt.patch(model)
@@ -333,7 +337,13 @@ def test_ddp_training_of_a_patched_model(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = str(tmp_path / "ddp.pt")
-    mp.spawn(_ddp_worker, args=(2, port, out), nprocs=2, join=True)
+    context = mp.start_processes(_ddp_worker, args=(2, port, out), nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + 300
+    while not context.join(timeout=5):  # raises if a worker failed
+        if time.monotonic() > deadline:
+            for p in context.processes:
+                p.terminate()
+            pytest.fail("DDP workers still running after 300 s")
     result = torch.load(out)
     # The same training in one process over both ranks' batches (DDP averages the
     # two ranks' gradients: the mean of the two losses' gradients).

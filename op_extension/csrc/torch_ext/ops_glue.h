@@ -33,6 +33,37 @@ namespace gen = op_ext::generated;
 using cpu::DType;
 using cpu::GeluApprox;
 
+// ---- output layout ----------------------------------------------------------------
+
+// The layout torch's elementwise ops (and F.rms_norm, written with them) give their
+// output: that of the operands when they all share one dense, non-overlapping
+// layout other than row-major (channels_last, a transpose, ...); row-major
+// otherwise. _fake.py's keeps_layout applies the same rule.
+inline bool keeps_layout(const Tensor& a) { return !a.is_contiguous() && a.is_non_overlapping_and_dense(); }
+
+inline bool keeps_layout(const Tensor& a, const Tensor& b) {
+  return keeps_layout(a) && b.sizes() == a.sizes() && b.strides() == a.strides();
+}
+
+inline bool keeps_layout(const Tensor& a, const Tensor& b, const Tensor& c) {
+  return keeps_layout(a, b) && keeps_layout(a, c);
+}
+
+// A row-major result put in `like`'s layout, for kernels that need row-major rows.
+inline Tensor in_layout_of(const Tensor& like, const Tensor& result) {
+  Tensor out = at::empty_like(like);
+  out.copy_(result);
+  return out;
+}
+
+// torch's rms_norm keeps a channels_last (3d) input's memory format, and gives
+// any other layout a row-major output: a row-major result converted to it.
+inline Tensor in_memory_format_of(const Tensor& like, const Tensor& result) {
+  const auto format = like.suggest_memory_format();
+  if (format == at::MemoryFormat::Contiguous || like.is_contiguous()) return result;
+  return result.contiguous(format);
+}
+
 // ---- add ----------------------------------------------------------------------
 
 inline std::vector<int64_t> broadcast_shape(const char* op, IntArrayRef a, IntArrayRef b) {
@@ -77,6 +108,22 @@ Tensor add(const Tensor& input, const Tensor& other, double alpha) {
   constexpr const char* op = "custom::add";
   const Kernels kernels(input);
   const auto shape = check_add(op, input, other);
+  if (keeps_layout(input, other)) {
+    // Same shape, same dense layout: element i of each is at the same offset, so
+    // the kernel adds the storage as one flat run, into an output of that layout.
+    Tensor out = at::empty_like(input);
+    cpu::AddArgs args{};
+    args.a = input.const_data_ptr();
+    args.b = other.const_data_ptr();
+    args.out = out.mutable_data_ptr();
+    args.alpha = alpha;
+    args.ndim = 1;
+    args.sizes[0] = input.numel();
+    args.a_strides[0] = 1;
+    args.b_strides[0] = 1;
+    kernels.add(kernel_dtype(input.scalar_type()), args);
+    return out;
+  }
   Tensor out = at::empty(shape, input.options());
   if (out.numel() == 0) return out;
 
@@ -203,8 +250,10 @@ Tensor gelu(const Tensor& input, c10::string_view approximate) {
   constexpr const char* op = "custom::gelu";
   const Kernels kernels(input);
   const auto approx = check_gelu(op, input, approximate);
-  const Tensor x = input.contiguous();
-  Tensor out = at::empty(x.sizes(), x.options());
+  // Elementwise: a dense layout other than row-major is walked as it lies.
+  const bool keep = keeps_layout(input);
+  const Tensor x = keep ? input : input.contiguous();
+  Tensor out = keep ? at::empty_like(x) : at::empty(x.sizes(), x.options());
   kernels.gelu_forward(kernel_dtype(x.scalar_type()),
                        {x.const_data_ptr(), out.mutable_data_ptr(), x.numel(), approx});
   return out;
@@ -215,9 +264,10 @@ Tensor gelu_backward(const Tensor& grad_output, const Tensor& input, c10::string
   constexpr const char* op = "custom::gelu_backward";
   const Kernels kernels(input);
   const auto approx = check_gelu_backward(op, grad_output, input, approximate);
-  const Tensor x = input.contiguous();
-  const Tensor dy = grad_output.contiguous();
-  Tensor dx = at::empty(x.sizes(), x.options());
+  const bool keep = keeps_layout(input, grad_output);
+  const Tensor x = keep ? input : input.contiguous();
+  const Tensor dy = keep ? grad_output : grad_output.contiguous();
+  Tensor dx = keep ? at::empty_like(x) : at::empty(x.sizes(), x.options());
   kernels.gelu_backward(kernel_dtype(x.scalar_type()), {dy.const_data_ptr(), x.const_data_ptr(),
                                                         dx.mutable_data_ptr(), x.numel(), approx});
   return dx;
@@ -240,9 +290,10 @@ inline GeluApprox check_geglu(const char* op, const Tensor& gate, const Tensor& 
 // `launch(dtype, args)` runs the device's SwiGLU or GEGLU kernel.
 template <typename Launch>
 Tensor glu_forward(const Launch& launch, const Tensor& gate, const Tensor& up, GeluApprox approx) {
-  const Tensor g = gate.contiguous();
-  const Tensor u = up.contiguous();
-  Tensor out = at::empty(g.sizes(), g.options());
+  const bool keep = keeps_layout(gate, up);
+  const Tensor g = keep ? gate : gate.contiguous();
+  const Tensor u = keep ? up : up.contiguous();
+  Tensor out = keep ? at::empty_like(g) : at::empty(g.sizes(), g.options());
   launch(kernel_dtype(g.scalar_type()),
          cpu::GluArgs{g.const_data_ptr(), u.const_data_ptr(), out.mutable_data_ptr(), g.numel(),
                       approx});
@@ -271,11 +322,12 @@ inline GeluApprox check_geglu_backward(const char* op, const Tensor& grad_output
 template <typename Launch>
 std::tuple<Tensor, Tensor> glu_backward(const Launch& launch, const Tensor& grad_output,
                                         const Tensor& gate, const Tensor& up, GeluApprox approx) {
-  const Tensor dy = grad_output.contiguous();
-  const Tensor g = gate.contiguous();
-  const Tensor u = up.contiguous();
-  Tensor dg = at::empty(g.sizes(), g.options());
-  Tensor du = at::empty(g.sizes(), g.options());
+  const bool keep = keeps_layout(gate, up, grad_output);
+  const Tensor dy = keep ? grad_output : grad_output.contiguous();
+  const Tensor g = keep ? gate : gate.contiguous();
+  const Tensor u = keep ? up : up.contiguous();
+  Tensor dg = keep ? at::empty_like(g) : at::empty(g.sizes(), g.options());
+  Tensor du = keep ? at::empty_like(g) : at::empty(g.sizes(), g.options());
   launch(kernel_dtype(g.scalar_type()),
          cpu::GluBackwardArgs{dy.const_data_ptr(), g.const_data_ptr(), u.const_data_ptr(),
                               dg.mutable_data_ptr(), du.mutable_data_ptr(), g.numel(), approx});
@@ -388,7 +440,8 @@ Tensor rms_norm(const Tensor& input, IntArrayRef normalized_shape,
                         out.mutable_data_ptr(), nullptr, rs.rows, rs.cols,
                         rms_norm_eps(input, eps)};
   kernels.rms_norm_forward(kernel_dtype(x.scalar_type()), args);
-  return out;
+  // The kernel needs row-major rows; the output takes the input's memory format, as F.rms_norm's.
+  return in_memory_format_of(input, out);
 }
 
 template <typename Kernels>

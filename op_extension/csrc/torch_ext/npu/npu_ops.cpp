@@ -102,7 +102,7 @@ Tensor add_npu(const Tensor& input, const Tensor& other, double alpha) {
   const Tensor b = dense(other.sizes() == IntArrayRef(shape) ? other : other.expand(shape));
   call_aclnn(op, "aclnnAddCustom", input.device(), aclnnAddCustomGetWorkspaceSize, aclnnAddCustom,
              a, b, alpha, out);
-  return out;
+  return glue::keeps_layout(input, other) ? glue::in_layout_of(input, out) : out;
 }
 
 Tensor add_backward_npu(const Tensor& grad_output, IntArrayRef input_size, double alpha) {
@@ -131,7 +131,7 @@ Tensor gelu_npu(const Tensor& input, c10::string_view approximate) {
   if (out.numel() == 0) return out;
   call_aclnn(op, "aclnnGeluCustom", x.device(), aclnnGeluCustomGetWorkspaceSize, aclnnGeluCustom, x,
              approximate, out);
-  return out;
+  return glue::keeps_layout(input) ? glue::in_layout_of(input, out) : out;
 }
 
 Tensor gelu_backward_npu(const Tensor& grad_output, const Tensor& input,
@@ -146,7 +146,7 @@ Tensor gelu_backward_npu(const Tensor& grad_output, const Tensor& input,
   if (dx.numel() == 0) return dx;
   call_aclnn(op, "aclnnGeluGradCustom", x.device(), aclnnGeluGradCustomGetWorkspaceSize,
              aclnnGeluGradCustom, dy, x, approximate, dx);
-  return dx;
+  return glue::keeps_layout(input, grad_output) ? glue::in_layout_of(input, dx) : dx;
 }
 
 Tensor swiglu_npu(const Tensor& gate, const Tensor& up) {
@@ -160,7 +160,7 @@ Tensor swiglu_npu(const Tensor& gate, const Tensor& up) {
   if (out.numel() == 0) return out;
   call_aclnn(op, "aclnnSwiGluCustom", g.device(), aclnnSwiGluCustomGetWorkspaceSize,
              aclnnSwiGluCustom, g, u, out);
-  return out;
+  return glue::keeps_layout(gate, up) ? glue::in_layout_of(gate, out) : out;
 }
 
 Tensor geglu_npu(const Tensor& gate, const Tensor& up, c10::string_view approximate) {
@@ -174,7 +174,7 @@ Tensor geglu_npu(const Tensor& gate, const Tensor& up, c10::string_view approxim
   if (out.numel() == 0) return out;
   call_aclnn(op, "aclnnGeGluCustom", g.device(), aclnnGeGluCustomGetWorkspaceSize, aclnnGeGluCustom,
              g, u, approximate, out);
-  return out;
+  return glue::keeps_layout(gate, up) ? glue::in_layout_of(gate, out) : out;
 }
 
 std::tuple<Tensor, Tensor> swiglu_backward_npu(const Tensor& grad_output, const Tensor& gate,
@@ -191,6 +191,9 @@ std::tuple<Tensor, Tensor> swiglu_backward_npu(const Tensor& grad_output, const 
   if (g.numel() == 0) return {grad_gate, grad_up};
   call_aclnn(op, "aclnnSwiGluGradCustom", g.device(), aclnnSwiGluGradCustomGetWorkspaceSize,
              aclnnSwiGluGradCustom, dy, g, u, grad_gate, grad_up);
+  if (glue::keeps_layout(gate, up, grad_output)) {
+    return {glue::in_layout_of(gate, grad_gate), glue::in_layout_of(gate, grad_up)};
+  }
   return {grad_gate, grad_up};
 }
 
@@ -208,6 +211,9 @@ std::tuple<Tensor, Tensor> geglu_backward_npu(const Tensor& grad_output, const T
   if (g.numel() == 0) return {grad_gate, grad_up};
   call_aclnn(op, "aclnnGeGluGradCustom", g.device(), aclnnGeGluGradCustomGetWorkspaceSize,
              aclnnGeGluGradCustom, dy, g, u, approximate, grad_gate, grad_up);
+  if (glue::keeps_layout(gate, up, grad_output)) {
+    return {glue::in_layout_of(gate, grad_gate), glue::in_layout_of(gate, grad_up)};
+  }
   return {grad_gate, grad_up};
 }
 
@@ -225,7 +231,7 @@ Tensor rms_norm_npu(const Tensor& input, IntArrayRef normalized_shape, const Opt
   if (out.numel() == 0) return out;
   call_aclnn(op, "aclnnRmsNormCustom", x.device(), aclnnRmsNormCustomGetWorkspaceSize,
              aclnnRmsNormCustom, x, w, normalized_shape, rms_norm_eps(input, eps), out);
-  return out;
+  return glue::in_memory_format_of(input, out);
 }
 
 std::tuple<Tensor, Tensor> rms_norm_backward_npu(const Tensor& grad_output, const Tensor& input,
