@@ -658,29 +658,42 @@ class OtherLoad:
 
 
 class Progress:
-    """Minimal progress bar on stderr (a line per item when not a terminal)."""
+    """Progress on stderr. On a terminal, one live bar that each stage (warm-up,
+    compile, timing) rewrites in place. Anywhere else (a log file, a pipe) a bar
+    cannot be rewritten, so stages print nothing and each finished row prints one
+    line: a full run's log gets a line per row, not one per stage."""
 
-    def __init__(self, total, width=28, stream=sys.stderr):
-        self.total, self.width, self.stream = max(total, 1), width, stream
+    def __init__(self, total, width=28, stream=None):
+        # sys.stderr looked up now, not at import: pytest's capture replaces it.
+        self.stream = sys.stderr if stream is None else stream
+        self.total, self.width = max(total, 1), width
         self.done = 0
         self.start = time.perf_counter()
-        self.tty = stream.isatty()
+        self.tty = self.stream.isatty()
+
+    def _line(self, label):
+        elapsed = time.perf_counter() - self.start
+        count = f"{self.done:>{len(str(self.total))}}/{self.total}"
+        if not self.tty:
+            return f"[{count}] {elapsed:6.1f}s  {label}"
+        filled = int(self.done / self.total * self.width)
+        bar = "#" * filled + "." * (self.width - filled)
+        return f"[{bar}] {count} {elapsed:6.1f}s  {label}"
 
     def show(self, label):
-        frac = self.done / self.total
-        filled = int(frac * self.width)
-        bar = "#" * filled + "." * (self.width - filled)
-        elapsed = time.perf_counter() - self.start
-        line = f"[{bar}] {self.done:>3}/{self.total} {elapsed:6.1f}s  {label}"
+        """A stage within the current row: shown on a terminal only."""
         if self.tty:
-            self.stream.write("\r" + line[:150].ljust(150))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+            self.stream.write("\r" + self._line(label)[:150].ljust(150))
+            self.stream.flush()
 
     def advance(self, label=""):
+        """A row is finished."""
         self.done += 1
-        self.show(label)
+        if self.tty:
+            self.show(label)
+        else:
+            self.stream.write(self._line(label) + "\n")
+            self.stream.flush()
 
     def close(self):
         if self.tty:
