@@ -1,11 +1,56 @@
 """The benchmark harness's bookkeeping, with fake loads and timings (nothing real
-is timed): progress output on and off a terminal."""
+is timed): progress output on and off a terminal, the copy baseline and rows
+measured again when the machine was busy or a figure is implausible, the '?'
+marks for what stays in doubt."""
 
 from __future__ import annotations
 
 import io
 
-from op_extension import bench
+import pytest
+import torch
+
+from op_extension import bench, ops
+from op_extension.bench import COPY_TRIES, PCT_COPY_MAX, SPEEDUP_MAX, SPEEDUP_MIN, CopyBaseline, Timing
+
+QUIET, BUSY = 0.05, 0.6  # shares of the CPUs other processes used
+
+
+class ScriptedLoad:
+    """Stands in for OtherLoad: window i (snapshot .. snapshot) gets shares[i];
+    the last share repeats."""
+
+    def __init__(self, *shares):
+        self.shares, self.windows = list(shares), 0
+
+    def snapshot(self):
+        return ()
+
+    def fraction(self, before, after):
+        self.windows += 1
+        return self.shares[min(self.windows, len(self.shares)) - 1]
+
+
+class ScriptedTimings:
+    """measure_fn for time_row: the i-th call returns timings[i] (in microseconds
+    per impl); the last repeats."""
+
+    def __init__(self, *timings):
+        self.timings, self.calls = list(timings), 0
+
+    def __call__(self):
+        self.calls += 1
+        us = self.timings[min(self.calls, len(self.timings)) - 1]
+        return {impl: Timing(t * 1e-6, 0.0, 10) for impl, t in us.items()}, {}
+
+
+def copy_baseline(gbps_per_try, *shares):
+    values = iter(gbps_per_try)
+    return CopyBaseline(lambda: next(values), ScriptedLoad(*shares)).measure()
+
+
+NBYTES = 3 * 4096 * 4 * 16  # 16 rows of an add, float32: ours at 10 us -> 78.6 GB/s
+PLAIN = {"ours": 10.0, "native": 20.0, "composite": 30.0}
 
 
 # ---- progress -------------------------------------------------------------------
@@ -39,3 +84,157 @@ def test_progress_on_a_terminal_keeps_one_live_bar():
     assert "[##############..............] 1/2" in out.getvalue()
     p.close()
     assert out.getvalue().endswith("\n")
+
+
+# ---- the copy baseline ----------------------------------------------------------
+
+def test_copy_baseline_is_measured_again_while_the_machine_is_busy():
+    copy = copy_baseline([0.05, 20.0], BUSY, QUIET)
+    assert copy.attempts == 2 and copy.gbps == 20.0 and not copy.busy
+
+
+def test_copy_baseline_gives_up_after_its_tries_and_says_busy():
+    copy = copy_baseline([0.05] * 10, BUSY)
+    assert copy.attempts == COPY_TRIES and copy.busy and copy.others == BUSY
+
+
+def test_copy_baseline_reports_an_error_without_retrying():
+    def fail():
+        raise RuntimeError("no memory\nmore")
+
+    copy = CopyBaseline(fail, ScriptedLoad(BUSY)).measure()
+    assert copy.gbps is None and copy.error == "RuntimeError: no memory" and copy.attempts == 1
+
+
+# ---- plausibility ---------------------------------------------------------------
+
+def test_plausibility_bounds():
+    def fig(pct, speedup):
+        return {"impls": {}, "pct_copy_bw": pct, "speedup_vs_native": speedup}
+
+    assert bench.implausible(fig(PCT_COPY_MAX, SPEEDUP_MIN)) == {}
+    assert bench.implausible(fig(120.0, SPEEDUP_MAX)) == {}
+    assert set(bench.implausible(fig(PCT_COPY_MAX + 1, 1.0))) == {"pct_copy_bw"}
+    assert set(bench.implausible(fig(50.0, 0.0))) == {"speedup_vs_native"}
+    assert set(bench.implausible(fig(28407.0, 406.0))) == {"pct_copy_bw", "speedup_vs_native"}
+    assert bench.implausible(fig(None, 1.0)) == {}  # no copy baseline: no %copy to judge
+
+
+# ---- rows -----------------------------------------------------------------------
+
+def test_quiet_plausible_row_is_timed_once_and_printed_plainly():
+    copy = copy_baseline([100.0], QUIET)
+    timings = ScriptedTimings(PLAIN)
+    fig, errors, others, attempts, doubt = bench.time_row(timings, NBYTES, copy, ScriptedLoad(QUIET))
+    assert (attempts, doubt, timings.calls) == (1, {}, 1)
+    assert fig["speedup_vs_native"] == pytest.approx(2.0) and fig["speedup_vs_composite"] == pytest.approx(3.0)
+    assert fig["pct_copy_bw"] == pytest.approx(100 * NBYTES / 10e-6 / 1e9 / 100.0)
+
+
+def test_busy_row_is_timed_again_and_the_quiet_timings_kept():
+    copy = copy_baseline([100.0], QUIET)
+    timings = ScriptedTimings({"ours": 4000.0, "native": 20.0}, PLAIN)
+    fig, _, others, attempts, doubt = bench.time_row(timings, NBYTES, copy, ScriptedLoad(BUSY, QUIET))
+    assert (attempts, doubt, others) == (2, {}, QUIET)
+    assert fig["impls"]["ours"]["median_us"] == pytest.approx(10.0)
+
+
+def test_row_busy_twice_has_every_timed_figure_in_doubt():
+    copy = copy_baseline([100.0], QUIET)
+    fig, _, _, attempts, doubt = bench.time_row(ScriptedTimings(PLAIN), NBYTES, copy, ScriptedLoad(BUSY))
+    assert attempts == 2
+    assert set(doubt) == {"ours_us", "gbps", "pct_copy_bw", "speedup_vs_native", "speedup_vs_composite"}
+    assert all(whys == ["busy (others 60% CPU)"] for whys in doubt.values())
+
+
+def test_implausible_speedup_is_measured_again_and_marked_only_if_it_persists():
+    copy = copy_baseline([100.0], QUIET)
+    once = ScriptedTimings({"ours": 10.0, "native": 4060.0, "composite": 30.0}, PLAIN)
+    fig, _, _, attempts, doubt = bench.time_row(once, NBYTES, copy, ScriptedLoad(QUIET))
+    assert (attempts, doubt) == (2, {}) and fig["speedup_vs_native"] == pytest.approx(2.0)
+
+    persists = ScriptedTimings({"ours": 10.0, "native": 4060.0, "composite": 30.0})
+    fig, _, _, attempts, doubt = bench.time_row(persists, NBYTES, copy, ScriptedLoad(QUIET))
+    assert attempts == 2 and set(doubt) == {"speedup_vs_native"}  # the other figures stand
+    assert fig["speedup_vs_native"] == pytest.approx(406.0)
+
+
+def test_copy_baseline_taken_on_a_busy_machine_flags_percent_copy_of_a_quiet_row():
+    # The reported run: the copy timed while busy (tiny GB/s), the rows after it
+    # quiet, %copy 28407% printed as a result. Now %copy is in doubt and the copy
+    # is measured again; once it is quiet, the row is plain.
+    slow_then_quiet = copy_baseline([0.28, 0.28, 0.28, 100.0], BUSY, BUSY, BUSY, QUIET)
+    assert slow_then_quiet.busy and slow_then_quiet.attempts == COPY_TRIES
+    row_load = ScriptedLoad(QUIET)
+    fig, _, _, attempts, doubt = bench.time_row(ScriptedTimings(PLAIN), NBYTES, slow_then_quiet, row_load)
+    assert (attempts, doubt) == (2, {}) and slow_then_quiet.gbps == 100.0
+    assert fig["pct_copy_bw"] < PCT_COPY_MAX
+
+    stays_busy = copy_baseline([30.0] * 10, BUSY)  # busy but plausible: only %copy is in doubt
+    fig, _, _, attempts, doubt = bench.time_row(ScriptedTimings(PLAIN), NBYTES, stays_busy, ScriptedLoad(QUIET))
+    assert attempts == 2 and stays_busy.attempts == COPY_TRIES + 1
+    assert doubt == {"pct_copy_bw": ["copy baseline busy (others 60% CPU)"]}
+
+
+# ---- the table ------------------------------------------------------------------
+
+def _row(doubt=None, **extra):
+    row = {"op": "add", "direction": "fwd", "dtype": "float32", "tokens": 16, "errors": {},
+           "impls": {"ours": {"median_us": 10.0}}, "gbps": 78.6, "pct_copy_bw": 28407.0,
+           "speedup_vs_native": 406.0, "speedup_vs_composite": 1.5, "timing_attempts": 2,
+           "copy_attempts": 4, "in_doubt": doubt or {}}
+    row.update(extra)
+    return row
+
+
+def test_table_marks_figures_in_doubt_and_explains_the_mark():
+    out = io.StringIO()
+    bench.print_table([_row({"pct_copy_bw": ["%copy > 300%"], "speedup_vs_native": ["x native outside 0.02x-50x"]})],
+                      file=out)
+    text = out.getvalue()
+    data = text.splitlines()[2].split()
+    assert data[4:10] == ["10.0", "78.6", "28407%?", "406.00x?", "1.50x", "-"], text
+    assert "%copy > 300%; x native outside 0.02x-50x (row timed 2x, copy baseline 4x)" in text
+    assert "# ?: in doubt, not a result" in text and "%copy above 300%" in text and "0.02x-50x" in text
+
+
+def test_table_without_doubt_has_no_marks():
+    out = io.StringIO()
+    bench.print_table([_row(pct_copy_bw=90.0, speedup_vs_native=2.0, timing_attempts=1, copy_attempts=1)], file=out)
+    assert "?" not in out.getvalue()
+
+
+# ---- wiring: run_benchmarks with a fake timer and load --------------------------
+
+class FakeTimer:
+    """Every sample 10 us: the figures are plausible, only the load decides."""
+
+    rounds = 1
+
+    def prepare(self, fn):
+        return fn
+
+    def sample(self, handle):
+        return [1e-5]
+
+
+def _run(load):
+    cfg = bench.RunConfig(ops=["add"], dtypes=[torch.float32], tokens=[1], device=torch.device("cpu"), threads=1,
+                          directions=["fwd", "fwd+bwd"], compile=False, compile_filter=lambda d, t: False,
+                          timer=FakeTimer(), host_timer=FakeTimer(), other_load=load)
+    return bench.run_benchmarks(ops, cfg, bench.Progress(2, stream=io.StringIO()))
+
+
+def test_run_benchmarks_on_a_quiet_machine():
+    rows = _run(ScriptedLoad(QUIET))
+    assert [(r["timing_attempts"], r["copy_attempts"], r["in_doubt"]) for r in rows] == [(1, 1, {}), (1, 1, {})]
+
+
+def test_run_benchmarks_on_a_busy_machine_measures_again_and_flags_every_row():
+    rows = _run(ScriptedLoad(BUSY))
+    assert [r["timing_attempts"] for r in rows] == [2, 2]
+    # The copy baseline: its tries, then once more for each row.
+    assert [r["copy_attempts"] for r in rows] == [COPY_TRIES + 1, COPY_TRIES + 2]
+    for r in rows:
+        assert "busy (others 60% CPU)" in r["in_doubt"]["speedup_vs_native"]
+        assert "copy baseline busy (others 60% CPU)" in r["in_doubt"]["pct_copy_bw"]
