@@ -788,7 +788,8 @@ def implausible(fig):
         out["pct_copy_bw"] = f"%copy > {PCT_COPY_MAX:.0f}%"
     for key, v in fig.items():
         if key.startswith("speedup_vs_") and not SPEEDUP_MIN <= v <= SPEEDUP_MAX:
-            out[key] = f"x {key[len('speedup_vs_'):]} outside {SPEEDUP_MIN:g}x-{SPEEDUP_MAX:g}x"
+            out[key] = (f"x {key[len('speedup_vs_'):]} "
+                        + (f"< {SPEEDUP_MIN:g}x" if v < SPEEDUP_MIN else f"> {SPEEDUP_MAX:g}x"))
     return out
 
 
@@ -803,9 +804,9 @@ def figures_in_doubt(fig, others, copy: CopyBaseline):
     doubt = {}
     if is_busy(others):
         for key in timed_figures(fig):
-            doubt.setdefault(key, []).append(f"busy (others {100 * others:.0f}% CPU)")
+            doubt.setdefault(key, []).append(f"busy: others {100 * others:.0f}%")
     if copy.busy and fig.get("pct_copy_bw") is not None:
-        doubt.setdefault("pct_copy_bw", []).append(f"copy baseline busy (others {100 * copy.others:.0f}% CPU)")
+        doubt.setdefault("pct_copy_bw", []).append(f"copy busy: others {100 * copy.others:.0f}%")
     for key, why in implausible(fig).items():
         doubt.setdefault(key, []).append(why)
     return doubt
@@ -1110,9 +1111,9 @@ def _fmt(v, spec, suffix=""):
 def doubt_note(row):
     """Why a row's figures are in doubt, and how often it was measured."""
     reasons = list(dict.fromkeys(why for whys in row["in_doubt"].values() for why in whys))
-    tries = [f"row timed {row['timing_attempts']}x"]
+    tries = [f"timed {row['timing_attempts']}x"]
     if row.get("copy_attempts", 1) > 1:
-        tries.append(f"copy baseline {row['copy_attempts']}x")
+        tries.append(f"copy {row['copy_attempts']}x")
     return "; ".join(reasons) + f" ({', '.join(tries)})"
 
 
@@ -1141,13 +1142,14 @@ def print_table(rows, file=sys.stdout):
             cell("pct_copy_bw", r.get("pct_copy_bw"), ".0f", "%"),
         ) + tuple(cell(f"speedup_vs_{b}", r.get(f"speedup_vs_{b}"), ".2f", "x")
                   for b in BASELINES + (("liger",) if with_liger else ()))
-          + ("; ".join(notes)[:100],))
+          + ("; ".join(notes)[:120],))
     _print_aligned(header, table, file, right=range(3, len(header) - 1))
     if any(r.get("in_doubt") for r in rows):
-        print(f"\n# ?: in doubt, not a result, even after re-measuring: timed while other processes used "
-              f"more than {100 * OtherLoad.WARN_FRACTION:.0f}% of the CPUs (busy; %copy also when its copy_ "
-              f"baseline was), or outside the plausibility bounds (%copy above {PCT_COPY_MAX:.0f}%, "
-              f"speed-up outside {SPEEDUP_MIN:g}x-{SPEEDUP_MAX:g}x). Rerun on an idle machine.", file=file)
+        print(f"\n# ?: in doubt, not a result, even after measuring again: timed while other processes used "
+              f"more than {100 * OtherLoad.WARN_FRACTION:.0f}% of the CPUs ('busy'; %copy also when its copy_ "
+              f"baseline was: 'copy busy'), or outside the plausibility bounds (%copy above {PCT_COPY_MAX:.0f}%, "
+              f"speed-up outside {SPEEDUP_MIN:g}x-{SPEEDUP_MAX:g}x). 'timed Nx', 'copy Nx': how often the row "
+              "and its copy baseline were measured. Rerun on an idle machine.", file=file)
 
 
 def print_dispatch(rows, file=sys.stdout):
