@@ -35,7 +35,7 @@ trap 'rm -f "$constraints"' EXIT
 echo "${installed_torch:-$TORCH_SPEC}" >"$constraints"
 echo "setup: installing build, test and benchmark dependencies"
 "$PY" -m pip install --quiet --constraint "$constraints" \
-  ninja numpy pytest expecttest hypothesis matplotlib "transformers==5.23.0"
+  ninja numpy pytest expecttest hypothesis "matplotlib>=3.7" "transformers==5.23.0"
 
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "setup: installing $TORCH_SPEC"

@@ -239,3 +239,75 @@ def test_run_benchmarks_on_a_busy_machine_measures_again_and_flags_every_row():
     for r in rows:
         assert "busy: others 60%" in r["in_doubt"]["speedup_vs_native"]
         assert "copy busy: others 60%" in r["in_doubt"]["pct_copy_bw"]
+
+
+# ---- the plot and the output files ----------------------------------------------
+
+def test_json_and_plot_of_a_run_share_its_stamp():
+    json_path, png_path = bench.output_paths("out", "cpu", "20261124-101500")
+    assert json_path == "out/bench_cpu_20261124-101500.json"
+    assert png_path == "out/speedup_cpu_20261124-101500.png"
+
+
+def test_main_writes_json_and_plot_named_alike(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "CpuTimer", lambda *args, **kwargs: FakeTimer())
+    monkeypatch.setattr(bench.OtherLoad, "sample", lambda self, seconds=0.5: 0.0)
+    bench.main(["--ops", "add", "--tokens", "1", "--dtypes", "float32", "--no-compile", "--no-hf",
+                "--no-dispatch", "--no-backward", "--out", str(tmp_path)])
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 2, files
+    stamps = {name.split("_", 2)[2].rsplit(".", 1)[0] for name in files}
+    assert len(stamps) == 1 and files[0].startswith("bench_cpu_") and files[1].startswith("speedup_cpu_"), files
+    assert f"wrote {tmp_path / files[0]} and {tmp_path / files[1]}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("values, low_above, high_at_least", [
+    ([1.5, 3.0], 0.5, 3.0),        # all faster: the axis starts just under 1x, not at 0.1x
+    ([0.3, 0.6], 0.2, 1.0),        # all slower: 1x stays in view
+    ([0.9, 1.1], 0.5, 1.1),
+    ([2.0, 406.0, 0.0], 0.5, 2.0),  # implausible figures do not stretch the axis
+])
+def test_speedup_axis_fits_the_data_and_keeps_parity_in_view(values, low_above, high_at_least):
+    low, high, ticks = bench.speedup_axis(values)
+    assert low_above < low < 1.0 < high and high >= high_at_least
+    assert high < 2 * max([v for v in values if SPEEDUP_MIN <= v <= SPEEDUP_MAX] + [1.0])
+    assert 1 in ticks and len(ticks) >= 3 and all(low <= t <= high for t in ticks)
+
+
+def _plot_rows():
+    rows = []
+    for direction in ("fwd", "fwd+bwd"):
+        for tokens, native, composite in ((16, 1.5, 3.0), (512, 2.0, 4.0)):
+            rows.append({"op": "rms_norm", "direction": direction, "dtype": "float32", "tokens": tokens,
+                         "speedup_vs_native": native, "speedup_vs_composite": composite, "in_doubt": {}})
+    rows[1].update(speedup_vs_native=406.0, in_doubt={"speedup_vs_native": ["x native > 50x"]})
+    rows[2]["in_doubt"] = {"speedup_vs_native": ["busy: others 60%"], "speedup_vs_composite": ["busy: others 60%"]}
+    return rows
+
+
+def test_plot_fits_each_panel_marks_doubt_and_keeps_the_legend_by_the_panels():
+    import matplotlib.pyplot as plt
+
+    fig = bench.speedup_figure(_plot_rows(), "test CPU")
+    try:
+        fwd, bwd = fig.axes
+        assert fwd.get_ylim() == pytest.approx(bench.speedup_axis([1.5, 3.0, 4.0])[:2])  # 406x left out
+        assert bwd.get_ylim()[0] > 0.5
+        hatched = [sum(1 for bar in ax.patches if bar.get_hatch()) for ax in (fwd, bwd)]
+        marks = [sum(1 for t in ax.texts if t.get_text() == "?") for ax in (fwd, bwd)]
+        assert hatched == marks == [1, 2]
+        legend = fig.legends[0]
+        assert "? in doubt" in [t.get_text() for t in legend.get_texts()][-1]
+        fig.canvas.draw()
+        to_fig = fig.transFigure.inverted()
+        box = to_fig.transform_bbox(legend.get_window_extent())
+        panels_top = max(to_fig.transform_bbox(ax.get_tightbbox()).y1 for ax in fig.axes)
+        assert 0 <= box.y0 - panels_top < 0.06, (box, panels_top)  # right above the panels, not in a corner
+        assert abs((box.x0 + box.x1) / 2 - 0.5) < 0.05
+    finally:
+        plt.close(fig)
+
+
+def test_write_plot_writes_a_png(tmp_path):
+    path = bench.write_plot(_plot_rows(), str(tmp_path / "speedup.png"), "test CPU")
+    assert path and (tmp_path / "speedup.png").read_bytes().startswith(b"\x89PNG")
