@@ -177,6 +177,23 @@ def test_copy_baseline_taken_on_a_busy_machine_flags_percent_copy_of_a_quiet_row
     assert doubt == {"pct_copy_bw": ["copy busy: others 60%"]}
 
 
+def test_dispatch_and_hf_timings_are_taken_again_while_busy():
+    timings = ScriptedTimings({"ours": 5.0, "native": 1.0}, {"ours": 1.0, "native": 1.0})
+    got, _, others, attempts = bench.measure_while_quiet(timings, ScriptedLoad(BUSY, QUIET))
+    assert (attempts, others, got["ours"].median_s) == (2, QUIET, pytest.approx(1e-6))
+    _, _, others, attempts = bench.measure_while_quiet(ScriptedTimings(PLAIN), ScriptedLoad(BUSY))
+    assert (attempts, others) == (2, BUSY)
+
+
+def test_section_doubt_marks_busy_timings_and_wild_ratios():
+    row = {"hf_ms": 300.0, "patched_ms": 0.5, "speedup": 600.0}
+    assert bench.section_doubt(row, QUIET, ("hf_ms", "patched_ms"), "speedup") == {
+        "speedup": ["outside 0.02x-50x"]}
+    assert bench.section_doubt(dict(row, speedup=1.2), BUSY, ("hf_ms", "patched_ms"), "speedup") == {
+        key: ["busy: others 60%"] for key in ("hf_ms", "patched_ms", "speedup")}
+    assert bench.section_doubt(dict(row, speedup=1.2), None, ("hf_ms", "patched_ms"), "speedup") == {}
+
+
 # ---- the table ------------------------------------------------------------------
 
 def _row(doubt=None, **extra):
@@ -203,6 +220,26 @@ def test_table_without_doubt_has_no_marks():
     out = io.StringIO()
     bench.print_table([_row(pct_copy_bw=90.0, speedup_vs_native=2.0, timing_attempts=1, copy_attempts=1)], file=out)
     assert "?" not in out.getvalue()
+
+
+def test_dispatch_and_hf_tables_mark_figures_in_doubt():
+    busy = {k: ["busy: others 60%"] for k in ("ours_us", "native_us", "ratio_ours_over_native")}
+    out = io.StringIO()
+    bench.print_dispatch([{"op": "add", "ours_us": 1.5, "native_us": 1.0, "ratio_ours_over_native": 1.5,
+                           "timing_attempts": 2, "in_doubt": busy},
+                          {"op": "gelu", "ours_us": 1.0, "native_us": 1.0, "ratio_ours_over_native": 1.0,
+                           "timing_attempts": 1, "in_doubt": {}}], file=out)
+    lines = out.getvalue().splitlines()
+    assert lines[2].split()[:4] == ["add", "1.50?", "1.00?", "1.50x?"] and "busy: others 60% (timed 2x)" in lines[2]
+    assert lines[3].split() == ["gelu", "1.00", "1.00", "1.00x"]
+    assert lines[-1].startswith("# ?: in doubt")
+
+    out = io.StringIO()
+    bench.print_hf([{"family": "llama", "dtype": "bfloat16", "hf_ms": 600.0, "patched_ms": 1.0, "speedup": 600.0,
+                     "max_abs_logit_diff": 0.01, "logits_identical_hf_casting": True, "timing_attempts": 1,
+                     "in_doubt": {"speedup": ["outside 0.02x-50x"]}}], file=out)
+    row = out.getvalue().splitlines()[2].split()
+    assert row[2:7] == ["600.0", "1.0", "600.00x?", "1.00e-02", "yes"], row
 
 
 # ---- wiring: run_benchmarks with a fake timer and load --------------------------
