@@ -734,6 +734,17 @@ def _under_load(other_load, fn):
     return value, other_load.fraction(before, other_load.snapshot())
 
 
+def until_quiet(fn, other_load, tries, give_up=lambda value: False):
+    """fn() run again while other processes were busy during it, up to `tries`
+    times in all (or until give_up(value)). Returns (the last value, the load
+    during it, how many times fn ran)."""
+    for attempt in range(1, tries + 1):
+        value, others = _under_load(other_load, fn)
+        if not is_busy(others) or give_up(value):
+            break
+    return value, others, attempt
+
+
 class CopyBaseline:
     """The copy_ bandwidth the %copy of a group of rows is relative to, with the
     load it was measured under. A copy timed while others were busy is slow and
@@ -752,11 +763,10 @@ class CopyBaseline:
             return None, _err(e)
 
     def measure(self, tries=None):
-        for _ in range(tries or self.tries):
-            (self.gbps, self.error), self.others = _under_load(self._other_load, self._once)
-            self.attempts += 1
-            if self.error or not self.busy:
-                break
+        # An error is not the load's doing: no retry.
+        (self.gbps, self.error), self.others, attempts = until_quiet(
+            self._once, self._other_load, tries or self.tries, give_up=lambda result: result[1] is not None)
+        self.attempts += attempts
         return self
 
     @property
@@ -833,17 +843,6 @@ def time_row(measure_fn, nbytes, copy: CopyBaseline, other_load, tries=ROW_TRIES
         fig = row_figures(timings, nbytes, copy.gbps)
         doubt = figures_in_doubt(fig, others, copy)
     return fig, errors, others, attempts, doubt
-
-
-def measure_while_quiet(measure_fn, other_load, tries=ROW_TRIES):
-    """measure_fn() -> (timings, errors), timed again while its window was busy,
-    up to `tries` times in all: for the sections without a copy baseline (dispatch
-    overhead, Hugging Face models). Returns (timings, errors, load, attempts)."""
-    for attempt in range(1, tries + 1):
-        (timings, errors), others = _under_load(other_load, measure_fn)
-        if not is_busy(others):
-            break
-    return timings, errors, others, attempt
 
 
 def section_doubt(row, others, timed, ratio):
@@ -938,7 +937,7 @@ def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy: CopyBa
                others_cpu_busy=others, timing_attempts=attempts, in_doubt=doubt)
     for t_ in setup.inputs:
         t_.grad = None
-    progress.advance(label + (f"  ? {doubt_note(row)}" if doubt else ""))
+    progress.advance(_with_doubt(label, row))
     return row
 
 
@@ -990,8 +989,9 @@ def dispatch_overhead(ops, cfg: RunConfig, progress: Progress):
                     steps[impl] = step
                 except Exception as e:
                     row[f"{impl}_error"] = _err(e)
-            timings, errors, others, attempts = measure_while_quiet(
-                lambda: measure(cfg.host_timer, steps), cfg.other_load)
+            # No copy baseline or plausibility re-measure here: timed again only when busy.
+            (timings, errors), others, attempts = until_quiet(
+                lambda: measure(cfg.host_timer, steps), cfg.other_load, ROW_TRIES)
         for impl, t in timings.items():
             row[f"{impl}_us"] = t.median_s * 1e6
         for impl, e in errors.items():
@@ -1001,7 +1001,7 @@ def dispatch_overhead(ops, cfg: RunConfig, progress: Progress):
         row.update(others_cpu_busy=others, timing_attempts=attempts,
                    in_doubt=section_doubt(row, others, ("ours_us", "native_us"), "ratio_ours_over_native"))
         rows.append(row)
-        progress.advance(f"dispatch {name}")
+        progress.advance(_with_doubt(f"dispatch {name}", row))
     return rows
 
 
@@ -1065,8 +1065,8 @@ def hf_models(cfg: RunConfig, progress: Progress):
                     m(ids, labels=ids).loss.backward()
                 warm_up(step, cfg.device, min_calls=2)
                 steps[name] = step
-            timings, errors, others, attempts = measure_while_quiet(
-                lambda: measure(cfg.host_timer, steps), cfg.other_load)
+            (timings, errors), others, attempts = until_quiet(
+                lambda: measure(cfg.host_timer, steps), cfg.other_load, ROW_TRIES)
             row = {"family": family, "dtype": str(dtype).replace("torch.", ""), "replaced": dict(report),
                    "max_abs_logit_diff": diff, "logits_identical_hf_casting": identical,
                    "errors": errors}
@@ -1077,7 +1077,7 @@ def hf_models(cfg: RunConfig, progress: Progress):
             row.update(others_cpu_busy=others, timing_attempts=attempts,
                        in_doubt=section_doubt(row, others, ("hf_ms", "patched_ms"), "speedup"))
             rows.append(row)
-            progress.advance(f"hf {family}")
+            progress.advance(_with_doubt(f"hf {family}", row))
     return rows
 
 
@@ -1156,6 +1156,11 @@ def doubt_note(row):
     if row.get("copy_attempts", 1) > 1:
         tries.append(f"copy {row['copy_attempts']}x")
     return "; ".join(reasons) + f" ({', '.join(tries)})"
+
+
+def _with_doubt(label, row):
+    """A progress label, with why the row's figures are in doubt if they are."""
+    return label + (f"  ? {doubt_note(row)}" if row.get("in_doubt") else "")
 
 
 def print_table(rows, file=sys.stdout):

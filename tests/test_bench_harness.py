@@ -177,12 +177,14 @@ def test_copy_baseline_taken_on_a_busy_machine_flags_percent_copy_of_a_quiet_row
     assert doubt == {"pct_copy_bw": ["copy busy: others 60%"]}
 
 
-def test_dispatch_and_hf_timings_are_taken_again_while_busy():
+def test_until_quiet_runs_again_while_busy_up_to_its_tries():
     timings = ScriptedTimings({"ours": 5.0, "native": 1.0}, {"ours": 1.0, "native": 1.0})
-    got, _, others, attempts = bench.measure_while_quiet(timings, ScriptedLoad(BUSY, QUIET))
+    (got, _), others, attempts = bench.until_quiet(timings, ScriptedLoad(BUSY, QUIET), 2)
     assert (attempts, others, got["ours"].median_s) == (2, QUIET, pytest.approx(1e-6))
-    _, _, others, attempts = bench.measure_while_quiet(ScriptedTimings(PLAIN), ScriptedLoad(BUSY))
+    _, others, attempts = bench.until_quiet(ScriptedTimings(PLAIN), ScriptedLoad(BUSY), 2)
     assert (attempts, others) == (2, BUSY)
+    _, _, attempts = bench.until_quiet(lambda: "failed", ScriptedLoad(BUSY), 3, give_up=lambda v: v == "failed")
+    assert attempts == 1
 
 
 def test_section_doubt_marks_busy_timings_and_wild_ratios():
