@@ -12,9 +12,10 @@ against the harness (csrc/cuda_sim): every block and thread runs, threads as
 fibers, so barriers and warp shuffles keep their GPU meaning. Outputs are
 filled with NaN before the launch. A misuse the harness detects (a
 __syncthreads not reached by every thread, a shuffle mask naming a lane that
-does not take part, dynamic shared memory accessed out of bounds or raced on
-between two barriers, a launch beyond the GPU's limits) raises RuntimeError
-naming the kernel, block and thread; so do the op's input checks.
+does not take part, shared memory (dynamic, or a static __shared__ array)
+accessed out of bounds or raced on between two barriers, a launch beyond the
+GPU's limits) raises RuntimeError naming the kernel, block and thread; so do the
+op's input checks.
 
 ``arch`` ("sm_80" or "sm_90") picks the GPU whose launch limits are checked.
 """

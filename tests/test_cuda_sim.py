@@ -187,6 +187,13 @@ MISUSE = {
                           r"block \(0,0,0\) thread \(0,0,0\)",
     "shared_out_of_bounds": r"thread \(31,0,0\): dynamic shared memory write out of bounds: byte offset 128 of a "
                             r"128-byte allocation",
+    # Named as the array the index belongs to, not the one next to it.
+    "static_shared_past_end": r"static_shared_past_end_kernel: block \(0,0,0\) thread \(31,0,0\): static __shared__ "
+                              r"op_ext::cuda::misuse::static_shared_past_end_kernel\(float\*\)::first write out of "
+                              r"bounds: byte offset 128 of a 128-byte array",
+    "static_shared_before_start": r"static_shared_before_start_kernel: block \(0,0,0\) thread \(0,0,0\): static "
+                                  r"__shared__ op_ext::cuda::misuse::static_shared_before_start_kernel\(float\*\)::slots "
+                                  r"read out of bounds: byte offset -4 of a 128-byte array",
     # Threads run in order: thread 0 reads slot 1 before thread 1 writes it.
     "shared_read_after_write": r"thread \(1,0,0\): shared memory race \(write after read\) at byte offset 4 of "
                                r"dynamic shared memory with block \(0,0,0\) thread \(0,0,0\), no __syncthreads between",

@@ -7,7 +7,7 @@
 #include <string>
 
 // In op_ext::cuda like the real kernels, so that the harness finds their static
-// __shared__ arrays the same way.
+// __shared__ arrays the same way (function-local statics of op_ext::cuda).
 namespace op_ext::cuda::misuse {
 
 // A warp sum through shuffles, then a block sum through shared memory.
@@ -100,6 +100,25 @@ __global__ void static_shared_race_kernel(float* out) {
   out[threadIdx.x] = total;  // the barrier after the write is missing
 }
 
+// Two arrays, as a kernel with a cache and a reduction has: packed next to each
+// other, first[32] would be second[0] and pass for an access to it.
+__global__ void static_shared_past_end_kernel(float* out) {
+  __shared__ float first[32];
+  __shared__ float second[32];
+  second[threadIdx.x] = 0.0f;
+  first[threadIdx.x + 1] = 1.0f;  // launched with 32 threads: the last writes past the end
+  __syncthreads();
+  out[threadIdx.x] = first[threadIdx.x] + second[threadIdx.x];
+}
+
+__global__ void static_shared_before_start_kernel(float* out) {
+  __shared__ float slots[32];
+  slots[threadIdx.x] = 1.0f;
+  __syncthreads();
+  const int left = static_cast<int>(threadIdx.x) - 1;  // thread 0 reads slots[-1]
+  out[threadIdx.x] = slots[left];
+}
+
 }  // namespace op_ext::cuda::misuse
 
 extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
@@ -122,6 +141,10 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
     launch_kernel<shared_write_after_write_kernel>(1, 32, 32 * sizeof(float), nullptr);
   } else if (n == "static_shared_race") {
     launch_kernel<static_shared_race_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "static_shared_past_end") {
+    launch_kernel<static_shared_past_end_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "static_shared_before_start") {
+    launch_kernel<static_shared_before_start_kernel>(1, 32, 0, nullptr, out);
   } else if (n == "barrier_after_exit") {
     launch_kernel<barrier_after_exit_kernel>(1, 32, 0, nullptr);
   } else if (n == "barrier_in_branch") {
