@@ -25,5 +25,8 @@ fi
 echo "setup: torch $("$PY" -c 'import torch; print(torch.__version__)')"
 
 # Build tools and test/bench dependencies; none of them depends on torch, so
-# none can replace the torch installed above.
-"$PY" -m pip install --quiet ninja numpy pytest expecttest hypothesis matplotlib
+# none can replace the torch installed above. cuobjdump and nvdisasm (CUDA 13
+# binaries, no dependencies) are for scripts/check_cuda_compile.sh's SASS check:
+# the machines' nvcc comes without them.
+"$PY" -m pip install --quiet ninja numpy pytest expecttest hypothesis matplotlib \
+  "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14"
