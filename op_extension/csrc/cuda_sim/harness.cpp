@@ -40,6 +40,11 @@
 
 #include "cuda_sim/runtime.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 namespace cuda_sim {
 
 thread_local ThreadView g_view;
@@ -74,6 +79,7 @@ struct Fiber {
   size_t size = 0;
   unsigned char value[16] = {};
   unsigned char result[16] = {};
+  void* fake_stack = nullptr;  // ASan's, kept while the fiber is switched out
 };
 
 const char* kind_name(ShuffleKind k) {
@@ -98,13 +104,20 @@ struct Launch {
   void* closure = nullptr;
   std::vector<Fiber> fibers;  // one per thread of the current block, in linear order
   unsigned char* dynamic_shared = nullptr;  // inside the watched window
-  ucontext_t scheduler;
+  // Zeroed: ASan's swapcontext interceptor reads the stack of the context it
+  // switches to, which getcontext/swapcontext never fill in for this one.
+  ucontext_t scheduler{};
   int current = -1;
   std::string error;  // the first report; the block stops at once
+  // The scheduler's stack as ASan knows it (the OS thread's), and its fake stack.
+  const void* scheduler_stack = nullptr;
+  size_t scheduler_stack_bytes = 0;
+  void* scheduler_fake_stack = nullptr;
 };
 
 thread_local Launch* g_launch = nullptr;
 thread_local Arch g_arch = Arch::Sm80;
+thread_local BlockOrder g_block_order = BlockOrder::Linear;
 // Fiber stacks outlive launches: mapping 1024 of them per launch would cost more
 // than the kernels. Pages are only touched as far as a kernel's frames go.
 thread_local std::vector<void*> g_stacks;
@@ -120,10 +133,35 @@ std::string report(const Launch& l, const Fiber& f, const std::string& what) {
   return "cuda_sim: kernel " + l.name + ": " + where(l, f) + ": " + what;
 }
 
+// ASan keeps one stack per thread: it must be told of every switch between the
+// scheduler's stack and a fiber's, or it takes fiber frames for wild accesses
+// to the thread's stack (and __asan_handle_no_return, before a report leaves a
+// fiber, refuses to clean up). start: about to switch to [bottom, bottom +
+// size), saving this stack's fake stack in *save (nullptr: this stack is left
+// for good); finish: arrived, restoring `saved`, learning the previous stack.
+void switch_start(void** save, const void* bottom, size_t size) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(save, bottom, size);
+#else
+  (void)save, (void)bottom, (void)size;
+#endif
+}
+
+void switch_finish(void* saved, const void** bottom_old, size_t* size_old) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(saved, bottom_old, size_old);
+#else
+  (void)saved, (void)bottom_old, (void)size_old;
+#endif
+}
+
 // From inside a fiber: back to the scheduler until it resumes us.
 void yield() {
   Launch& l = *g_launch;
-  swapcontext(&l.fibers[l.current].context, &l.scheduler);
+  Fiber& f = l.fibers[l.current];
+  switch_start(&f.fake_stack, l.scheduler_stack, l.scheduler_stack_bytes);
+  swapcontext(&f.context, &l.scheduler);
+  switch_finish(f.fake_stack, &l.scheduler_stack, &l.scheduler_stack_bytes);
 }
 
 [[noreturn]] void fail_in_fiber(const std::string& what) {
@@ -131,7 +169,9 @@ void yield() {
   Fiber& f = l.fibers[l.current];
   if (l.error.empty()) l.error = report(l, f, what);
   f.state = State::Exited;
-  setcontext(&l.scheduler);  // the fiber's stack is abandoned: kernels hold no resources
+  // The fiber's stack is abandoned: kernels hold no resources.
+  switch_start(nullptr, l.scheduler_stack, l.scheduler_stack_bytes);
+  setcontext(&l.scheduler);
   __builtin_unreachable();
 }
 
@@ -272,6 +312,13 @@ std::vector<Region> find_static_shared() {
       const auto handler_page = reinterpret_cast<uintptr_t>(&g_handler);
       if (r.guard_begin == handler_page) r.guard_begin += kPage;
       if (r.guard_end == handler_page + kPage) r.guard_end -= kPage;
+#if defined(__SANITIZE_ADDRESS__)
+      // ASan gives every global a poisoned redzone after it (and other globals'
+      // redzones may end just before the slot): an index past the array would
+      // be ASan's global-buffer-overflow before it faulted here. The harness
+      // checks these bytes itself, so ASan is told they are addressable.
+      ASAN_UNPOISON_MEMORY_REGION(reinterpret_cast<void*>(r.guard_begin), page_up(r.end) - r.guard_begin);
+#endif
       int status = 0;
       char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
       r.name = std::string("static __shared__ ") + (status == 0 ? demangled : name);
@@ -444,9 +491,11 @@ void watch_end(Watch& w) {
 
 void fiber_main() {
   Launch& l = *g_launch;
+  switch_finish(nullptr, &l.scheduler_stack, &l.scheduler_stack_bytes);
   l.body(l.closure);
   l.fibers[l.current].state = State::Exited;
-  // uc_link returns to the scheduler
+  // uc_link returns to the scheduler, for good.
+  switch_start(nullptr, l.scheduler_stack, l.scheduler_stack_bytes);
 }
 
 const char* state_name(State s) {
@@ -536,7 +585,9 @@ void run_block(Launch& l) {
       if (f.state != State::Runnable) continue;
       l.current = static_cast<int>(i);
       g_view.thread_idx = f.thread_idx;
+      switch_start(&l.scheduler_fake_stack, f.stack, kStackBytes);
       swapcontext(&l.scheduler, &f.context);
+      switch_finish(l.scheduler_fake_stack, nullptr, nullptr);
       l.current = -1;  // the scheduler is not a thread of the block
       if (!l.error.empty()) return;
       ran = true;
@@ -599,6 +650,7 @@ void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared)
 }  // namespace
 
 void set_arch(Arch a) { g_arch = a; }
+void set_block_order(BlockOrder order) { g_block_order = order; }
 Arch arch() { return g_arch; }
 
 unsigned char* dynamic_shared_memory() { return g_launch->dynamic_shared; }
@@ -684,17 +736,16 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   } reset{watch};
   watch_lock.lock();
   watch_begin(watch, l, dynamic_shared_bytes);
-  for (unsigned z = 0; z < grid.z; ++z) {
-    for (unsigned y = 0; y < grid.y; ++y) {
-      for (unsigned x = 0; x < grid.x; ++x) {
-        l.block_idx = uint3{x, y, z};
-        g_view.block_idx = l.block_idx;
-        ++g_handler.epoch;
-        watch_block(watch);
-        run_block(l);
-        if (!l.error.empty()) throw std::runtime_error(l.error);
-      }
-    }
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  for (uint64_t i = 0; i < blocks; ++i) {
+    const uint64_t b = g_block_order == BlockOrder::Reverse ? blocks - 1 - i : i;
+    l.block_idx = uint3{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+                        static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y))};
+    g_view.block_idx = l.block_idx;
+    ++g_handler.epoch;
+    watch_block(watch);
+    run_block(l);
+    if (!l.error.empty()) throw std::runtime_error(l.error);
   }
 }
 

@@ -98,6 +98,12 @@ enum class Arch { Sm80, Sm90 };
 void set_arch(Arch arch);
 Arch arch();
 
+// The order the blocks of a launch run in. A GPU runs them in any order, at
+// once: a kernel whose result depends on it (float sums across blocks in
+// arrival order, as atomics give) shows different bits under Reverse.
+enum class BlockOrder { Linear, Reverse };
+void set_block_order(BlockOrder order);
+
 // Runs body(closure) as every thread of every block; throws std::runtime_error
 // with the first report.
 void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
