@@ -9,10 +9,11 @@
 
 #include <cuda_runtime.h>
 
-// UBSan's bounds check (-fsanitize=undefined, the sanitizer build) would stop
-// an index past a fixed-size array before the access; the planted static
-// __shared__ overruns are there for the harness's own check, in every build.
-#define CUDA_SIM_PLANTED_OVERRUN __attribute__((no_sanitize("bounds")))
+// UBSan's bounds and object-size checks (-fsanitize=undefined, the sanitizer
+// build) would stop an index past a fixed-size array before the access; the
+// planted static __shared__ overruns are there for the harness's own check, in
+// every build.
+#define CUDA_SIM_PLANTED_OVERRUN __attribute__((no_sanitize("bounds,object-size")))
 
 // In op_ext::cuda like the real kernels, so that the harness finds their static
 // __shared__ arrays the same way (function-local statics of op_ext::cuda).
