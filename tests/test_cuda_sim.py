@@ -326,6 +326,8 @@ def test_bad_input_raises_the_op_message():
         cuda_sim.run("matmul", torch.ones(3))
     with pytest.raises(ValueError, match="sm_80 or sm_90"):
         cuda_sim.run("gelu", torch.ones(3), arch="sm_70")
+    with pytest.raises(ValueError, match="block_order must be linear or reverse"):
+        cuda_sim.run("gelu", torch.ones(3), block_order="random")
 
 
 # ---------------------------------------------------------------------------
