@@ -27,5 +27,8 @@ echo "setup: torch $("$PY" -c 'import torch; print(torch.__version__)')"
 # Build tools and test/bench dependencies; none of them depends on torch, so
 # none can replace the torch installed above. transformers (pinned: its class
 # names are what op_extension.transformers recognises) is for the Hugging Face
-# tests and benchmark; op_extension itself never imports it.
-"$PY" -m pip install --quiet ninja numpy pytest expecttest hypothesis matplotlib "transformers==5.23.0"
+# tests and benchmark; op_extension itself never imports it. cuobjdump and
+# nvdisasm (CUDA 13 binaries, no dependencies) are for
+# scripts/check_cuda_compile.sh's SASS check: the machines' nvcc comes without them.
+"$PY" -m pip install --quiet ninja numpy pytest expecttest hypothesis matplotlib "transformers==5.23.0" \
+  "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14"
