@@ -12,11 +12,15 @@ against the harness (csrc/cuda_sim): every block and thread runs, threads as
 fibers, so barriers and warp shuffles keep their GPU meaning. Outputs are
 filled with NaN before the launch. A misuse the harness detects (a
 __syncthreads not reached by every thread, a shuffle mask naming a lane that
-does not take part, dynamic shared memory accessed out of bounds or raced on
-between two barriers, a launch beyond the GPU's limits) raises RuntimeError
-naming the kernel, block and thread; so do the op's input checks.
+does not take part, shared memory (dynamic, or a static __shared__ array)
+accessed out of bounds or raced on between two barriers, a launch beyond the
+GPU's limits) raises RuntimeError naming the kernel, block and thread; so do the
+op's input checks.
 
 ``arch`` ("sm_80" or "sm_90") picks the GPU whose launch limits are checked.
+``block_order`` ("linear" or "reverse") the order a launch's blocks run in: a GPU
+runs them in any order, so a result must not change with it (see
+tests/test_cuda_sim.py's bit-identical gradient test).
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ import torch
 
 from . import _cuda_sim
 
-__all__ = ["ARCHS", "OPS", "run", "run_backward"]
+__all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "run", "run_backward"]
 
 ARCHS = ("sm_80", "sm_90")
+BLOCK_ORDERS = ("linear", "reverse")
 # Every op with CUDA kernels: forward and backward.
 OPS = ("add", "gelu", "swiglu", "geglu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax")
 
@@ -36,27 +41,40 @@ def _op(name: str):
     return getattr(torch.ops.cuda_sim, name)
 
 
-def run(op: str, *args, arch: str = "sm_80", **kwargs):
-    """Forward op `op` (one of OPS) on the CPU harness, launch limits of `arch`."""
+def _configure(arch: str, block_order: str) -> None:
+    _cuda_sim.set_arch(arch)
+    _cuda_sim.set_block_order(block_order)
+
+
+def run(op: str, *args, arch: str = "sm_80", block_order: str = "linear", **kwargs):
+    """Forward op `op` (one of OPS) on the CPU harness, launch limits of `arch`,
+    blocks in `block_order`."""
     if op not in OPS:
         raise ValueError(f"cuda_sim: no CUDA kernel for op {op!r} (available: {', '.join(OPS)})")
-    _cuda_sim.set_arch(arch)
+    _configure(arch, block_order)
     if op == "add" and len(args) >= 2 and not isinstance(args[1], torch.Tensor):
         # As ops.add: a number `other` becomes a 0-dim tensor of input's dtype.
         args = (args[0], torch.full((), args[1], dtype=args[0].dtype)) + tuple(args[2:])
     return _op(op)(*args, **kwargs)
 
 
-def run_backward(op: str, *args, arch: str = "sm_80", **kwargs):
+def run_backward(op: str, *args, arch: str = "sm_80", block_order: str = "linear", **kwargs):
     """Backward op of `op` (custom::<op>_backward's arguments) on the CPU harness."""
     if op not in OPS:
         raise ValueError(f"cuda_sim: no CUDA backward kernel for op {op!r} (available: {', '.join(OPS)})")
-    _cuda_sim.set_arch(arch)
+    _configure(arch, block_order)
     return _op(f"{op}_backward")(*args, **kwargs)
 
 
 def _run_misuse(name: str, arch: str = "sm_80") -> None:
     """Runs one of the harness's planted-mistake kernels (csrc/cuda_sim/misuse);
     raises RuntimeError with the harness's report. "clean" runs without error."""
-    _cuda_sim.set_arch(arch)
+    _configure(arch, "linear")
     _cuda_sim._run_misuse(name)
+
+
+def _order_dependent_sum(block_order: str) -> float:
+    """A planted kernel that adds one float per block to a total in block order
+    (csrc/cuda_sim/misuse): its bits depend on `block_order`."""
+    _configure("sm_80", block_order)
+    return _cuda_sim._order_dependent_sum()

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Builds op_extension._C and op_extension._ascend_sim with AddressSanitizer and
-# UndefinedBehaviorSanitizer (OP_EXT_SANITIZE=address,undefined, see setup.py) and
-# runs a subset of the test suite on them; fails on any sanitizer report.
+# Builds op_extension._C, op_extension._ascend_sim and op_extension._cuda_sim with
+# AddressSanitizer and UndefinedBehaviorSanitizer (OP_EXT_SANITIZE=address,undefined,
+# see setup.py) and runs a subset of the test suite on them; fails on any sanitizer
+# report. For the CUDA kernels on the CPU harness this is what checks global
+# memory: the harness watches shared memory itself, ASan sees every global
+# (tensor) access out of bounds.
 #
 # The build goes into a copy of the working tree ($OP_EXT_SANITIZE_DIR/tree, default
 # build/sanitize/tree; ninja's objects are kept there, so a second run only rebuilds
 # what changed): the normal editable build in the repository is never touched. The
-# tests run from that copy; a pytest plugin (scripts/sanitizers/) checks that both
+# tests run from that copy; a pytest plugin (scripts/sanitizers/) checks that the
 # extensions are imported from it and that the ASan runtime is loaded.
 #
 # Python and torch are not sanitized, so the ASan runtime is preloaded into the
@@ -18,8 +21,14 @@
 # Tests run: test_ops.py, test_bad_input.py, test_modules.py (every op against its
 # reference in every dtype and CPU kernel variant, gradients, opcheck, every
 # bad-input case, the modules), test_ascend_sim*.py and test_ascend_tiling*.py (the
-# Ascend C kernels, tilings and aclnn entry points on the simulator), and
-# test_fuzz.py and test_edge_regressions.py when they exist. Excluded:
+# Ascend C kernels, tilings and aclnn entry points on the simulator),
+# test_cuda_sim.py, whole (the CUDA kernels on the CPU harness: ASan sees their
+# global-memory accesses, torch's tensors having redzones; about 2 minutes here,
+# its shared-memory traps being as slow as unsanitized), and test_fuzz.py and
+# test_edge_regressions.py when they exist. ASan warns once per process that it
+# does not fully support swapcontext: the harness announces each switch between
+# fiber stacks to it (csrc/cuda_sim/harness.cpp), which is what it needs.
+# Excluded:
 # - test_compile.py (torch.compile / torch.export), and any test marked `compile`:
 #   the C++ Inductor generates is compiled without sanitizers, and what of ours runs
 #   inside a compiled graph is the same op kernels the eager tests run here; they
@@ -31,8 +40,10 @@
 # Between the build and the tests, a self-test runs planted mistakes
 # (scripts/sanitizers/planted.cpp, compiled with the build's own flags taken from
 # its build.ninja: a heap-buffer-overflow in a worker thread, a signed overflow, a
-# misaligned load) through pytest exactly as the tests run, and requires the
-# detection below to report each one, and a clean call to report nothing.
+# misaligned load; and a CUDA kernel of the harness's misuse set reading one float
+# past a global buffer) through pytest exactly as the tests run, and requires the
+# detection below to report each one, and a clean control (which also runs the
+# harness and its own shared-memory fault handling under ASan) to report nothing.
 #
 #   PY=.venv/bin/python           the interpreter (and torch) to build and test with
 #   MAX_JOBS=2                    parallel compile jobs
@@ -87,10 +98,16 @@ SAN_PRELOAD="$(realpath "$libasan") $(realpath "$libubsan")"
 #   (interned objects, registries, thread pools); LeakSanitizer would report them
 #   all, none of them ours.
 # log_path: every report also goes to a file per process, which the scan reads.
-# Nothing else is needed: the whole suite runs clean with ASan's defaults
-# (torch's allocations included), which also make a report end the process
-# with exit status 1.
-asan_options() { echo "detect_leaks=0:log_path=$1/asan"; }
+# allow_user_segv_handler=1: the CUDA harness watches shared memory through
+#   PROT_NONE pages and its own SIGSEGV handler (csrc/cuda_sim/harness.cpp), installed
+#   for each launch. ASan installs its SEGV handler first (handle_segv=1, kept: a real
+#   crash must still be an ASan report); without this flag its sigaction interceptor
+#   may ignore the harness's handler, and every shared-memory access would be
+#   reported as a crash. The harness hands faults that are not its own back to the
+#   handler it replaced (ASan's). Set explicitly: runtimes differ in the default.
+# Otherwise ASan's defaults: the whole suite runs clean with them (torch's
+# allocations included), and they make a report end the process with exit status 1.
+asan_options() { echo "detect_leaks=0:allow_user_segv_handler=1:handle_segv=1:log_path=$1/asan"; }
 # print_stacktrace=1: UBSan prints only the source line otherwise.
 # halt_on_error=1: also stop on a check built without -fno-sanitize-recover.
 # log_path: GCC's UBSan next to ASan ignores it and writes to stderr (the
@@ -144,7 +161,7 @@ echo "sanitizer check: building with OP_EXT_SANITIZE=$SANITIZE in $TREE (MAX_JOB
 }
 # Instrumented, and with UBSan's aborting handlers (-fno-sanitize-recover): a
 # build that lost its flags fails here rather than running the tests unsanitized.
-for so in "$TREE"/op_extension/_C*.so "$TREE"/op_extension/_ascend_sim*.so; do
+for so in "$TREE"/op_extension/_C*.so "$TREE"/op_extension/_ascend_sim*.so "$TREE"/op_extension/_cuda_sim*.so; do
   symbols=$(nm -D --undefined-only "$so")
   if ! grep -q '__asan_report_' <<<"$symbols" || ! grep -q '__ubsan_handle_.*_abort' <<<"$symbols"; then
     echo "sanitizer check: FAILED: $so is not built with ASan and aborting UBSan" >&2
@@ -170,9 +187,11 @@ mkdir -p "$selftest"
 "$CXX" "${codegen_flags[@]}" -shared -o "$selftest/libplanted.so" scripts/sanitizers/planted.cpp -pthread
 
 # $1: the test of planted_misuse.py, $2: the report text it must cause ("" for
-# the clean control, which must pass with no report).
+# the clean control, which must pass with no report), $3...: more text the report
+# must hold (where the mistake is).
 planted() {
-  local name=$1 expect=$2 logs="$selftest/$1" rc=0
+  local name=$1 expect=$2 logs="$selftest/$1" rc=0 also
+  shift 2
   mkdir -p "$logs"
   OP_EXT_PLANTED_LIB="$selftest/libplanted.so" \
     sanitized_pytest "$logs" "$TREE/scripts/sanitizers/planted_misuse.py" -k "test_$name" >"$logs/output.txt" 2>&1 || rc=$?
@@ -190,18 +209,27 @@ planted() {
     cat "$logs"/* >&2
     exit 1
   fi
+  for also in "$@"; do
+    if ! grep -rqF "$also" "$logs"; then
+      echo "sanitizer check: FAILED: the report of the planted $name does not say '$also'; its output:" >&2
+      cat "$logs"/* >&2
+      exit 1
+    fi
+  done
 }
 planted clean ""
 planted heap_overflow "heap-buffer-overflow"
 planted signed_overflow "signed integer overflow"
 planted misaligned_load "misaligned address"
-echo "sanitizer check: self-test passed (heap-buffer-overflow in a thread, signed overflow, misaligned load: each detected)"
+planted cuda_sim_global_out_of_bounds "heap-buffer-overflow" "READ of size 4" "global_out_of_bounds_kernel"
+echo "sanitizer check: self-test passed (heap-buffer-overflow in a thread, signed overflow, misaligned load," \
+  "a CUDA kernel reading past a global buffer on the harness: each detected)"
 phase "self-test"
 
 # --- the tests -----------------------------------------------------------------
 
 tests=(tests/test_ops.py tests/test_bad_input.py tests/test_modules.py
-  tests/test_ascend_sim*.py tests/test_ascend_tiling*.py)
+  tests/test_ascend_sim*.py tests/test_ascend_tiling*.py tests/test_cuda_sim.py)
 # Added on main since: run them when present.
 for optional in tests/test_fuzz.py tests/test_edge_regressions.py; do
   if [ -f "$TREE/$optional" ]; then

@@ -11,12 +11,17 @@ gradient, so within two of each other.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from op_extension import cuda_sim
 from reference import DTYPE_IDS, DTYPES, backward_args, build, reference, sample_params, tolerance
+
+CUDA_KERNELS = Path(__file__).resolve().parent.parent / "op_extension" / "csrc" / "kernel" / "cuda"
 
 dtype_params = pytest.mark.parametrize("dtype", DTYPES, ids=[DTYPE_IDS[d] for d in DTYPES])
 
@@ -127,6 +132,170 @@ def test_row_kernels_misaligned_rows(cols, misaligned, dtype):
     torch.testing.assert_close(cuda_sim.run("softmax", x, -1), ref, **tolerance(dtype, "softmax"))
 
 
+# ---------------------------------------------------------------------------
+# Edges the samples above do not reach: rows longer than the row cache,
+# backward on misaligned rows, add's 128-bit broadcast paths, and gradients
+# summed over many blocks
+# ---------------------------------------------------------------------------
+
+
+def _row_cache_bytes() -> int:
+    """kRowCacheBytes of row_common.cuh: rows past it re-read global memory."""
+    text = (CUDA_KERNELS / "row_common.cuh").read_text()
+    m = re.search(r"kRowCacheBytes = (\d+) \* 1024;", text)
+    assert m, "kRowCacheBytes not found in row_common.cuh"
+    return int(m.group(1)) * 1024
+
+
+def _offset1(t):
+    """The same values at storage offset 1: 16-byte aligned rows become misaligned."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype)
+    buf[1:].copy_(t.reshape(-1))
+    return buf[1:].view(t.shape)
+
+
+def _row_op_args(op: str, rows: int, cols: int, dtype: torch.dtype):
+    torch.manual_seed(cols)
+
+    def m(*shape, scale=1.0, offset=0.0):
+        return (torch.randn(shape, dtype=torch.float64) * scale + offset).to(dtype)
+
+    w = m(cols, scale=0.2, offset=1.0)
+    if op == "rms_norm":
+        return (m(rows, cols), [cols], w, 1e-6)
+    if op == "fused_add_rms_norm":
+        return (m(rows, cols), m(rows, cols), [cols], w, 1e-6)
+    if op == "layer_norm":
+        return (m(rows, cols), [cols], w, m(cols), 1e-5)
+    return (m(rows, cols, scale=3.0), -1)
+
+
+def _without_affine(op: str, args: tuple) -> tuple:
+    """The norm's arguments with weight (and bias) None."""
+    if op == "rms_norm":
+        return args[:2] + (None,) + args[3:]
+    if op == "fused_add_rms_norm":
+        return args[:3] + (None,) + args[4:]
+    if op == "layer_norm":
+        return args[:2] + (None, None) + args[4:]
+    return args
+
+
+def _check_row_op(op: str, rows: int, cols: int, dtype: torch.dtype, misaligned: bool = False,
+                  affine_backward: bool = True):
+    """Forward against the reference, backward against the CPU kernels; every
+    tensor at storage offset 1 when `misaligned`. Without `affine_backward` the
+    backward has no weight or bias, so no weight gradient: its sum over rows
+    (sum_partials_kernel, a block per 32 columns, every shared access trapped)
+    costs seconds on the harness for rows tens of thousands long."""
+    args = _row_op_args(op, rows, cols, dtype)
+    name, bw_args = backward_args(op, args if affine_backward else _without_affine(op, args))
+    if misaligned:
+        args, bw_args = tuple(map(_offset1, args)), tuple(map(_offset1, bw_args))
+        assert all(a.data_ptr() % 16 != 0 for a in args + bw_args if isinstance(a, torch.Tensor))
+    what = f"{op} {rows}x{cols} {DTYPE_IDS[dtype]}{' offset1' if misaligned else ''}"
+    expected, _ = reference(op, args)
+    _assert_close_all(cuda_sim.run(op, *args), expected, tolerance(dtype, op, "forward"), what)
+    _assert_close_all(cuda_sim.run_backward(op, *bw_args), getattr(torch.ops.custom, name)(*bw_args),
+                      _twice(tolerance(dtype, op, "backward")), f"{what} {name}")
+
+
+ROW_OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "softmax")
+
+
+@dtype_params
+@pytest.mark.parametrize("shape", ["odd", "vector"])
+@pytest.mark.parametrize("op", ROW_OPS)
+def test_row_kernels_rows_longer_than_the_cache(op, shape, dtype):
+    """Rows about 3x what the forward kernels cache in shared memory (6x for the
+    backward ones, which cache two arrays): the kernels re-read global memory.
+    "odd": the one-element path; "vector": a multiple of 8 elements, the 128-bit
+    path. One row: a block of 1024 threads per row is what costs here. The
+    forward has weight and bias, the backward none (see _check_row_op: weight
+    gradients are tested on shorter rows)."""
+    per_row = _row_cache_bytes() // dtype.itemsize
+    cols = 3 * per_row + (1 if shape == "odd" else 8)
+    assert cols * dtype.itemsize > 2 * _row_cache_bytes()
+    _check_row_op(op, 1, cols, dtype, affine_backward=False)
+
+
+@dtype_params
+@pytest.mark.parametrize("cols", [8, 72])
+@pytest.mark.parametrize("op", ROW_OPS)
+def test_row_kernels_misaligned_forward_and_backward(op, cols, dtype):
+    """Every pointer at storage offset 1 (forward and backward), with row lengths
+    that would take the 128-bit path if aligned; test_row_kernels_misaligned_rows
+    covers the forward of the unfused ops at more lengths."""
+    _check_row_op(op, 3, cols, dtype, misaligned=True)
+
+
+ADD_BROADCASTS = {
+    # (input shape, other shape): which path of add_kernel they take when aligned
+    "row_vector_128bit": ((3, 64), (64,)),  # other's inner dim dense, outer stride 0
+    "column_splat_128bit": ((4, 64), (4, 1)),  # other broadcast along the run: one load, splat
+    "leading_dims_128bit": ((2, 3, 64), (3, 64)),
+    "input_broadcast_128bit": ((64,), (5, 64)),
+    "odd_inner": ((3, 65), (65,)),  # not a multiple of the vector: one element at a time
+}
+
+
+@dtype_params
+@pytest.mark.parametrize("misaligned", [False, True], ids=["aligned", "offset1"])
+@pytest.mark.parametrize("case", ADD_BROADCASTS)
+def test_add_broadcast_paths(case, misaligned, dtype):
+    """add with broadcasting through add_kernel's 128-bit paths (a dense or a
+    splat operand) and, at storage offset 1, its one-element fallback; forward
+    against the reference, backward (the sums over broadcast dims) against the
+    CPU kernels."""
+    torch.manual_seed(len(case))
+    a_shape, b_shape = ADD_BROADCASTS[case]
+    x = torch.randn(a_shape, dtype=torch.float64).to(dtype)
+    y = torch.randn(b_shape, dtype=torch.float64).to(dtype)
+    if misaligned:
+        x, y = _offset1(x), _offset1(y)
+    (ref,), _ = reference("add", (x, y, 0.5))
+    torch.testing.assert_close(cuda_sim.run("add", x, y, 0.5), ref, **tolerance(dtype))
+    name, bw_args = backward_args("add", (x, y, 0.5))
+    if misaligned:
+        bw_args = tuple(map(_offset1, bw_args))
+    _assert_close_all(cuda_sim.run_backward("add", *bw_args), torch.ops.custom.add_backward(*bw_args),
+                      _twice(tolerance(dtype, "add", "backward")), name)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def test_block_order_changes_an_order_dependent_sum():
+    """The harness's reverse block order does change the bits of a kernel whose
+    result depends on the order of its blocks (a planted float sum across blocks
+    in block order): the bit-identity test below can fail."""
+    assert cuda_sim._order_dependent_sum("linear") == 1.0
+    assert cuda_sim._order_dependent_sum("reverse") == 0.0
+
+
+# The two accumulation types: 16-bit gradients are the float sums, rounded once.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm", "layer_norm"])
+def test_weight_gradients_bit_identical_in_any_block_order(op, dtype):
+    """Weight (and bias) gradients are sums over rows taken by many blocks: 260
+    rows make 130 groups of 2 rows (past 256 rows a group has several), one
+    block each. On a GPU blocks run in any
+    order, so the sums must not depend on it: a second run with the blocks in
+    reverse order gives the same bits; and the values match the CPU kernels."""
+    args = _row_op_args(op, 260, 40, dtype)
+    name, bw_args = backward_args(op, args)
+    first = cuda_sim.run_backward(op, *bw_args)
+    reverse = cuda_sim.run_backward(op, *bw_args, block_order="reverse")
+    # rms_norm and fused_add_rms_norm: (dx, dw); layer_norm: (dx, dw, db).
+    for k in {"rms_norm": [1], "fused_add_rms_norm": [1], "layer_norm": [1, 2]}[op]:
+        assert torch.equal(_bits(first[k]), _bits(reverse[k])), f"{name} output {k}: differs in reverse block order"
+    _assert_close_all(first, getattr(torch.ops.custom, name)(*bw_args), _twice(tolerance(dtype, op, "backward")),
+                      name)
+
+
 def test_special_values_follow_the_cpu_kernels():
     x = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1e30, -1e30, 3.0])
     for approximate in ("none", "tanh"):
@@ -157,6 +326,8 @@ def test_bad_input_raises_the_op_message():
         cuda_sim.run("matmul", torch.ones(3))
     with pytest.raises(ValueError, match="sm_80 or sm_90"):
         cuda_sim.run("gelu", torch.ones(3), arch="sm_70")
+    with pytest.raises(ValueError, match="block_order must be linear or reverse"):
+        cuda_sim.run("gelu", torch.ones(3), block_order="random")
 
 
 # ---------------------------------------------------------------------------
@@ -187,6 +358,13 @@ MISUSE = {
                           r"block \(0,0,0\) thread \(0,0,0\)",
     "shared_out_of_bounds": r"thread \(31,0,0\): dynamic shared memory write out of bounds: byte offset 128 of a "
                             r"128-byte allocation",
+    # Named as the array the index belongs to, not the one next to it.
+    "static_shared_past_end": r"static_shared_past_end_kernel: block \(0,0,0\) thread \(31,0,0\): static __shared__ "
+                              r"op_ext::cuda::misuse::static_shared_past_end_kernel\(float\*\)::first write out of "
+                              r"bounds: byte offset 128 of a 128-byte array",
+    "static_shared_before_start": r"static_shared_before_start_kernel: block \(0,0,0\) thread \(0,0,0\): static "
+                                  r"__shared__ op_ext::cuda::misuse::static_shared_before_start_kernel\(float\*\)::slots "
+                                  r"read out of bounds: byte offset -4 of a 128-byte array",
     # Threads run in order: thread 0 reads slot 1 before thread 1 writes it.
     "shared_read_after_write": r"thread \(1,0,0\): shared memory race \(write after read\) at byte offset 4 of "
                                r"dynamic shared memory with block \(0,0,0\) thread \(0,0,0\), no __syncthreads between",

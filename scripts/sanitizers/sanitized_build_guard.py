@@ -31,12 +31,13 @@ def pytest_configure(config):
     import op_extension
     import op_extension._ascend_sim
     import op_extension._C
+    import op_extension._cuda_sim
 
-    for module in (op_extension._C, op_extension._ascend_sim):
+    for module in (op_extension._C, op_extension._ascend_sim, op_extension._cuda_sim):
         path = Path(module.__file__).resolve()
         if root not in path.parents:
             raise RuntimeError(f"sanitizer run: {module.__name__} was imported from {path}, not from {root}")
     if "libasan.so" not in _loaded_libraries():
         raise RuntimeError("sanitizer run: the ASan runtime is not loaded (LD_PRELOAD lost?)")
     _lift_hypothesis_deadline()
-    print(f"sanitizer run: op_extension._C and _ascend_sim from {root}, ASan runtime loaded")
+    print(f"sanitizer run: op_extension._C, _ascend_sim and _cuda_sim from {root}, ASan runtime loaded")

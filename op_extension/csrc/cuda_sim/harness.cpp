@@ -9,17 +9,19 @@
 // or read garbage on the GPU, and is reported.
 //
 // Shared memory is watched (x86-64 Linux): the dynamic window's pages, and the
-// pages holding the kernels' static __shared__ arrays, stay PROT_NONE during a
+// pages around the kernels' static __shared__ arrays, stay PROT_NONE during a
 // launch, so every access faults; the SIGSEGV handler checks the address against
-// the dynamic size and against the other threads' accesses since the last
-// barrier (racecheck's read-after-write, write-after-read and write-after-write
-// hazards between threads), then opens the page for one single-stepped
-// instruction and the SIGTRAP handler closes it again. Slow per access, exact,
-// and it needs nothing from the kernel sources. A report leaves the fiber
-// through report_pending() instead of the faulting instruction.
+// the bounds of the array it falls in or next to and against the other threads'
+// accesses since the last barrier (racecheck's read-after-write,
+// write-after-read and write-after-write hazards between threads), then opens
+// the page for one single-stepped instruction and the SIGTRAP handler closes it
+// again. Slow per access, exact, and it needs nothing from the kernel sources. A
+// report leaves the fiber through report_pending() instead of the faulting
+// instruction.
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <elf.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -29,6 +31,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -36,6 +39,11 @@
 #include <vector>
 
 #include "cuda_sim/runtime.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 namespace cuda_sim {
 
@@ -71,6 +79,7 @@ struct Fiber {
   size_t size = 0;
   unsigned char value[16] = {};
   unsigned char result[16] = {};
+  void* fake_stack = nullptr;  // ASan's, kept while the fiber is switched out
 };
 
 const char* kind_name(ShuffleKind k) {
@@ -95,13 +104,20 @@ struct Launch {
   void* closure = nullptr;
   std::vector<Fiber> fibers;  // one per thread of the current block, in linear order
   unsigned char* dynamic_shared = nullptr;  // inside the watched window
-  ucontext_t scheduler;
+  // Zeroed: ASan's swapcontext interceptor reads the stack of the context it
+  // switches to, which getcontext/swapcontext never fill in for this one.
+  ucontext_t scheduler{};
   int current = -1;
   std::string error;  // the first report; the block stops at once
+  // The scheduler's stack as ASan knows it (the OS thread's), and its fake stack.
+  const void* scheduler_stack = nullptr;
+  size_t scheduler_stack_bytes = 0;
+  void* scheduler_fake_stack = nullptr;
 };
 
 thread_local Launch* g_launch = nullptr;
 thread_local Arch g_arch = Arch::Sm80;
+thread_local BlockOrder g_block_order = BlockOrder::Linear;
 // Fiber stacks outlive launches: mapping 1024 of them per launch would cost more
 // than the kernels. Pages are only touched as far as a kernel's frames go.
 thread_local std::vector<void*> g_stacks;
@@ -117,10 +133,35 @@ std::string report(const Launch& l, const Fiber& f, const std::string& what) {
   return "cuda_sim: kernel " + l.name + ": " + where(l, f) + ": " + what;
 }
 
+// ASan keeps one stack per thread: it must be told of every switch between the
+// scheduler's stack and a fiber's, or it takes fiber frames for wild accesses
+// to the thread's stack (and __asan_handle_no_return, before a report leaves a
+// fiber, refuses to clean up). start: about to switch to [bottom, bottom +
+// size), saving this stack's fake stack in *save (nullptr: this stack is left
+// for good); finish: arrived, restoring `saved`, learning the previous stack.
+void switch_start(void** save, const void* bottom, size_t size) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(save, bottom, size);
+#else
+  (void)save, (void)bottom, (void)size;
+#endif
+}
+
+void switch_finish(void* saved, const void** bottom_old, size_t* size_old) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(saved, bottom_old, size_old);
+#else
+  (void)saved, (void)bottom_old, (void)size_old;
+#endif
+}
+
 // From inside a fiber: back to the scheduler until it resumes us.
 void yield() {
   Launch& l = *g_launch;
-  swapcontext(&l.fibers[l.current].context, &l.scheduler);
+  Fiber& f = l.fibers[l.current];
+  switch_start(&f.fake_stack, l.scheduler_stack, l.scheduler_stack_bytes);
+  swapcontext(&f.context, &l.scheduler);
+  switch_finish(f.fake_stack, &l.scheduler_stack, &l.scheduler_stack_bytes);
 }
 
 [[noreturn]] void fail_in_fiber(const std::string& what) {
@@ -128,7 +169,9 @@ void yield() {
   Fiber& f = l.fibers[l.current];
   if (l.error.empty()) l.error = report(l, f, what);
   f.state = State::Exited;
-  setcontext(&l.scheduler);  // the fiber's stack is abandoned: kernels hold no resources
+  // The fiber's stack is abandoned: kernels hold no resources.
+  switch_start(nullptr, l.scheduler_stack, l.scheduler_stack_bytes);
+  setcontext(&l.scheduler);
   __builtin_unreachable();
 }
 
@@ -136,12 +179,22 @@ void yield() {
 
 constexpr size_t kPage = 4096;
 
+// runtime.h's __shared__ starts every static array at a slot of this size.
+constexpr size_t kSharedSlot = CUDA_SIM_SHARED_SLOT;
+static_assert(kSharedSlot >= 2 * kPage && kSharedSlot % kPage == 0, "a slot is whole pages, at least two");
+
+uintptr_t page_up(uintptr_t a) { return (a + kPage - 1) & ~(kPage - 1); }
+
 // One watched array: the launch's dynamic shared memory, or a static __shared__
 // array of some kernel (found in this library's symbol table).
 struct Region {
   uintptr_t begin = 0, end = 0;
-  std::string name;   // for reports
-  size_t shadow = 0;  // index of its first byte in the Watch's shadow arrays
+  // Watched memory around it in which no other shared array lies: an access
+  // there that is not in [begin, end) is out of bounds of this array.
+  uintptr_t guard_begin = 0, guard_end = 0;
+  std::string name;            // for reports
+  const char* unit = "array";  // "... byte offset 132 of a 132-byte <unit>"
+  size_t shadow = 0;           // index of its first byte in the Watch's shadow arrays
 };
 
 struct Watch {
@@ -149,7 +202,7 @@ struct Watch {
   size_t map_bytes = 0;
   Region dynamic;
   std::vector<Region> statics;
-  std::vector<std::pair<uintptr_t, size_t>> static_pages;  // (first page, bytes) closed during the launch
+  std::vector<std::pair<uintptr_t, size_t>> static_pages;  // (first page, bytes): runs closed during the launch
   // Per watched byte: the last writer and reader (fiber index) and when.
   std::vector<int32_t> writer, reader;
   std::vector<uint64_t> write_epoch, read_epoch;
@@ -165,10 +218,14 @@ struct Watch {
 struct alignas(kPage) HandlerState {
   Watch* watch = nullptr;
   Launch* launch = nullptr;
+  // The thread running the launch: only its faults are the fibers' accesses.
+  // Another thread touching an unrelated object on a closed page is let through.
+  pthread_t thread{};
   // The barrier interval every access belongs to: bumped when a barrier opens
   // and when a block starts, so hazards never span a barrier or two blocks.
   uint64_t epoch = 1;
 };
+static_assert(sizeof(HandlerState) == kPage, "the handlers' state fills its page");
 HandlerState g_handler;
 std::mutex g_watch_mutex;  // one launch at a time holds the process-wide handlers
 
@@ -183,9 +240,9 @@ std::string check_access(Watch& w, const Launch& l, const Region& r, uintptr_t a
   const int me = l.current;
   char what[640];
   if (addr < r.begin || addr >= r.end) {
-    std::snprintf(what, sizeof what, "%s %s out of bounds: byte offset %lld of a %zu-byte allocation",
-                  r.name.c_str(), write ? "write" : "read", static_cast<long long>(addr - r.begin),
-                  static_cast<size_t>(r.end - r.begin));
+    std::snprintf(what, sizeof what, "%s %s out of bounds: byte offset %lld of a %zu-byte %s", r.name.c_str(),
+                  write ? "write" : "read", static_cast<long long>(addr - r.begin),
+                  static_cast<size_t>(r.end - r.begin), r.unit);
     return what;
   }
   const size_t i = r.shadow + (addr - r.begin);
@@ -216,8 +273,10 @@ std::string check_access(Watch& w, const Launch& l, const Region& r, uintptr_t a
 }
 
 // The static __shared__ arrays of the kernels: function-local statics of
-// op_ext::cuda (CUDA allows no other statics in device code), read from the
-// symbol table of this library's file once.
+// op_ext::cuda (CUDA allows no other statics in device code) that start a
+// slot as runtime.h's __shared__ places them, read from the symbol table of
+// this library's file once. Each is watched from the page before it to the end
+// of its slot's last page plus one: no other shared array starts in there.
 std::vector<Region> find_static_shared() {
   std::vector<Region> regions;
   Dl_info info{};
@@ -245,6 +304,21 @@ std::vector<Region> find_static_shared() {
       Region r;
       r.begin = reinterpret_cast<uintptr_t>(info.dli_fbase) + sym.st_value;
       r.end = r.begin + sym.st_size;
+      if (r.begin % kSharedSlot != 0) continue;  // a static that is not __shared__
+      r.guard_begin = r.begin - kPage;
+      r.guard_end = page_up(r.end) + kPage;
+      // The handlers' own page must stay open; being page-sized, it can only
+      // be a guard's first or last page.
+      const auto handler_page = reinterpret_cast<uintptr_t>(&g_handler);
+      if (r.guard_begin == handler_page) r.guard_begin += kPage;
+      if (r.guard_end == handler_page + kPage) r.guard_end -= kPage;
+#if defined(__SANITIZE_ADDRESS__)
+      // ASan gives every global a poisoned redzone after it (and other globals'
+      // redzones may end just before the slot): an index past the array would
+      // be ASan's global-buffer-overflow before it faulted here. The harness
+      // checks these bytes itself, so ASan is told they are addressable.
+      ASAN_UNPOISON_MEMORY_REGION(reinterpret_cast<void*>(r.guard_begin), page_up(r.end) - r.guard_begin);
+#endif
       int status = 0;
       char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
       r.name = std::string("static __shared__ ") + (status == 0 ? demangled : name);
@@ -274,8 +348,16 @@ void on_segv(int, siginfo_t* si, void* raw) {
       watched = true;
     } else {
       for (const auto& [first, bytes] : w->static_pages) watched = watched || (addr >= first && addr < first + bytes);
+      // The array the address falls in, else the nearest one whose guard holds
+      // it: an index past the end (or before the start) of that array.
+      uintptr_t best = ~uintptr_t{0};
       for (const Region& r : w->statics) {
-        if (addr >= r.begin && addr < r.end) region = &r;
+        if (addr < r.guard_begin || addr >= r.guard_end) continue;
+        const uintptr_t distance = addr < r.begin ? r.begin - addr : (addr >= r.end ? addr - r.end + 1 : 0);
+        if (distance < best) {
+          best = distance;
+          region = &r;
+        }
       }
     }
   }
@@ -284,8 +366,9 @@ void on_segv(int, siginfo_t* si, void* raw) {
     if (w != nullptr) sigaction(SIGSEGV, &w->old_segv, nullptr);
     return;
   }
-  // Accesses from the scheduler, or to other objects on a static array's page, pass unchecked.
-  if (region != nullptr && l != nullptr && l->current >= 0) {
+  // A kernel thread's access is checked. The scheduler's (filling the arrays),
+  // and other threads' accesses to unrelated objects on a closed page, pass.
+  if (region != nullptr && l != nullptr && l->current >= 0 && pthread_equal(pthread_self(), g_handler.thread)) {
     const bool write = (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
     std::string problem = check_access(*w, *l, *region, addr, write);
     if (!problem.empty()) {
@@ -339,6 +422,7 @@ void watch_begin(Watch& w, Launch& l, size_t size) {
     w.dynamic.begin = reinterpret_cast<uintptr_t>(w.map) + kPage;
     w.dynamic.end = w.dynamic.begin + size;
     w.dynamic.name = "dynamic shared memory";
+    w.dynamic.unit = "allocation";
     shadow = size;
     l.dynamic_shared = w.map + kPage;
   }
@@ -346,12 +430,17 @@ void watch_begin(Watch& w, Launch& l, size_t size) {
   for (Region& r : w.statics) {
     r.shadow = shadow;
     shadow += r.end - r.begin;
-    const uintptr_t first = r.begin & ~(kPage - 1);
-    const uintptr_t last = (r.end - 1) & ~(kPage - 1);
-    for (uintptr_t p = first; p <= last; p += kPage) {
-      bool known = false;
-      for (const auto& sp : w.static_pages) known = known || sp.first == p;
-      if (!known) w.static_pages.emplace_back(p, kPage);
+  }
+  // The guards as runs of whole pages (they may overlap): one mprotect per run.
+  std::vector<std::pair<uintptr_t, uintptr_t>> guards;
+  for (const Region& r : w.statics) guards.emplace_back(r.guard_begin, r.guard_end);
+  std::sort(guards.begin(), guards.end());
+  for (const auto& [first, last] : guards) {
+    if (!w.static_pages.empty() && first <= w.static_pages.back().first + w.static_pages.back().second) {
+      auto& run = w.static_pages.back();
+      run.second = std::max(run.second, static_cast<size_t>(last - run.first));
+    } else {
+      w.static_pages.emplace_back(first, last - first);
     }
   }
   w.writer.assign(shadow, -1);
@@ -369,6 +458,7 @@ void watch_begin(Watch& w, Launch& l, size_t size) {
   sigaction(SIGTRAP, &sa, &w.old_trap);
   g_handler.watch = &w;
   g_handler.launch = &l;
+  g_handler.thread = pthread_self();
 #endif
 }
 
@@ -401,9 +491,11 @@ void watch_end(Watch& w) {
 
 void fiber_main() {
   Launch& l = *g_launch;
+  switch_finish(nullptr, &l.scheduler_stack, &l.scheduler_stack_bytes);
   l.body(l.closure);
   l.fibers[l.current].state = State::Exited;
-  // uc_link returns to the scheduler
+  // uc_link returns to the scheduler, for good.
+  switch_start(nullptr, l.scheduler_stack, l.scheduler_stack_bytes);
 }
 
 const char* state_name(State s) {
@@ -493,7 +585,9 @@ void run_block(Launch& l) {
       if (f.state != State::Runnable) continue;
       l.current = static_cast<int>(i);
       g_view.thread_idx = f.thread_idx;
+      switch_start(&l.scheduler_fake_stack, f.stack, kStackBytes);
       swapcontext(&l.scheduler, &f.context);
+      switch_finish(l.scheduler_fake_stack, nullptr, nullptr);
       l.current = -1;  // the scheduler is not a thread of the block
       if (!l.error.empty()) return;
       ran = true;
@@ -556,6 +650,7 @@ void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared)
 }  // namespace
 
 void set_arch(Arch a) { g_arch = a; }
+void set_block_order(BlockOrder order) { g_block_order = order; }
 Arch arch() { return g_arch; }
 
 unsigned char* dynamic_shared_memory() { return g_launch->dynamic_shared; }
@@ -641,17 +736,16 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   } reset{watch};
   watch_lock.lock();
   watch_begin(watch, l, dynamic_shared_bytes);
-  for (unsigned z = 0; z < grid.z; ++z) {
-    for (unsigned y = 0; y < grid.y; ++y) {
-      for (unsigned x = 0; x < grid.x; ++x) {
-        l.block_idx = uint3{x, y, z};
-        g_view.block_idx = l.block_idx;
-        ++g_handler.epoch;
-        watch_block(watch);
-        run_block(l);
-        if (!l.error.empty()) throw std::runtime_error(l.error);
-      }
-    }
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  for (uint64_t i = 0; i < blocks; ++i) {
+    const uint64_t b = g_block_order == BlockOrder::Reverse ? blocks - 1 - i : i;
+    l.block_idx = uint3{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+                        static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y))};
+    g_view.block_idx = l.block_idx;
+    ++g_handler.epoch;
+    watch_block(watch);
+    run_block(l);
+    if (!l.error.empty()) throw std::runtime_error(l.error);
   }
 }
 

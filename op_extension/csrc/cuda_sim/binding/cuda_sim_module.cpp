@@ -19,6 +19,7 @@
 #include "op_ext_schemas.h"
 
 extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name);
+extern "C" float op_ext_cuda_sim_order_dependent_sum();
 
 namespace op_ext {
 namespace {
@@ -130,6 +131,16 @@ void set_arch(const std::string& arch) {
   }
 }
 
+void set_block_order(const std::string& order) {
+  if (order == "linear") {
+    cuda_sim::set_block_order(cuda_sim::BlockOrder::Linear);
+  } else if (order == "reverse") {
+    cuda_sim::set_block_order(cuda_sim::BlockOrder::Reverse);
+  } else {
+    TORCH_CHECK_VALUE(false, "cuda_sim: block_order must be linear or reverse, got ", order);
+  }
+}
+
 }  // namespace
 
 // The same schemas as torch.ops.custom (registration.cpp), in their own namespace.
@@ -146,5 +157,7 @@ TORCH_LIBRARY_IMPL(cuda_sim, CPU, m) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "CUDA kernels on the CPU harness; see op_extension.cuda_sim";
   m.def("set_arch", &op_ext::set_arch);
+  m.def("set_block_order", &op_ext::set_block_order);
   m.def("_run_misuse", &op_ext_cuda_sim_run_misuse_kernel);
+  m.def("_order_dependent_sum", &op_ext_cuda_sim_order_dependent_sum);
 }

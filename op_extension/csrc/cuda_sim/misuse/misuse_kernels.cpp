@@ -1,13 +1,22 @@
 // Planted mistakes for the CPU harness's checks, one per kernel, written in
 // CUDA as a kernel file would be. Each must be reported (tests/test_cuda_sim.py);
 // "clean" uses the same features correctly and must pass.
-#include <cuda_runtime.h>
-
+// Standard headers first: runtime.h defines __noinline__, which libstdc++'s
+// <memory> uses as an attribute name.
+#include <memory>
 #include <stdexcept>
 #include <string>
 
+#include <cuda_runtime.h>
+
+// UBSan's bounds and object-size checks (-fsanitize=undefined, the sanitizer
+// build) would stop an index past a fixed-size array before the access; the
+// planted static __shared__ overruns are there for the harness's own check, in
+// every build.
+#define CUDA_SIM_PLANTED_OVERRUN __attribute__((no_sanitize("bounds,object-size")))
+
 // In op_ext::cuda like the real kernels, so that the harness finds their static
-// __shared__ arrays the same way.
+// __shared__ arrays the same way (function-local statics of op_ext::cuda).
 namespace op_ext::cuda::misuse {
 
 // A warp sum through shuffles, then a block sum through shared memory.
@@ -100,7 +109,49 @@ __global__ void static_shared_race_kernel(float* out) {
   out[threadIdx.x] = total;  // the barrier after the write is missing
 }
 
+// Two arrays, as a kernel with a cache and a reduction has: packed next to each
+// other, first[32] would be second[0] and pass for an access to it.
+CUDA_SIM_PLANTED_OVERRUN __global__ void static_shared_past_end_kernel(float* out) {
+  __shared__ float first[32];
+  __shared__ float second[32];
+  second[threadIdx.x] = 0.0f;
+  first[threadIdx.x + 1] = 1.0f;  // launched with 32 threads: the last writes past the end
+  __syncthreads();
+  out[threadIdx.x] = first[threadIdx.x] + second[threadIdx.x];
+}
+
+CUDA_SIM_PLANTED_OVERRUN __global__ void static_shared_before_start_kernel(float* out) {
+  __shared__ float slots[32];
+  slots[threadIdx.x] = 1.0f;
+  __syncthreads();
+  const int left = static_cast<int>(threadIdx.x) - 1;  // thread 0 reads slots[-1]
+  out[threadIdx.x] = slots[left];
+}
+
+// Global memory is not watched by the harness: AddressSanitizer sees it in the
+// sanitizer build (scripts/check_sanitizers.sh requires this report).
+__global__ void global_out_of_bounds_kernel(const float* in, float* out, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i <= n) out[0] = in[i];  // MISTAKE: `<=` reads in[n], one past the buffer
+}
+
+// Not a mistake the harness reports: one thread per block adds its block's
+// value to a global total in block order, as atomicAdd would in arrival order.
+// Float addition does not associate, so the bits depend on the order.
+__global__ void order_dependent_sum_kernel(const float* values, float* total) {
+  if (threadIdx.x == 0) *total += values[blockIdx.x];
+}
+
 }  // namespace op_ext::cuda::misuse
+
+// The total of order_dependent_sum_kernel over 4 blocks in the current block
+// order: (((1e8 + 1) - 1e8) + 1) = 1 in linear order, 0 in reverse.
+extern "C" float op_ext_cuda_sim_order_dependent_sum() {
+  const float values[4] = {1e8f, 1.0f, -1e8f, 1.0f};
+  float total = 0.0f;
+  cuda_sim::launch_kernel<op_ext::cuda::misuse::order_dependent_sum_kernel>(4, 32, 0, nullptr, values, &total);
+  return total;
+}
 
 extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
   const std::string n = name;
@@ -122,6 +173,15 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
     launch_kernel<shared_write_after_write_kernel>(1, 32, 32 * sizeof(float), nullptr);
   } else if (n == "static_shared_race") {
     launch_kernel<static_shared_race_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "static_shared_past_end") {
+    launch_kernel<static_shared_past_end_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "static_shared_before_start") {
+    launch_kernel<static_shared_before_start_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "global_out_of_bounds") {
+    // A heap buffer, as a tensor's storage is: ASan puts a redzone after it.
+    constexpr int kN = 32;
+    const std::unique_ptr<float[]> in(new float[kN]());
+    launch_kernel<global_out_of_bounds_kernel>(1, kN + 1, 0, nullptr, in.get(), out, kN);
   } else if (n == "barrier_after_exit") {
     launch_kernel<barrier_after_exit_kernel>(1, 32, 0, nullptr);
   } else if (n == "barrier_in_branch") {

@@ -229,11 +229,16 @@ struct MapPtrs {
   T* out[kOut];
 };
 
+// Threads per block of map_kernel. Declared as its launch bound so that ptxas
+// budgets registers for this block size (the double GEGLU backward needs 70,
+// more than a 1024-thread block could have; check_cuda_compile.sh checks).
+inline constexpr int kMapThreads = 256;
+
 // out[k][i] = f(in[0][i], ..., in[kIn-1][i]) for i in [0, n), kVec elements per
 // access; the last n % kVec elements are done one by one by the first threads.
 // f(const Acc (&in)[kIn], Acc (&out)[kOut]) computes one element.
 template <typename T, int kVec, int kIn, int kOut, typename F>
-__global__ void map_kernel(MapPtrs<T, kIn, kOut> p, int64_t n, F f) {
+__global__ void __launch_bounds__(kMapThreads) map_kernel(MapPtrs<T, kIn, kOut> p, int64_t n, F f) {
   using Acc = acc_t<T>;
   const int64_t nvec = n / kVec;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -271,7 +276,7 @@ __global__ void map_kernel(MapPtrs<T, kIn, kOut> p, int64_t n, F f) {
 template <typename T, int kIn, int kOut, typename F>
 void launch_map(const MapPtrs<T, kIn, kOut>& p, int64_t n, const F& f, cudaStream_t stream) {
   if (n <= 0) return;
-  constexpr int kThreads = 256;
+  constexpr int kThreads = kMapThreads;
   constexpr int kVec = kVecOf<T>;
   bool aligned = true;
   for (int k = 0; k < kIn; ++k) aligned = aligned && is_aligned16(p.in[k]);

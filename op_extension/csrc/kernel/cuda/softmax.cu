@@ -16,8 +16,11 @@ namespace {
 
 using namespace detail;
 
+// At least 1 block per SM: without it ptxas (nvcc 13, sm_90) fits the double
+// x2 instantiation into 32 registers for two blocks per SM and spills 40 bytes
+// (check_cuda_compile.sh refuses spills); with it, 42 registers and no spill.
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(kMaxRowThreads, 1)
     softmax_last_dim_kernel(const T* input, T* output, int64_t rows, int64_t cols, bool cached) {
   using Acc = acc_t<T>;
   unsigned char* const row_cache = dynamic_shared_bytes();

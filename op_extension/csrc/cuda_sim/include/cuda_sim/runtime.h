@@ -10,10 +10,10 @@
 //   * launch configurations beyond the GPU's limits (threads, grid, dynamic
 //     shared memory for the configured sm_80 / sm_90);
 //   * shared memory accessed by two threads between the same two barriers with
-//     at least one write (dynamic and static __shared__), and dynamic shared
-//     memory accessed beyond the launch's size (x86-64 Linux: every access is
-//     trapped, see harness.cpp). A static array's bounds are not checked: the
-//     object next to it in memory may be another shared array.
+//     at least one write, and shared memory accessed out of bounds: dynamic
+//     shared memory beyond the launch's size, a static __shared__ array past
+//     its end or before its start (x86-64 Linux: every access is trapped, see
+//     harness.cpp).
 // A report is a std::runtime_error naming the kernel, block and thread, thrown
 // by the launch. A lane that reads a shuffled value from a lane outside the mask
 // gets NaN bits (all ones), as undefined as on the GPU but easy to see.
@@ -39,7 +39,15 @@
 #define __align__(n) alignas(n)
 // Blocks run one after another, so a static variable is one block's shared
 // memory. Dynamic shared memory: cuda_sim::dynamic_shared_memory().
-#define __shared__ static
+//
+// Each static __shared__ array starts a slot of its own (CUDA_SIM_SHARED_SLOT
+// bytes, at least two pages): the linker puts no other shared array in the rest
+// of the slot, so an index just past the end (or before the start, in the page
+// the harness watches in front of the slot) lands in memory that is no shared
+// array and is reported as out of bounds, where arrays packed next to each other
+// would have taken it for an access to the neighbour. .bss address space only.
+#define CUDA_SIM_SHARED_SLOT 8192
+#define __shared__ static __attribute__((aligned(CUDA_SIM_SHARED_SLOT)))
 
 struct uint3 {
   unsigned x, y, z;
@@ -89,6 +97,12 @@ unsigned char* dynamic_shared_memory();
 enum class Arch { Sm80, Sm90 };
 void set_arch(Arch arch);
 Arch arch();
+
+// The order the blocks of a launch run in. A GPU runs them in any order, at
+// once: a kernel whose result depends on it (float sums across blocks in
+// arrival order, as atomics give) shows different bits under Reverse.
+enum class BlockOrder { Linear, Reverse };
+void set_block_order(BlockOrder order);
 
 // Runs body(closure) as every thread of every block; throws std::runtime_error
 // with the first report.
