@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -31,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from hypothesis.internal.conjecture import providers as hypothesis_providers
 
 import op_extension
 from fuzz_strategies import DTYPE_NAMES, DTYPES, TSpec
@@ -43,6 +45,23 @@ MAX_EXAMPLES = int(os.environ.get("OP_EXT_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, database=None, print_blob=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
+
+_NO_LOCAL_CONSTANTS = hypothesis_providers.Constants()
+
+
+@pytest.fixture(autouse=True)
+def examples_independent_of_loaded_modules(monkeypatch):
+    """derandomize alone does not give the same examples every run: Hypothesis
+    mixes the literals of every project module imported so far (not test files)
+    into what it draws, so the examples changed with what other test files had
+    imported (with op_extension.bench loaded, `make test` fuzzed other inputs than
+    `pytest tests/test_fuzz.py`). An empty pool of such constants makes the
+    examples depend on this file's strategies only. Both names are Hypothesis
+    internals (6.155): if they go away, this fails instead of silently varying."""
+    monkeypatch.setattr(hypothesis_providers, "_get_local_constants", lambda: _NO_LOCAL_CONSTANTS)
+    hypothesis_providers.CONSTANTS_CACHE.cache.clear()  # may hold values drawn with the old pool
+    yield
+    hypothesis_providers.CONSTANTS_CACHE.cache.clear()
 
 # ---------------------------------------------------------------------------
 # Tolerances
@@ -743,6 +762,32 @@ def test_backward(op, target, target_isa):
         check_case(case, target)
 
     run()
+
+
+def test_examples_do_not_depend_on_other_loaded_modules(tmp_path, monkeypatch):
+    def examples():
+        drawn = []
+
+        @settings(FUZZ, max_examples=30)
+        @given(case=backward_case("geglu", CPU_TARGETS[0]))
+        def run(case):
+            drawn.append(repr(case))
+
+        run()
+        return drawn
+
+    before = examples()
+    # A project module full of literals, imported as another test file's import
+    # of op_extension.bench did.
+    (tmp_path / "many_constants.py").write_text(
+        "\n".join(f"C{i} = {v}" for i, v in enumerate([7, 11, 4096, 11008, 1e-39, 3.4e38, -0.0, 2**31 - 2]
+                                                        + list(range(100, 140)))) + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("many_constants")
+    try:
+        assert examples() == before
+    finally:
+        del sys.modules["many_constants"]
 
 
 def test_reproducer_rebuilds_the_tensors():
