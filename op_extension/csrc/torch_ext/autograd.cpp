@@ -75,12 +75,16 @@ Tensor param_grad(const Tensor& param, const Tensor& grad) {
 // forward grad mode is off, so their own calls of the op pass this check.
 template <typename... Ts>
 void check_no_tangent(const char* op, const Ts&... tensors) {
-  TORCH_CHECK((!has_tangent(tensors) && ...), "custom::", op,
-              ": an input carries a forward-mode AD tangent (torch.func.jvp, jacfwd or "
-              "torch.autograd.forward_ad), which torch.ops.custom.",
-              op, " cannot propagate; call op_extension.ops.", op,
-              " (or its op_extension.nn module), which supports forward-mode AD and torch.func "
-              "transforms");
+  if (C10_UNLIKELY((has_tangent(tensors) || ...))) {
+    throw TangentError(
+        {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        c10::str("custom::", op,
+                 ": an input carries a forward-mode AD tangent (torch.func.jvp, jacfwd or "
+                 "torch.autograd.forward_ad), which torch.ops.custom.",
+                 op, " cannot propagate; call op_extension.ops.", op,
+                 " (or its op_extension.nn module), which supports forward-mode AD and torch.func "
+                 "transforms"));
+  }
 }
 
 // torch refuses a C++ autograd Function under a torch.func transform, in

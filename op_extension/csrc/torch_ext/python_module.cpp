@@ -11,8 +11,8 @@
 // Under a torch.func transform, or with an input that carries a forward-mode
 // tangent, the fast path hands the call to the op's Python autograd.Function
 // in op_extension/_transforms.py instead (the C++ autograd kernels support
-// neither); testing for that here costs a few ns, where a test in ops.py would
-// cost ~0.1 us per call.
+// neither): a thread-local test here, and the Autograd kernel's refusal of a
+// tangent (TangentError) caught. A test in ops.py would cost ~0.1 us per call.
 //
 // And it lets tests and the benchmark choose the CPU kernel variant.
 #include <Python.h>
@@ -147,18 +147,23 @@ PyObject* call_unlocked(F&& f) {
 // ---- torch.func transforms and forward-mode AD ------------------------------
 
 // The forward ops, in the order of kOpNames.
-enum OpIndex { kAdd, kGelu, kSwiglu, kGeglu, kRmsNorm, kFusedAddRmsNorm, kLayerNorm, kSoftmax, kNumOps };
-constexpr const char* kOpNames[kNumOps] = {"add",      "gelu",     "swiglu",
-                                           "geglu",    "rms_norm", "fused_add_rms_norm",
-                                           "layer_norm", "softmax"};
+enum OpIndex {
+  kAdd,
+  kGelu,
+  kSwiglu,
+  kGeglu,
+  kRmsNorm,
+  kFusedAddRmsNorm,
+  kLayerNorm,
+  kSoftmax,
+  kNumOps
+};
+constexpr const char* kOpNames[kNumOps] = {
+    "add", "gelu", "swiglu", "geglu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax",
+};
 
 // op_extension._transforms.<op> per op (strong references, set once at import).
 PyObject* transform_handlers[kNumOps] = {};
-
-template <typename... Ts>
-bool needs_transforms(const Ts&... tensors) {
-  return functorch_active() || (has_tangent(tensors) || ...);
-}
 
 // Calls op_extension._transforms.<op> with the fast path's own arguments.
 PyObject* call_transforms(OpIndex op, PyObject* const* args, Py_ssize_t nargs) {
@@ -171,6 +176,17 @@ PyObject* call_transforms(OpIndex op, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   return PyObject_Vectorcall(handler, args, nargs, nullptr);
+}
+
+// Runs the op, or op_extension._transforms.<op> where the C++ path cannot.
+template <typename F>
+PyObject* run(OpIndex op, PyObject* const* args, Py_ssize_t nargs, F&& f) {
+  if (functorch_active()) return call_transforms(op, args, nargs);
+  try {
+    return call_unlocked(std::forward<F>(f));
+  } catch (const TangentError&) {  // thrown before the op did anything
+    return call_transforms(op, args, nargs);
+  }
 }
 
 // _set_transform_handlers({op name: callable}) for every forward op.
@@ -210,8 +226,7 @@ PyObject* fast_add(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const Tensor& input = tensor_arg("add", args[0], "input");
   const Tensor& other = tensor_arg("add", args[1], "other");
   const double alpha = float_arg("add", args[2], "alpha");
-  if (needs_transforms(input, other)) return call_transforms(kAdd, args, nargs);
-  return call_unlocked([&] { return add_op().call(input, other, alpha); });
+  return run(kAdd, args, nargs, [&] { return add_op().call(input, other, alpha); });
   OP_EXT_FAST_END
 }
 
@@ -219,8 +234,7 @@ PyObject* fast_gelu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   OP_EXT_FAST_BEGIN("gelu", 2)
   const Tensor& input = tensor_arg("gelu", args[0], "input");
   const std::string approximate = str_arg("gelu", args[1], "approximate");
-  if (needs_transforms(input)) return call_transforms(kGelu, args, nargs);
-  return call_unlocked([&] { return gelu_op().call(input, approximate); });
+  return run(kGelu, args, nargs, [&] { return gelu_op().call(input, approximate); });
   OP_EXT_FAST_END
 }
 
@@ -228,8 +242,7 @@ PyObject* fast_swiglu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   OP_EXT_FAST_BEGIN("swiglu", 2)
   const Tensor& gate = tensor_arg("swiglu", args[0], "gate");
   const Tensor& up = tensor_arg("swiglu", args[1], "up");
-  if (needs_transforms(gate, up)) return call_transforms(kSwiglu, args, nargs);
-  return call_unlocked([&] { return swiglu_op().call(gate, up); });
+  return run(kSwiglu, args, nargs, [&] { return swiglu_op().call(gate, up); });
   OP_EXT_FAST_END
 }
 
@@ -238,8 +251,8 @@ PyObject* fast_geglu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const Tensor& gate = tensor_arg("geglu", args[0], "gate");
   const Tensor& up = tensor_arg("geglu", args[1], "up");
   const std::string approximate = str_arg("geglu", args[2], "approximate");
-  if (needs_transforms(gate, up)) return call_transforms(kGeglu, args, nargs);
-  return call_unlocked([&] { return geglu_op().call(gate, up, approximate); });
+  return run(kGeglu, args, nargs,
+             [&] { return geglu_op().call(gate, up, approximate); });
   OP_EXT_FAST_END
 }
 
@@ -249,8 +262,8 @@ PyObject* fast_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const auto shape = int_list_arg("rms_norm", args[1], "normalized_shape");
   const OptTensor weight = optional_tensor_arg("rms_norm", args[2], "weight");
   const auto eps = optional_float_arg("rms_norm", args[3], "eps");
-  if (needs_transforms(input, weight)) return call_transforms(kRmsNorm, args, nargs);
-  return call_unlocked([&] { return rms_norm_op().call(input, as_sym(shape), weight, eps); });
+  return run(kRmsNorm, args, nargs,
+             [&] { return rms_norm_op().call(input, as_sym(shape), weight, eps); });
   OP_EXT_FAST_END
 }
 
@@ -262,9 +275,9 @@ PyObject* fast_fused_add_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t n
   const auto shape = int_list_arg(op, args[2], "normalized_shape");
   const OptTensor weight = optional_tensor_arg(op, args[3], "weight");
   const auto eps = optional_float_arg(op, args[4], "eps");
-  if (needs_transforms(input, residual, weight)) return call_transforms(kFusedAddRmsNorm, args, nargs);
-  return call_unlocked(
-      [&] { return fused_add_rms_norm_op().call(input, residual, as_sym(shape), weight, eps); });
+  return run(kFusedAddRmsNorm, args, nargs, [&] {
+    return fused_add_rms_norm_op().call(input, residual, as_sym(shape), weight, eps);
+  });
   OP_EXT_FAST_END
 }
 
@@ -275,9 +288,8 @@ PyObject* fast_layer_norm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const OptTensor weight = optional_tensor_arg("layer_norm", args[2], "weight");
   const OptTensor bias = optional_tensor_arg("layer_norm", args[3], "bias");
   const double eps = float_arg("layer_norm", args[4], "eps");
-  if (needs_transforms(input, weight, bias)) return call_transforms(kLayerNorm, args, nargs);
-  return call_unlocked(
-      [&] { return layer_norm_op().call(input, as_sym(shape), weight, bias, eps); });
+  return run(kLayerNorm, args, nargs,
+             [&] { return layer_norm_op().call(input, as_sym(shape), weight, bias, eps); });
   OP_EXT_FAST_END
 }
 
@@ -285,8 +297,7 @@ PyObject* fast_softmax(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   OP_EXT_FAST_BEGIN("softmax", 2)
   const Tensor& input = tensor_arg("softmax", args[0], "input");
   const int64_t dim = int_arg("softmax", args[1], "dim");
-  if (needs_transforms(input)) return call_transforms(kSoftmax, args, nargs);
-  return call_unlocked([&] { return softmax_op().call(input, dim); });
+  return run(kSoftmax, args, nargs, [&] { return softmax_op().call(input, dim); });
   OP_EXT_FAST_END
 }
 

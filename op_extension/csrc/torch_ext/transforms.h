@@ -1,12 +1,14 @@
-// Whether a call needs what the C++ autograd kernels cannot give: a forward
+// Calls that need what the C++ autograd kernels cannot give: a forward
 // derivative, or support by torch.func transforms (functorch refuses C++
-// torch::autograd::Functions). The eager fast path sends such calls to the
-// Python autograd.Functions of op_extension/_transforms.py; the Autograd
-// kernels refuse them when torch.ops.custom.<op> is called directly.
+// torch::autograd::Functions). The Autograd kernels refuse them (a direct
+// torch.ops.custom.<op> call gets an error naming op_extension.ops.<op>); the
+// eager fast path sends them to the Python autograd.Functions of
+// op_extension/_transforms.py instead.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
 
 #include <optional>
 
@@ -23,6 +25,16 @@ inline bool has_tangent(const at::Tensor& t) {
 inline bool has_tangent(const std::optional<at::Tensor>& t) {
   return t.has_value() && has_tangent(*t);
 }
+
+// What an Autograd kernel throws for an input that carries a tangent, before
+// doing anything: Python sees a RuntimeError, the eager fast path catches it
+// and reruns the call on the Python path. (Catching it, rather than testing
+// the tensors a second time before entering the dispatcher, leaves the fast
+// path one test per tensor, in the kernel, which must make it anyway.)
+class TangentError : public c10::Error {
+ public:
+  using c10::Error::Error;
+};
 
 // A torch.func transform (grad, vjp, jacrev, jacfwd, jvp, vmap, ...) is being
 // applied: the test torch.autograd.Function.apply makes to decide whether
