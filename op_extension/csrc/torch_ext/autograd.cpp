@@ -70,9 +70,10 @@ Tensor param_grad(const Tensor& param, const Tensor& grad) {
 
 // These kernels have no forward derivative: an input's forward-mode tangent
 // would be dropped, leaving a silent zero tangent on the output. Refused
-// instead; op_extension.ops sends such calls to Python autograd.Functions that
-// have a jvp (op_extension/_transforms.py). Inside those Functions' forward,
-// forward grad mode is off, so their own calls of the op pass this check.
+// instead, first thing; op_extension.ops' fast path catches the TangentError
+// and reruns the call on the Python autograd.Function of
+// op_extension/_transforms.py, which has a jvp. Inside that Function's
+// forward, forward grad mode is off, so its own call of the op passes.
 template <typename... Ts>
 void check_no_tangent(const char* op, const Ts&... tensors) {
   if (C10_UNLIKELY((has_tangent(tensors) || ...))) {
