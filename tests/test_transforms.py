@@ -84,6 +84,8 @@ CASES = [
          ops.swiglu, lambda g, u: F.silu(g) * u),
     Case("geglu_tanh", "geglu", lambda d: (_randn(d, 3, 8, scale=2), _randn(d, 3, 8)),
          lambda g, u: ops.geglu(g, u, "tanh"), lambda g, u: F.gelu(g, approximate="tanh") * u),
+    Case("geglu_none", "geglu", lambda d: (_randn(d, 3, 8, scale=2), _randn(d, 3, 8)),
+         ops.geglu, lambda g, u: F.gelu(g) * u),
     Case("rms_norm_2d_weight", "rms_norm", lambda d: (_randn(d, 3, 2, 4), _weight(d, 2, 4)),
          lambda x, w: ops.rms_norm(x, [2, 4], w), lambda x, w: F.rms_norm(x, [2, 4], w, _rms_eps(x)), params=(1,)),
     Case("rms_norm_no_weight", "rms_norm", lambda d: (_randn(d, 3, 8),),
@@ -91,6 +93,8 @@ CASES = [
     Case("fused_add_rms_norm", "fused_add_rms_norm", lambda d: (_randn(d, 3, 8), _randn(d, 3, 8), _weight(d, 8)),
          lambda x, r, w: ops.fused_add_rms_norm(x, r, [8], w),
          lambda x, r, w: (F.rms_norm(x + r, [8], w, _rms_eps(x)), x + r), params=(2,)),
+    Case("fused_add_rms_norm_no_weight", "fused_add_rms_norm", lambda d: (_randn(d, 3, 8), _randn(d, 3, 8)),
+         lambda x, r: ops.fused_add_rms_norm(x, r, 8, eps=1e-6), lambda x, r: (F.rms_norm(x + r, [8], None, 1e-6), x + r)),
     Case("layer_norm_weight_bias", "layer_norm", lambda d: (_randn(d, 3, 8), _weight(d, 8), _randn(d, 8)),
          lambda x, w, b: ops.layer_norm(x, [8], w, b), lambda x, w, b: F.layer_norm(x, [8], w, b, 1e-5), params=(1, 2)),
     Case("layer_norm_bias_only", "layer_norm", lambda d: (_randn(d, 3, 8), _randn(d, 8)),
@@ -277,12 +281,14 @@ def test_vmap_checks_arguments_like_the_op():
     x = torch.randn(B, 8)
     with pytest.raises(IndexError, match=r"custom::softmax: dim 1 is out of range for a tensor with 1 dims"):
         vmap(lambda s: ops.softmax(s, 1))(x)
-    with pytest.raises(ValueError, match=r"custom::rms_norm: normalized_shape \[4, 8\] has more dims than the input of shape \[8\]"):
+    with pytest.raises(ValueError, match=r"custom::rms_norm: normalized_shape \[4, 8\] has more dims than the input "
+                                         r"of shape \[8\]"):
         vmap(lambda s: ops.rms_norm(s, [4, 8]))(x)
     with pytest.raises(ValueError, match=r"custom::rms_norm: weight has shape \[1\] but normalized_shape is \[8\]"):
         vmap(lambda s, w: ops.rms_norm(s, [8], w))(x, torch.randn(B, 1))
+    bias = torch.randn(B, 8, dtype=torch.float64)
     with pytest.raises(TypeError, match=r"custom::layer_norm: bias has dtype float64 but input has dtype float32"):
-        vmap(lambda s, b: ops.layer_norm(s, [8], None, b), in_dims=(None, 0))(x[0], torch.randn(B, 8, dtype=torch.float64))
+        vmap(lambda s, b: ops.layer_norm(s, [8], None, b), in_dims=(None, 0))(x[0], bias)
 
 
 def test_per_sample_gradients_of_a_shared_weight():
