@@ -16,19 +16,22 @@ from collections.abc import Sequence
 import torch
 from torch._C import _has_torch_function
 
-from . import _C
+from . import _C, _transforms
 
 __all__ = ["add", "fused_add_rms_norm", "geglu", "gelu", "layer_norm", "rms_norm", "softmax", "swiglu"]
 
 _ops = torch.ops.custom
-_add = _ops.add.default
-_gelu = _ops.gelu.default
-_rms_norm = _ops.rms_norm.default
-_fused_add_rms_norm = _ops.fused_add_rms_norm.default
-_layer_norm = _ops.layer_norm.default
-_softmax = _ops.softmax.default
-_swiglu = _ops.swiglu.default
-_geglu = _ops.geglu.default
+# Outside tracing, the traced path's calls (a tensor subclass or torch function
+# mode is involved) go to _transforms' autograd.Functions under torch.func
+# transforms and forward-mode AD; the C++ fast path does that by itself.
+_add = _transforms.traced(_ops.add.default, _transforms.add)
+_gelu = _transforms.traced(_ops.gelu.default, _transforms.gelu)
+_rms_norm = _transforms.traced(_ops.rms_norm.default, _transforms.rms_norm)
+_fused_add_rms_norm = _transforms.traced(_ops.fused_add_rms_norm.default, _transforms.fused_add_rms_norm)
+_layer_norm = _transforms.traced(_ops.layer_norm.default, _transforms.layer_norm)
+_softmax = _transforms.traced(_ops.softmax.default, _transforms.softmax)
+_swiglu = _transforms.traced(_ops.swiglu.default, _transforms.swiglu)
+_geglu = _transforms.traced(_ops.geglu.default, _transforms.geglu)
 
 
 def _eager(*tensors) -> bool:
