@@ -113,11 +113,12 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     float16/bfloat16 inputs, as F.rms_norm does.
     """
     shape = _shape_list("rms_norm", normalized_shape)
-    dtype = getattr(input, "dtype", None)  # non-tensors: the op's own argument error
-    if weight is not None and getattr(weight, "dtype", dtype) is not dtype:
-        return _mixed_rms_norm(input, shape, weight, eps)
     if _eager(input, weight):
-        return _C.rms_norm(input, shape, weight, eps)
+        out = _C.rms_norm(input, shape, weight, eps)
+        # NotImplemented: a weight of another dtype (the fast path's check).
+        return out if out is not NotImplemented else _mixed_rms_norm(input, shape, weight, eps)
+    if _other_dtype(input, weight):
+        return _mixed_rms_norm(input, shape, weight, eps)
     return _rms_norm(input, _int64_list("rms_norm", "normalized_shape", shape), weight, _optional_float("rms_norm", eps))
 
 
@@ -130,11 +131,11 @@ def fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(input + residual), input + residual) in one pass over memory."""
     shape = _shape_list("fused_add_rms_norm", normalized_shape)
-    dtype = getattr(input, "dtype", None)
-    if getattr(residual, "dtype", dtype) is not dtype or (weight is not None and getattr(weight, "dtype", dtype) is not dtype):
-        return _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
     if _eager(input, residual, weight):
-        return _C.fused_add_rms_norm(input, residual, shape, weight, eps)
+        out = _C.fused_add_rms_norm(input, residual, shape, weight, eps)
+        return out if out is not NotImplemented else _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
+    if _other_dtype(input, residual) or _other_dtype(input, weight):
+        return _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
     return _fused_add_rms_norm(
         input, residual, _int64_list("fused_add_rms_norm", "normalized_shape", shape), weight,
         _optional_float("fused_add_rms_norm", eps),
@@ -151,12 +152,11 @@ def layer_norm(
     """LayerNorm over the trailing `normalized_shape` dims, as F.layer_norm."""
     shape = _shape_list("layer_norm", normalized_shape)
     eps = _float("layer_norm", "eps", eps)
-    dtype = getattr(input, "dtype", None)
-    if (weight is not None and getattr(weight, "dtype", dtype) is not dtype) or (
-            bias is not None and getattr(bias, "dtype", dtype) is not dtype):
-        return _mixed_layer_norm(input, shape, weight, bias, eps)
     if _eager(input, weight, bias):
-        return _C.layer_norm(input, shape, weight, bias, eps)
+        out = _C.layer_norm(input, shape, weight, bias, eps)
+        return out if out is not NotImplemented else _mixed_layer_norm(input, shape, weight, bias, eps)
+    if _other_dtype(input, weight) or _other_dtype(input, bias):
+        return _mixed_layer_norm(input, shape, weight, bias, eps)
     return _layer_norm(input, _int64_list("layer_norm", "normalized_shape", shape), weight, bias, eps)
 
 
@@ -191,6 +191,12 @@ def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> to
 # the result rounded once to the input's dtype, as torch returns it. Non-floating
 # dtypes go to the op as they are, whose dtype check names them.
 # ---------------------------------------------------------------------------
+
+
+def _other_dtype(input, t) -> bool:
+    """t is a tensor of another dtype than the tensor input (anything else: the
+    op's own argument checks speak)."""
+    return isinstance(t, torch.Tensor) and isinstance(input, torch.Tensor) and t.dtype != input.dtype
 
 
 def _common_float(input: torch.Tensor, *others: torch.Tensor | None) -> torch.dtype | None:

@@ -210,6 +210,14 @@ PyObject* set_transform_handlers(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+// A parameter (or residual) of another dtype than the input's: op_extension.ops
+// handles that in Python (computing in the wider dtype, _mixed_*), where the
+// fast path returns NotImplemented. One comparison here instead of attribute
+// reads on every Python call.
+bool mixed_dtypes(const Tensor& input, const OptTensor& param) {
+  return param.has_value() && param->defined() && param->scalar_type() != input.scalar_type();
+}
+
 #define OP_EXT_FAST_BEGIN(op, n)               \
   HANDLE_TH_ERRORS                             \
   if (!check_nargs(op, nargs, n)) return nullptr; \
@@ -262,6 +270,7 @@ PyObject* fast_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const auto shape = int_list_arg("rms_norm", args[1], "normalized_shape");
   const OptTensor weight = optional_tensor_arg("rms_norm", args[2], "weight");
   const auto eps = optional_float_arg("rms_norm", args[3], "eps");
+  if (mixed_dtypes(input, weight)) Py_RETURN_NOTIMPLEMENTED;
   return run(kRmsNorm, args, nargs,
              [&] { return rms_norm_op().call(input, as_sym(shape), weight, eps); });
   OP_EXT_FAST_END
@@ -275,6 +284,7 @@ PyObject* fast_fused_add_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t n
   const auto shape = int_list_arg(op, args[2], "normalized_shape");
   const OptTensor weight = optional_tensor_arg(op, args[3], "weight");
   const auto eps = optional_float_arg(op, args[4], "eps");
+  if (residual.scalar_type() != input.scalar_type() || mixed_dtypes(input, weight)) Py_RETURN_NOTIMPLEMENTED;
   return run(kFusedAddRmsNorm, args, nargs, [&] {
     return fused_add_rms_norm_op().call(input, residual, as_sym(shape), weight, eps);
   });
@@ -288,6 +298,7 @@ PyObject* fast_layer_norm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const OptTensor weight = optional_tensor_arg("layer_norm", args[2], "weight");
   const OptTensor bias = optional_tensor_arg("layer_norm", args[3], "bias");
   const double eps = float_arg("layer_norm", args[4], "eps");
+  if (mixed_dtypes(input, weight) || mixed_dtypes(input, bias)) Py_RETURN_NOTIMPLEMENTED;
   return run(kLayerNorm, args, nargs,
              [&] { return layer_norm_op().call(input, as_sym(shape), weight, bias, eps); });
   OP_EXT_FAST_END
