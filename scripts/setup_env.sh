@@ -18,17 +18,30 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 
+# Build tools and test/bench dependencies come first: torch warns on its first
+# import when numpy is missing, and nothing below may import torch before numpy
+# is there. None of them depends on torch; the constraint (the torch already
+# installed, else TORCH_SPEC) makes sure that stays so: pip may not install or
+# replace torch on their account. transformers (pinned: its class names are what
+# op_extension.transformers recognises) is for the Hugging Face tests and
+# benchmark; op_extension itself never imports it. cuobjdump and nvdisasm (CUDA 13
+# binaries, no dependencies) are for scripts/check_cuda_compile.sh's SASS check:
+# the machines' nvcc comes without them.
+installed_torch=$("$PY" -c 'import importlib.metadata as m
+try:
+    print("torch==" + m.version("torch"))
+except m.PackageNotFoundError:
+    pass')
+constraints=$(mktemp)
+trap 'rm -f "$constraints"' EXIT
+echo "${installed_torch:-$TORCH_SPEC}" >"$constraints"
+echo "setup: installing build, test and benchmark dependencies"
+"$PY" -m pip install --quiet --constraint "$constraints" \
+  ninja numpy pytest expecttest hypothesis "matplotlib>=3.7" "transformers==5.23.0" \
+  "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14"
+
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "setup: installing $TORCH_SPEC"
   "$PY" -m pip install --quiet "$TORCH_SPEC"
 fi
 echo "setup: torch $("$PY" -c 'import torch; print(torch.__version__)')"
-
-# Build tools and test/bench dependencies; none of them depends on torch, so
-# none can replace the torch installed above. transformers (pinned: its class
-# names are what op_extension.transformers recognises) is for the Hugging Face
-# tests and benchmark; op_extension itself never imports it. cuobjdump and
-# nvdisasm (CUDA 13 binaries, no dependencies) are for
-# scripts/check_cuda_compile.sh's SASS check: the machines' nvcc comes without them.
-"$PY" -m pip install --quiet ninja numpy pytest expecttest hypothesis matplotlib "transformers==5.23.0" \
-  "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14"

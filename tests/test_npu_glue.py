@@ -23,6 +23,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from cache_dirs import op_ext_cache_dir  # tests/ is on sys.path (conftest.py)
 from op_extension._fake import PROTOS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,13 +43,8 @@ def _torch_version() -> str:
     return torch.__version__.split("+")[0]
 
 
-def _cache_dir() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "op_extension"
-    return Path(os.environ.get("OP_EXT_CACHE_DIR", default))
-
-
 def _headers_cached() -> bool:
-    marker = _cache_dir() / "torch_npu" / f"for-torch-{_torch_version()}"
+    marker = op_ext_cache_dir() / "torch_npu" / f"for-torch-{_torch_version()}"
     return marker.is_file() and (marker.parent / marker.read_text().strip() / "include").is_dir()
 
 

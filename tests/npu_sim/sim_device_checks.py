@@ -33,12 +33,14 @@ from op_extension import ascend_sim
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CSRC = ROOT / "op_extension" / "csrc"
-# Kept between runs (a first build takes minutes on 2 cores), one per checkout.
-BUILD_DIR = (Path.home() / ".cache" / "op_extension" / "npu_sim_device"
-             / hashlib.sha1(str(ROOT).encode()).hexdigest()[:12])
 
 sys.path.insert(0, str(HERE.parent))
+from cache_dirs import op_ext_cache_dir  # noqa: E402
 from test_ascend_sim import ascend_tolerance  # noqa: E402  (the Ascend kernels' tolerances)
+
+# Kept between runs (a first build takes minutes on 2 cores), one per checkout,
+# in the cache folder every test and script uses (tests/cache_dirs.py).
+BUILD_DIR = op_ext_cache_dir() / "npu_sim_device" / hashlib.sha1(str(ROOT).encode()).hexdigest()[:12]
 
 # aclnn file of each op and backward op (csrc/host/aclnn/aclnn_<name>_custom.cpp)
 ACLNN_FILE = {
