@@ -16,19 +16,22 @@ from collections.abc import Sequence
 import torch
 from torch._C import _has_torch_function
 
-from . import _C
+from . import _C, _transforms
 
 __all__ = ["add", "fused_add_rms_norm", "geglu", "gelu", "layer_norm", "rms_norm", "softmax", "swiglu"]
 
 _ops = torch.ops.custom
-_add = _ops.add.default
-_gelu = _ops.gelu.default
-_rms_norm = _ops.rms_norm.default
-_fused_add_rms_norm = _ops.fused_add_rms_norm.default
-_layer_norm = _ops.layer_norm.default
-_softmax = _ops.softmax.default
-_swiglu = _ops.swiglu.default
-_geglu = _ops.geglu.default
+# Outside tracing, the traced path's calls (a tensor subclass or torch function
+# mode is involved) go to _transforms' autograd.Functions under torch.func
+# transforms and forward-mode AD; the C++ fast path does that by itself.
+_add = _transforms.traced(_ops.add.default, _transforms.add)
+_gelu = _transforms.traced(_ops.gelu.default, _transforms.gelu)
+_rms_norm = _transforms.traced(_ops.rms_norm.default, _transforms.rms_norm)
+_fused_add_rms_norm = _transforms.traced(_ops.fused_add_rms_norm.default, _transforms.fused_add_rms_norm)
+_layer_norm = _transforms.traced(_ops.layer_norm.default, _transforms.layer_norm)
+_softmax = _transforms.traced(_ops.softmax.default, _transforms.softmax)
+_swiglu = _transforms.traced(_ops.swiglu.default, _transforms.swiglu)
+_geglu = _transforms.traced(_ops.geglu.default, _transforms.geglu)
 
 
 def _eager(*tensors) -> bool:
@@ -110,11 +113,12 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     float16/bfloat16 inputs, as F.rms_norm does.
     """
     shape = _shape_list("rms_norm", normalized_shape)
-    dtype = getattr(input, "dtype", None)  # non-tensors: the op's own argument error
-    if weight is not None and getattr(weight, "dtype", dtype) is not dtype:
-        return _mixed_rms_norm(input, shape, weight, eps)
     if _eager(input, weight):
-        return _C.rms_norm(input, shape, weight, eps)
+        out = _C.rms_norm(input, shape, weight, eps)
+        # NotImplemented: a weight of another dtype (the fast path's check).
+        return out if out is not NotImplemented else _mixed_rms_norm(input, shape, weight, eps)
+    if _other_dtype(input, weight):
+        return _mixed_rms_norm(input, shape, weight, eps)
     return _rms_norm(input, _int64_list("rms_norm", "normalized_shape", shape), weight, _optional_float("rms_norm", eps))
 
 
@@ -127,11 +131,11 @@ def fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(input + residual), input + residual) in one pass over memory."""
     shape = _shape_list("fused_add_rms_norm", normalized_shape)
-    dtype = getattr(input, "dtype", None)
-    if getattr(residual, "dtype", dtype) is not dtype or (weight is not None and getattr(weight, "dtype", dtype) is not dtype):
-        return _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
     if _eager(input, residual, weight):
-        return _C.fused_add_rms_norm(input, residual, shape, weight, eps)
+        out = _C.fused_add_rms_norm(input, residual, shape, weight, eps)
+        return out if out is not NotImplemented else _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
+    if _other_dtype(input, residual) or _other_dtype(input, weight):
+        return _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
     return _fused_add_rms_norm(
         input, residual, _int64_list("fused_add_rms_norm", "normalized_shape", shape), weight,
         _optional_float("fused_add_rms_norm", eps),
@@ -148,12 +152,11 @@ def layer_norm(
     """LayerNorm over the trailing `normalized_shape` dims, as F.layer_norm."""
     shape = _shape_list("layer_norm", normalized_shape)
     eps = _float("layer_norm", "eps", eps)
-    dtype = getattr(input, "dtype", None)
-    if (weight is not None and getattr(weight, "dtype", dtype) is not dtype) or (
-            bias is not None and getattr(bias, "dtype", dtype) is not dtype):
-        return _mixed_layer_norm(input, shape, weight, bias, eps)
     if _eager(input, weight, bias):
-        return _C.layer_norm(input, shape, weight, bias, eps)
+        out = _C.layer_norm(input, shape, weight, bias, eps)
+        return out if out is not NotImplemented else _mixed_layer_norm(input, shape, weight, bias, eps)
+    if _other_dtype(input, weight) or _other_dtype(input, bias):
+        return _mixed_layer_norm(input, shape, weight, bias, eps)
     return _layer_norm(input, _int64_list("layer_norm", "normalized_shape", shape), weight, bias, eps)
 
 
@@ -188,6 +191,12 @@ def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> to
 # the result rounded once to the input's dtype, as torch returns it. Non-floating
 # dtypes go to the op as they are, whose dtype check names them.
 # ---------------------------------------------------------------------------
+
+
+def _other_dtype(input, t) -> bool:
+    """t is a tensor of another dtype than the tensor input (anything else: the
+    op's own argument checks speak)."""
+    return isinstance(t, torch.Tensor) and isinstance(input, torch.Tensor) and t.dtype != input.dtype
 
 
 def _common_float(input: torch.Tensor, *others: torch.Tensor | None) -> torch.dtype | None:

@@ -5,6 +5,7 @@
 //
 // Nothing here reads concrete sizes: under torch.compile(dynamic=True) these
 // functions run on FakeTensors with symbolic shapes.
+#include <ATen/FuncTorchTLS.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
@@ -17,6 +18,7 @@
 #include <utility>
 
 #include "op_handles.h"
+#include "transforms.h"
 
 namespace op_ext {
 namespace {
@@ -64,6 +66,43 @@ bool records_graph(const Ts&... tensors) {
 // (the backward op then returns an empty placeholder).
 Tensor param_grad(const Tensor& param, const Tensor& grad) {
   return param.defined() ? grad : Tensor();
+}
+
+// These kernels have no forward derivative: an input's forward-mode tangent
+// would be dropped, leaving a silent zero tangent on the output. Refused
+// instead, first thing; op_extension.ops' fast path catches the TangentError
+// and reruns the call on the Python autograd.Function of
+// op_extension/_transforms.py, which has a jvp. Inside that Function's
+// forward, forward grad mode is off, so its own call of the op passes.
+template <typename... Ts>
+void check_no_tangent(const char* op, const Ts&... tensors) {
+  if (C10_UNLIKELY((has_tangent(tensors) || ...))) {
+    throw TangentError(
+        {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        c10::str("custom::", op,
+                 ": an input carries a forward-mode AD tangent (torch.func.jvp, jacfwd or "
+                 "torch.autograd.forward_ad), which torch.ops.custom.",
+                 op, " cannot propagate; call op_extension.ops.", op,
+                 " (or its op_extension.nn module), which supports forward-mode AD and torch.func "
+                 "transforms"));
+  }
+}
+
+// torch refuses a C++ autograd Function under a torch.func transform, in
+// Function::apply, with a message that names neither the op nor what to do.
+// The same test (functorch's own), with a message that does.
+void check_no_functorch(const char* op) {
+  const auto& functorch_tls = at::functorch::functorchTLSAccessor();
+  if (!functorch_tls) return;
+  try {
+    functorch_tls->checkSupportsCppAutogradFunction();
+  } catch (const c10::Error&) {
+    TORCH_CHECK(false, "custom::", op,
+                ": torch.func transforms (grad, vjp, jacrev, ...) cannot differentiate "
+                "torch.ops.custom.",
+                op, ", whose autograd is a C++ function; call op_extension.ops.", op,
+                " (or its op_extension.nn module), which supports them");
+  }
 }
 
 class AddFunction : public torch::autograd::Function<AddFunction> {
@@ -232,65 +271,81 @@ class SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction> {
 };
 
 Tensor add_autograd(const Tensor& input, const Tensor& other, double alpha) {
+  check_no_tangent("add", input, other);
   if (!records_graph(input, other)) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return add_op().call(input, other, alpha);
   }
+  check_no_functorch("add");
   return AddFunction::apply(input, other, alpha);
 }
 Tensor gelu_autograd(const Tensor& input, c10::string_view approximate) {
+  check_no_tangent("gelu", input);
   if (!records_graph(input)) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return gelu_op().call(input, approximate);
   }
+  check_no_functorch("gelu");
   return GeluFunction::apply(input, approximate);
 }
 Tensor swiglu_autograd(const Tensor& gate, const Tensor& up) {
+  check_no_tangent("swiglu", gate, up);
   if (!records_graph(gate, up)) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return swiglu_op().call(gate, up);
   }
+  check_no_functorch("swiglu");
   return SwigluFunction::apply(gate, up);
 }
 Tensor geglu_autograd(const Tensor& gate, const Tensor& up, c10::string_view approximate) {
+  check_no_tangent("geglu", gate, up);
   if (!records_graph(gate, up)) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return geglu_op().call(gate, up, approximate);
   }
+  check_no_functorch("geglu");
   return GegluFunction::apply(gate, up, approximate);
 }
 Tensor rms_norm_autograd(const Tensor& input, c10::SymIntArrayRef normalized_shape,
                          const OptTensor& weight, std::optional<double> eps) {
+  check_no_tangent("rms_norm", input, weight);
   if (!records_graph(input, weight)) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return rms_norm_op().call(input, normalized_shape, weight, eps);
   }
+  check_no_functorch("rms_norm");
   return RmsNormFunction::apply(input, normalized_shape, weight, eps);
 }
 std::tuple<Tensor, Tensor> fused_add_rms_norm_autograd(const Tensor& input, const Tensor& residual,
                                                        c10::SymIntArrayRef normalized_shape,
                                                        const OptTensor& weight,
                                                        std::optional<double> eps) {
+  check_no_tangent("fused_add_rms_norm", input, residual, weight);
   if (!records_graph(input, residual, weight)) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return fused_add_rms_norm_op().call(input, residual, normalized_shape, weight, eps);
   }
+  check_no_functorch("fused_add_rms_norm");
   auto outs = FusedAddRmsNormFunction::apply(input, residual, normalized_shape, weight, eps);
   return {outs[0], outs[1]};
 }
 Tensor layer_norm_autograd(const Tensor& input, c10::SymIntArrayRef normalized_shape,
                            const OptTensor& weight, const OptTensor& bias, double eps) {
+  check_no_tangent("layer_norm", input, weight, bias);
   if (!records_graph(input, weight, bias)) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return layer_norm_op().call(input, normalized_shape, weight, bias, eps);
   }
+  check_no_functorch("layer_norm");
   return LayerNormFunction::apply(input, normalized_shape, weight, bias, eps);
 }
 Tensor softmax_autograd(const Tensor& input, int64_t dim) {
+  check_no_tangent("softmax", input);
   if (!records_graph(input)) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return softmax_op().call(input, dim);
   }
+  check_no_functorch("softmax");
   return SoftmaxFunction::apply(input, dim);
 }
 

@@ -8,6 +8,12 @@
 // only outside tracing and for plain tensors. The dispatcher still runs the op
 // with all its keys, so autograd and dispatch modes see custom::<op> as usual.
 //
+// Under a torch.func transform, or with an input that carries a forward-mode
+// tangent, the fast path hands the call to the op's Python autograd.Function
+// in op_extension/_transforms.py instead (the C++ autograd kernels support
+// neither): a thread-local test here, and the Autograd kernel's refusal of a
+// tangent (TangentError) caught. A test in ops.py would cost ~0.1 us per call.
+//
 // And it lets tests and the benchmark choose the CPU kernel variant.
 #include <Python.h>
 #include <torch/csrc/Exceptions.h>
@@ -21,6 +27,7 @@
 
 #include "../kernel/cpu/cpu_kernels.h"
 #include "op_handles.h"
+#include "transforms.h"
 
 namespace op_ext {
 namespace {
@@ -137,6 +144,80 @@ PyObject* call_unlocked(F&& f) {
   }
 }
 
+// ---- torch.func transforms and forward-mode AD ------------------------------
+
+// The forward ops, in the order of kOpNames.
+enum OpIndex {
+  kAdd,
+  kGelu,
+  kSwiglu,
+  kGeglu,
+  kRmsNorm,
+  kFusedAddRmsNorm,
+  kLayerNorm,
+  kSoftmax,
+  kNumOps
+};
+constexpr const char* kOpNames[kNumOps] = {
+    "add", "gelu", "swiglu", "geglu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax",
+};
+
+// op_extension._transforms.<op> per op (strong references, set once at import).
+PyObject* transform_handlers[kNumOps] = {};
+
+// Calls op_extension._transforms.<op> with the fast path's own arguments.
+PyObject* call_transforms(OpIndex op, PyObject* const* args, Py_ssize_t nargs) {
+  PyObject* handler = transform_handlers[op];
+  if (handler == nullptr) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "custom::%s: a torch.func transform or forward-mode AD needs "
+                 "op_extension._transforms, which has not registered its functions",
+                 kOpNames[op]);
+    return nullptr;
+  }
+  return PyObject_Vectorcall(handler, args, nargs, nullptr);
+}
+
+// Runs the op, or op_extension._transforms.<op> where the C++ path cannot.
+template <typename F>
+PyObject* run(OpIndex op, PyObject* const* args, Py_ssize_t nargs, F&& f) {
+  if (functorch_active()) return call_transforms(op, args, nargs);
+  try {
+    return call_unlocked(std::forward<F>(f));
+  } catch (const TangentError&) {  // thrown before the op did anything
+    return call_transforms(op, args, nargs);
+  }
+}
+
+// _set_transform_handlers({op name: callable}) for every forward op.
+PyObject* set_transform_handlers(PyObject*, PyObject* arg) {
+  if (!PyDict_Check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "_set_transform_handlers takes a dict {op name: callable}");
+    return nullptr;
+  }
+  PyObject* found[kNumOps];
+  for (int i = 0; i < kNumOps; ++i) {
+    found[i] = PyDict_GetItemString(arg, kOpNames[i]);  // borrowed
+    if (found[i] == nullptr || !PyCallable_Check(found[i])) {
+      PyErr_Format(PyExc_TypeError, "_set_transform_handlers: no callable for '%s'", kOpNames[i]);
+      return nullptr;
+    }
+  }
+  for (int i = 0; i < kNumOps; ++i) {
+    Py_INCREF(found[i]);
+    Py_XSETREF(transform_handlers[i], found[i]);
+  }
+  Py_RETURN_NONE;
+}
+
+// A parameter (or residual) of another dtype than the input's: op_extension.ops
+// handles that in Python (computing in the wider dtype, _mixed_*), where the
+// fast path returns NotImplemented. One comparison here instead of attribute
+// reads on every Python call.
+bool mixed_dtypes(const Tensor& input, const OptTensor& param) {
+  return param.has_value() && param->defined() && param->scalar_type() != input.scalar_type();
+}
+
 #define OP_EXT_FAST_BEGIN(op, n)               \
   HANDLE_TH_ERRORS                             \
   if (!check_nargs(op, nargs, n)) return nullptr; \
@@ -153,7 +234,7 @@ PyObject* fast_add(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const Tensor& input = tensor_arg("add", args[0], "input");
   const Tensor& other = tensor_arg("add", args[1], "other");
   const double alpha = float_arg("add", args[2], "alpha");
-  return call_unlocked([&] { return add_op().call(input, other, alpha); });
+  return run(kAdd, args, nargs, [&] { return add_op().call(input, other, alpha); });
   OP_EXT_FAST_END
 }
 
@@ -161,7 +242,7 @@ PyObject* fast_gelu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   OP_EXT_FAST_BEGIN("gelu", 2)
   const Tensor& input = tensor_arg("gelu", args[0], "input");
   const std::string approximate = str_arg("gelu", args[1], "approximate");
-  return call_unlocked([&] { return gelu_op().call(input, approximate); });
+  return run(kGelu, args, nargs, [&] { return gelu_op().call(input, approximate); });
   OP_EXT_FAST_END
 }
 
@@ -169,7 +250,7 @@ PyObject* fast_swiglu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   OP_EXT_FAST_BEGIN("swiglu", 2)
   const Tensor& gate = tensor_arg("swiglu", args[0], "gate");
   const Tensor& up = tensor_arg("swiglu", args[1], "up");
-  return call_unlocked([&] { return swiglu_op().call(gate, up); });
+  return run(kSwiglu, args, nargs, [&] { return swiglu_op().call(gate, up); });
   OP_EXT_FAST_END
 }
 
@@ -178,7 +259,8 @@ PyObject* fast_geglu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const Tensor& gate = tensor_arg("geglu", args[0], "gate");
   const Tensor& up = tensor_arg("geglu", args[1], "up");
   const std::string approximate = str_arg("geglu", args[2], "approximate");
-  return call_unlocked([&] { return geglu_op().call(gate, up, approximate); });
+  return run(kGeglu, args, nargs,
+             [&] { return geglu_op().call(gate, up, approximate); });
   OP_EXT_FAST_END
 }
 
@@ -188,7 +270,9 @@ PyObject* fast_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const auto shape = int_list_arg("rms_norm", args[1], "normalized_shape");
   const OptTensor weight = optional_tensor_arg("rms_norm", args[2], "weight");
   const auto eps = optional_float_arg("rms_norm", args[3], "eps");
-  return call_unlocked([&] { return rms_norm_op().call(input, as_sym(shape), weight, eps); });
+  if (mixed_dtypes(input, weight)) Py_RETURN_NOTIMPLEMENTED;
+  return run(kRmsNorm, args, nargs,
+             [&] { return rms_norm_op().call(input, as_sym(shape), weight, eps); });
   OP_EXT_FAST_END
 }
 
@@ -200,8 +284,10 @@ PyObject* fast_fused_add_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t n
   const auto shape = int_list_arg(op, args[2], "normalized_shape");
   const OptTensor weight = optional_tensor_arg(op, args[3], "weight");
   const auto eps = optional_float_arg(op, args[4], "eps");
-  return call_unlocked(
-      [&] { return fused_add_rms_norm_op().call(input, residual, as_sym(shape), weight, eps); });
+  if (residual.scalar_type() != input.scalar_type() || mixed_dtypes(input, weight)) Py_RETURN_NOTIMPLEMENTED;
+  return run(kFusedAddRmsNorm, args, nargs, [&] {
+    return fused_add_rms_norm_op().call(input, residual, as_sym(shape), weight, eps);
+  });
   OP_EXT_FAST_END
 }
 
@@ -212,8 +298,9 @@ PyObject* fast_layer_norm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const OptTensor weight = optional_tensor_arg("layer_norm", args[2], "weight");
   const OptTensor bias = optional_tensor_arg("layer_norm", args[3], "bias");
   const double eps = float_arg("layer_norm", args[4], "eps");
-  return call_unlocked(
-      [&] { return layer_norm_op().call(input, as_sym(shape), weight, bias, eps); });
+  if (mixed_dtypes(input, weight) || mixed_dtypes(input, bias)) Py_RETURN_NOTIMPLEMENTED;
+  return run(kLayerNorm, args, nargs,
+             [&] { return layer_norm_op().call(input, as_sym(shape), weight, bias, eps); });
   OP_EXT_FAST_END
 }
 
@@ -221,7 +308,7 @@ PyObject* fast_softmax(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   OP_EXT_FAST_BEGIN("softmax", 2)
   const Tensor& input = tensor_arg("softmax", args[0], "input");
   const int64_t dim = int_arg("softmax", args[1], "dim");
-  return call_unlocked([&] { return softmax_op().call(input, dim); });
+  return run(kSoftmax, args, nargs, [&] { return softmax_op().call(input, dim); });
   OP_EXT_FAST_END
 }
 
@@ -273,6 +360,9 @@ PyMethodDef methods[] = {
     OP_EXT_FASTCALL("layer_norm", fast_layer_norm,
                     "layer_norm(input, normalized_shape, weight, bias, eps)"),
     OP_EXT_FASTCALL("softmax", fast_softmax, "softmax(input, dim)"),
+    {"_set_transform_handlers", set_transform_handlers, METH_O,
+     "Registers op_extension._transforms' functions for calls under torch.func transforms or "
+     "with forward-mode tangents."},
     {"cpu_isa", cpu_isa, METH_NOARGS, "The instruction set of the CPU kernels in use."},
     {"best_cpu_isa", best_cpu_isa, METH_NOARGS, "The best instruction set this CPU supports."},
     {"set_cpu_isa", set_cpu_isa, METH_O,
