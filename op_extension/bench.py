@@ -1202,7 +1202,7 @@ def print_dispatch(rows, file=sys.stdout):
 
 def print_section_legend(rows, file):
     if any(r.get("in_doubt") for r in rows):
-        print(f"# ?: in doubt, not a result: timed while other processes used more than "
+        print(f"\n# ?: in doubt, not a result: timed while other processes used more than "
               f"{100 * OtherLoad.WARN_FRACTION:.0f}% of the CPUs, even after timing again, or a ratio "
               f"outside {SPEEDUP_MIN:g}x-{SPEEDUP_MAX:g}x.", file=file)
 
