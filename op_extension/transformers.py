@@ -197,8 +197,9 @@ def _config_activation(config) -> str | None:
 
 
 def _patched_rms_norm_class(original: type, style: str) -> type:
-    # A subclass of Hugging Face's class (isinstance checks in the model's weight
-    # init keep working) that builds op_extension's module instead.
+    # A stand-in for Hugging Face's class whose constructor returns op_extension's
+    # module (not an instance of it: the module initialises its own weight, 1 or,
+    # with Gemma's offset, 0, as Hugging Face's init would).
     class PatchedRMSNorm(original):
         def __new__(cls, *args, **kwargs):
             size = args[0] if args else kwargs.get("hidden_size", kwargs.get("dim"))
