@@ -111,8 +111,6 @@ def _mlp_from(module: nn.Module, mlp_casting_mode: str) -> nn.Module | None:
     kind = _activation_kind(act)
     if kind is None:
         return None
-    if type(act).__name__ == "GELUTanh" and getattr(act, "act", None) == getattr(act, "_gelu_tanh_python", object()):
-        kind = "tanh"  # the python formula: the same function
     names = ("gate_up_proj", "down_proj") if fused else ("gate_proj", "up_proj", "down_proj")
     linears = [getattr(module, n, None) for n in names]
     if not all(isinstance(m, nn.Linear) for m in linears):
@@ -202,6 +200,8 @@ def _patched_rms_norm_class(original: type, style: str) -> type:
     # with Gemma's offset, 0, as Hugging Face's init would).
     class PatchedRMSNorm(original):
         def __new__(cls, *args, **kwargs):
+            if len(args) > 2 or set(kwargs) - {"hidden_size", "dim", "eps"}:
+                return original(*args, **kwargs)  # arguments op_extension's module would not honour
             size = args[0] if args else kwargs.get("hidden_size", kwargs.get("dim"))
             eps = args[1] if len(args) > 1 else kwargs.get("eps", 1e-6)
             if style == "gemma":

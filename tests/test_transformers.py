@@ -358,3 +358,18 @@ def test_ddp_training_of_a_patched_model(tmp_path):
         assert losses[0].item() == pytest.approx(result["losses"][step], rel=1e-5)
     for name, p in model.state_dict().items():
         torch.testing.assert_close(result["state"][name], p, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_class_level_patch_keeps_hugging_face_for_arguments_it_cannot_honour():
+    # An argument op_extension's module has no use for must not be dropped silently:
+    # the stand-in builds Hugging Face's own module then.
+    original = T.models.llama.modeling_llama.LlamaRMSNorm
+    oxt.patch_classes(["llama"])
+    try:
+        stand_in = T.models.llama.modeling_llama.LlamaRMSNorm
+        assert isinstance(stand_in(16, eps=1e-5), CustomRMSNorm)
+        with pytest.raises(TypeError):
+            stand_in(16, eps=1e-5, elementwise_affine=False)  # Hugging Face's class takes no such argument
+    finally:
+        oxt.unpatch_classes()
+    assert T.models.llama.modeling_llama.LlamaRMSNorm is original
