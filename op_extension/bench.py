@@ -1035,9 +1035,8 @@ def hf_models(cfg: RunConfig, progress: Progress):
     """Rows: family, dtype, unpatched and patched fwd+bwd ms, speed-up, and how
     the logits compare: the max |difference| with the default patch (fused MLP),
     and, for 16-bit dtypes, whether they are bit for bit equal with the Hugging
-    Face casting modes (mlp_casting_mode="hf"); that can fail where a norm's
-    float32 sum of squares, summed in another order than torch's, rounds one
-    16-bit output the other way (about 1e-5 of them: docs/transformers.md)."""
+    Face casting modes (mlp_casting_mode="hf"), as tests/test_transformers.py
+    asserts (docs/transformers.md)."""
     import copy
 
     import transformers

@@ -106,6 +106,32 @@ def test_bfloat16_logits_bit_identical_with_hf_casting(family):
         torch.testing.assert_close(fused(x).logits, want, atol=0.05, rtol=0.02)
 
 
+# The benchmark's decoder size: 512 hidden, 128 tokens x 4. With a sum of squares
+# in another order than torch's, Qwen3 and Gemma3 lost bit-identity at this size.
+LARGER = dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=2, num_attention_heads=8,
+              num_key_value_heads=4, head_dim=64, vocab_size=VOCAB, max_position_embeddings=256,
+              pad_token_id=0, eos_token_id=1, bos_token_id=2)
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_16_bit_logits_bit_identical_at_hidden_512(family):
+    config_cls, model_cls, _, _ = FAMILIES[family]
+    torch.manual_seed(0)
+    model = model_cls(config_cls(**LARGER)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    x = ids(batch=4, length=128)
+    for dtype in (torch.bfloat16, torch.float16):
+        model = model.to(dtype)
+        exact = copy.deepcopy(model)
+        oxt.patch(exact, mlp_casting_mode="hf")
+        with torch.no_grad():
+            want, got = model(x).logits, exact(x).logits
+        assert torch.equal(got, want), (dtype, (got != want).sum().item())
+
+
 def _loss(model, x):
     return model(x, labels=x).loss
 
@@ -248,21 +274,20 @@ def test_importing_op_extension_does_not_import_transformers():
 ])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_rms_norm_casting_modes_match_hugging_face(hf_cls, kwargs, dtype):
-    hf = hf_cls(64, eps=1e-6).to(dtype)
-    with torch.no_grad():
-        hf.weight.copy_(torch.randn(64) * 0.3 + (0 if "offset" in kwargs else 1))
-    key = "dim" if "offset" in kwargs else "hidden_size"
-    ours = CustomRMSNorm(**{key: 64}, eps=1e-6, dtype=dtype, **kwargs)
-    ours.load_state_dict(hf.state_dict())
-    x = torch.randn(6, 5, 64).to(dtype)
-    want, got = hf(x), ours(x)
-    assert got.dtype == want.dtype
-    if dtype == torch.float32:
-        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
-    else:
-        # One ulp where the float32 sum of squares rounds differently (the sums run in
-        # another order): about 1e-5 of the elements; here none.
-        assert torch.equal(got, want)
+    # Bit for bit, in every dtype: the kernel sums the float32 squares in torch's
+    # order. Widths: under one 8-float vector, vectors with a tail, many cascade
+    # blocks; enough rows that a 1-ulp difference in any row's statistics shows.
+    for hidden in (5, 64, 100, 512, 4099):
+        hf = hf_cls(hidden, eps=1e-6).to(dtype)
+        with torch.no_grad():
+            hf.weight.copy_(torch.randn(hidden) * 0.3 + (0 if "offset" in kwargs else 1))
+        key = "dim" if "offset" in kwargs else "hidden_size"
+        ours = CustomRMSNorm(**{key: hidden}, eps=1e-6, dtype=dtype, **kwargs)
+        ours.load_state_dict(hf.state_dict())
+        x = (torch.randn(64, 5, hidden) * 3).to(dtype)
+        want, got = hf(x), ours(x)
+        assert got.dtype == want.dtype
+        assert torch.equal(got, want), (hidden, (got != want).sum().item())
 
 
 def test_fused_add_rms_norm_casting_modes_match_residual_plus_hugging_face_norm():

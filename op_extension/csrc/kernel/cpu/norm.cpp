@@ -4,7 +4,8 @@
 // One task owns whole rows. A row of an LLM ([hidden] = 4096 elements) fits in
 // L1/L2, so the kernels make several passes over it (statistics, then output)
 // while reading it from memory once. Statistics accumulate in float (double for
-// double) with vector lanes summed in a fixed order.
+// double) with vector lanes summed in a fixed order; the RMSNorm forward sums its
+// squares in torch's own order instead, so its statistics are torch's bit for bit.
 //
 // Weight and bias gradients sum over rows. To make them bit-identical run after
 // run whatever the thread count, rows are cut into fixed blocks of
@@ -137,6 +138,188 @@ void rows_with_column_sums(int64_t rows, int64_t cols, int num_sums, T* const* o
   }
 }
 
+// ---- the sum of squares in torch's order ------------------------------------------
+//
+// Hugging Face's RMSNorm classes (and torch.nn.RMSNorm on CPU) take the mean of
+// squares as x.float().pow(2).mean(-1): every square is rounded to float, then
+// torch's CPU sum kernel (aten/src/ATen/native/cpu/SumKernel.cpp, cascade_sum)
+// adds the squares in a fixed cascade. Where our float sum differs from it in the
+// last bit, about 1e-5 of 16-bit outputs round the other way, and a patched model
+// is no longer bit-identical to the model it replaces. So the forward statistics
+// follow torch's order exactly:
+//   * the row is read as vectors of 32 bytes (8 floats, 4 doubles). That is the
+//     AVX2 width, and torch uses it on AVX-512 machines too: SumKernel registers
+//     with REGISTER_DISPATCH, which leaves the AVX-512 slot empty so the AVX2
+//     kernel runs (measured: 16-float lanes do not reproduce torch.sum);
+//   * vector v goes to accumulator v % 4; each accumulator sums its terms in
+//     blocks of 2^p (p = max(4, ceil(log2(n / 4)) / 4)), the block sums again in
+//     blocks, over four levels (multi_row_sum); the one to three vectors past the
+//     last group of four go into accumulator 0; then acc0 += acc1, += acc2, += acc3;
+//   * a scalar total takes the elements past the last whole vector, then the
+//     accumulator's lanes in order; the result is 0 + total.
+//   * A row shorter than one vector is summed the same way over scalars.
+// The four accumulators of 32 bytes take 128 contiguous bytes of the row per
+// step, whatever our own vector width is: lanes are independent, so the
+// additions stay the same however the lanes are held (SquareSlice).
+// Cost: as fast as the fused-multiply-add sum it replaced (rms_norm at 16 and 512
+// rows of 4096, one thread); fused_add_rms_norm reads its rounded sum once more.
+// (One case is not reproduced: a single row of >= 32768 elements, which torch
+// splits across threads.)
+constexpr int64_t kTorchSumVectorBytes = 32;
+constexpr int64_t kTorchSumLevels = 4;
+
+// v, opaque to the optimiser: a product passed through it is rounded on its own.
+// GCC contracts a * b + c into one fma across statements in C++ (its default
+// -ffp-contract=fast), which would skip the rounding of the square that torch's
+// separate pow() makes.
+template <typename V>
+inline V opaque(const V& value) {
+  V v = value;
+  asm("" : "+m"(v));
+  return v;
+}
+#if defined(CPU_CAPABILITY_AVX512)
+inline Vectorized<float> opaque(Vectorized<float> v) {
+  __m512 r = v;
+  asm("" : "+v"(r));
+  return r;
+}
+inline Vectorized<double> opaque(Vectorized<double> v) {
+  __m512d r = v;
+  asm("" : "+v"(r));
+  return r;
+}
+#elif defined(CPU_CAPABILITY_AVX2)
+inline Vectorized<float> opaque(Vectorized<float> v) {
+  __m256 r = v;
+  asm("" : "+x"(r));
+  return r;
+}
+inline Vectorized<double> opaque(Vectorized<double> v) {
+  __m256d r = v;
+  asm("" : "+x"(r));
+  return r;
+}
+#endif
+
+inline int64_t ceil_log2(int64_t x) {
+  if (x <= 2) return 1;
+  int64_t bits = 0;
+  for (uint64_t v = static_cast<uint64_t>(x - 1); v != 0; v >>= 1) ++bits;
+  return bits;
+}
+
+// Sums load(i) for i in [0, size) in torch's four-level cascade. Block is any
+// type with + (a vector, a group of vectors, a scalar).
+template <typename Block, typename Load>
+Block cascade_sum(int64_t size, const Block& zero, const Load& load) {
+  const int64_t level_power = std::max<int64_t>(4, ceil_log2(size) / kTorchSumLevels);
+  const int64_t level_step = int64_t(1) << level_power;
+  const int64_t level_mask = level_step - 1;
+  // acc[0] lives in `level0` (a register, not the array the level loop indexes),
+  // and is zero at the start of every step: the level loop moves it up.
+  Block acc[kTorchSumLevels];
+  for (auto& a : acc) a = zero;
+  int64_t i = 0;
+  while (i + level_step <= size) {
+    Block level0 = zero;
+    for (int64_t j = 0; j < level_step; ++j, ++i) level0 = level0 + load(i);
+    acc[1] = acc[1] + level0;
+    for (int64_t level = 2; level < kTorchSumLevels; ++level) {
+      if ((i & (level_mask << ((level - 1) * level_power))) != 0) break;
+      acc[level] = acc[level] + acc[level - 1];
+      acc[level - 1] = zero;
+    }
+  }
+  Block level0 = zero;
+  for (; i < size; ++i) level0 = level0 + load(i);
+  acc[0] = level0;
+  for (int64_t level = 1; level < kTorchSumLevels; ++level) acc[0] = acc[0] + acc[level];
+  return acc[0];
+}
+
+// One slice (Vec2<T>::kStep elements) of rounded squares, as two of our vectors.
+// A cascade step of torch's sum covers 128 bytes of accumulators (four torch
+// vectors); that is one slice or more, each of which runs its own cascade (the
+// lanes are independent, so the additions are the same). Two named vectors, not
+// an array: the compiler keeps them in registers.
+template <typename T>
+struct SquareSlice {
+  using Acc = acc_t<T>;
+  using AVec = Vectorized<Acc>;
+  AVec lo, hi;
+
+  static SquareSlice zero() { return {AVec(Acc(0)), AVec(Acc(0))}; }
+  static SquareSlice squares(const T* p) {
+    AVec l, h;
+    Vec2<T>::load(p, l, h);
+    return {opaque(l * l), opaque(h * h)};
+  }
+  friend SquareSlice operator+(const SquareSlice& a, const SquareSlice& b) { return {a.lo + b.lo, a.hi + b.hi}; }
+};
+
+template <typename T>
+inline acc_t<T> rounded_square(T x) {
+  const acc_t<T> a = static_cast<acc_t<T>>(x);
+  return opaque(a * a);
+}
+
+// Four scalar accumulators: torch's row_sum over a row shorter than one vector.
+template <typename Acc>
+struct FourSums {
+  Acc v[4];
+  friend FourSums operator+(const FourSums& a, const FourSums& b) {
+    return FourSums{{a.v[0] + b.v[0], a.v[1] + b.v[1], a.v[2] + b.v[2], a.v[3] + b.v[3]}};
+  }
+};
+
+// sum(x[i]^2 for i < cols), bit for bit as torch.sum(x.float().pow(2), -1) on CPU.
+// flatten: GCC otherwise leaves Vectorized's operator+ out of line here (a call
+// through the PLT per vector add, which made the pass 1.7x slower).
+template <typename T>
+__attribute__((flatten)) acc_t<T> sum_squares_in_torch_order(const T* x, int64_t cols) {
+  using Acc = acc_t<T>;
+  constexpr int64_t kLanes = kTorchSumVectorBytes / static_cast<int64_t>(sizeof(Acc));
+  // acc[k][lane]: the four accumulators after the cascade.
+  alignas(64) Acc acc[4][kLanes];
+  int64_t width = kLanes;  // elements per accumulator term
+  int64_t terms;           // whole terms in the row
+  if (cols < kLanes) {
+    width = 1;
+    terms = cols;
+    const int64_t groups = terms / 4;
+    const FourSums<Acc> sum = cascade_sum(groups, FourSums<Acc>{{Acc(0), Acc(0), Acc(0), Acc(0)}}, [&](int64_t g) {
+      const T* p = x + 4 * g;
+      return FourSums<Acc>{{rounded_square(p[0]), rounded_square(p[1]), rounded_square(p[2]), rounded_square(p[3])}};
+    });
+    for (int k = 0; k < 4; ++k) acc[k][0] = sum.v[k];
+  } else {
+    using Slice = SquareSlice<T>;
+    constexpr int64_t kStep = Vec2<T>::kStep;
+    constexpr int64_t kGroupElems = 4 * kLanes;  // one cascade step: 128 bytes of Acc
+    static_assert(kGroupElems % kStep == 0, "a cascade step is whole slices");
+    terms = cols / kLanes;
+    const int64_t groups = terms / 4;
+    for (int64_t s = 0; s < kGroupElems; s += kStep) {
+      const Slice sum = cascade_sum(groups, Slice::zero(), [&](int64_t g) { return Slice::squares(x + g * kGroupElems + s); });
+      sum.lo.store(&acc[0][0] + s);
+      sum.hi.store(&acc[0][0] + s + Slice::AVec::size());
+    }
+  }
+  // The one to three terms past the last group of four go into accumulator 0.
+  for (int64_t t = terms / 4 * 4; t < terms; ++t) {
+    for (int64_t l = 0; l < width; ++l) acc[0][l] += rounded_square(x[t * width + l]);
+  }
+  for (int k = 1; k < 4; ++k) {
+    for (int64_t l = 0; l < width; ++l) acc[0][l] += acc[k][l];
+  }
+  if (width == 1) return Acc(0) + acc[0][0];
+  Acc total = Acc(0);
+  for (int64_t i = terms * kLanes; i < cols; ++i) total += rounded_square(x[i]);
+  for (int64_t l = 0; l < kLanes; ++l) total += acc[0][l];
+  return Acc(0) + total;
+}
+
 template <typename T>
 void rms_norm_forward_typed(const RmsNormArgs& a) {
   using Acc = acc_t<T>;
@@ -154,7 +337,6 @@ void rms_norm_forward_typed(const RmsNormArgs& a) {
     for (int64_t r = begin; r < end; ++r) {
       const T* x = input + r * cols;
       T* y = output + r * cols;
-      AVec sum_lo(Acc(0)), sum_hi(Acc(0));
       const T* src = x;
       if (residual != nullptr) {
         // residual_out = input + residual, rounded to T as the unfused ops would
@@ -168,26 +350,16 @@ void rms_norm_forward_typed(const RmsNormArgs& a) {
           AVec z_lo = x_lo + r_lo, z_hi = x_hi + r_hi;
           Vec2<T>::round_to_storage(z_lo, z_hi);
           store_slice(z + i, count, z_lo, z_hi);
-          sum_lo = at::vec::fmadd(z_lo, z_lo, sum_lo);
-          sum_hi = at::vec::fmadd(z_hi, z_hi, sum_hi);
         });
         src = z;
-      } else {
-        for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
-          AVec lo, hi;
-          load_slice(x + i, count, lo, hi);
-          sum_lo = at::vec::fmadd(lo, lo, sum_lo);
-          sum_hi = at::vec::fmadd(hi, hi, sum_hi);
-        });
       }
-      Acc sum_sq = reduce_add(sum_lo + sum_hi);
+      Acc sum_sq = sum_squares_in_torch_order(src, cols);
       // y = (x * scale) * rstd_scaled; scale is 1 unless the squares overflowed.
       const Acc scale = std::isfinite(sum_sq) ? Acc(0) : overflow_scale(row_abs_max(src, cols));
       const bool scaled = scale != Acc(0);
       if (scaled) {
         const AVec s(scale);
-        sum_lo = AVec(Acc(0));
-        sum_hi = AVec(Acc(0));
+        AVec sum_lo(Acc(0)), sum_hi(Acc(0));
         for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
           AVec lo, hi;
           load_slice(src + i, count, lo, hi);
