@@ -2,7 +2,7 @@
 from their configs, no download), one per family, patched vs unpatched: what was
 replaced, the parameters kept, float32 logits close, bfloat16 logits bit for bit
 with the families' casting modes, gradients of every parameter, 10 AdamW steps,
-greedy generate, torch.compile(fullgraph=True), autocast; the class-level
+greedy generate, torch.compile(fullgraph=True), autocast, DDP; the class-level
 form; the modules' Hugging Face constructors and casting modes against the
 Hugging Face modules themselves.
 """
@@ -10,8 +10,10 @@ Hugging Face modules themselves.
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -319,6 +321,80 @@ def test_modules_take_hugging_face_constructor_arguments():
         CustomRMSNorm(32, hidden_size=32)
     with pytest.raises(ValueError, match="casting_mode must be one of"):
         CustomRMSNorm(32, casting_mode="fast")
+
+
+# ---- DDP ------------------------------------------------------------------------
+#
+# Two worker processes (plain subprocesses, not multiprocessing: nothing of
+# pytest's process is inherited) meet through a file store, not a TCP port: no
+# free-port race, and gloo talks over loopback (GLOO_SOCKET_IFNAME=lo) whatever
+# the host name resolves to. Every wait is bounded, and a failure shows both
+# workers' output.
+DDP_STEPS = 3
+
+
+def _ddp_worker(rank: int, world: int, store: str, out: str) -> None:
+    import datetime
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    model = build("llama").train()
+    oxt.patch(model)
+    ddp = DDP(model)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    losses = []
+    for step in range(DDP_STEPS):
+        opt.zero_grad()
+        x = ids(batch=2, seed=100 * step + rank)
+        loss = ddp(x, labels=x).loss
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    if rank == 0:
+        torch.save({"losses": losses, "state": model.state_dict()}, out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_ddp_training_of_a_patched_model(tmp_path):
+    world, out, store = 2, tmp_path / "ddp.pt", tmp_path / "store"
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import test_transformers as t; "
+            "t._ddp_worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])")
+    workers = [subprocess.Popen([sys.executable, "-c", code, here, str(rank), str(world), str(store), str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+               for rank in range(world)]
+    deadline = time.monotonic() + 240
+    outputs = []
+    for w in workers:
+        try:
+            outputs.append(w.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+        except subprocess.TimeoutExpired:
+            for v in workers:
+                v.kill()
+            outputs.append(w.communicate()[0])
+    report = "\n".join(f"--- rank {r} (exit {w.returncode}):\n{o[-3000:]}" for r, (w, o) in
+                        enumerate(zip(workers, outputs)))
+    assert all(w.returncode == 0 for w in workers), report
+    result = torch.load(out)
+    # The same training in one process over both ranks' batches (DDP averages the
+    # two ranks' gradients: the mean of the two losses' gradients).
+    model = build("llama").train()
+    oxt.patch(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(DDP_STEPS):
+        opt.zero_grad()
+        losses = [_loss(model, ids(batch=2, seed=100 * step + r)) for r in range(world)]
+        ((losses[0] + losses[1]) / 2).backward()
+        opt.step()
+        assert losses[0].item() == pytest.approx(result["losses"][step], rel=1e-5)
+    for name, p in model.state_dict().items():
+        torch.testing.assert_close(result["state"][name], p, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_class_level_patch_keeps_hugging_face_for_arguments_it_cannot_honour():
