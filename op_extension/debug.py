@@ -372,7 +372,20 @@ def _warn_once(name: str, device: torch.device, error: Exception) -> None:
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     warnings.warn(f"custom::{name}: the {device.type} kernel failed ({type(error).__name__}: {reason}); "
                   f"running the reference ({_reference_kind(device)}) instead "
-                  f"(OP_EXT_FALLBACK_ON_ERROR; warned once per op)", RuntimeWarning, stacklevel=2)
+                  f"(OP_EXT_FALLBACK_ON_ERROR; warned once per op)", RuntimeWarning, stacklevel=_caller_level())
+
+
+_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)))
+
+
+def _caller_level() -> int:
+    """warnings.warn's stacklevel of the first frame outside op_extension and
+    torch: the user's line that called the op (the path there varies: the fast
+    path, torch.ops, autograd's backward, a compiled graph)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 # ---------------------------------------------------------------------------
