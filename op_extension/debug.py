@@ -39,7 +39,8 @@ from torch._C import DispatchKey, DispatchKeySet
 from . import _reference
 from ._fake import PROTOS
 
-__all__ = ["Settings", "configure", "current", "format_stats", "reset_stats", "settings", "stats"]
+__all__ = ["OPS", "Settings", "configure", "current", "format_stats", "hooks_installed", "reset_stats", "settings",
+           "stats"]
 
 # Every op and backward op of torch.ops.custom, from the prototypes.
 OPS: tuple[str, ...] = tuple(sorted(PROTOS))
