@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterable, Iterator
@@ -540,6 +541,7 @@ def _dump(name: str, op, full: list, device: torch.device, level: int, forced: b
 
 # {(op, device type): [calls, total ns]}
 _stats: dict[tuple[str, str], list[int]] = {}
+_stats_lock = threading.Lock()
 
 
 def _synchronize(device: torch.device) -> None:
@@ -559,9 +561,11 @@ def _start_timer(device: torch.device) -> int:
 
 def _record_time(name: str, device: torch.device, start: int) -> None:
     _synchronize(device)
-    entry = _stats.setdefault((name, device.type), [0, 0])
-    entry[0] += 1
-    entry[1] += time.perf_counter_ns() - start
+    elapsed = time.perf_counter_ns() - start
+    with _stats_lock:  # autograd runs a device's backward ops on a thread of its own
+        entry = _stats.setdefault((name, device.type), [0, 0])
+        entry[0] += 1
+        entry[1] += elapsed
 
 
 def stats() -> dict[str, dict[str, dict[str, float]]]:

@@ -157,6 +157,25 @@ def test_forced_fallback_of_backward_ops(capsys):
     assert any("custom::rms_norm_backward: forced fallback" in line for line in lines(capsys))
 
 
+def test_forcing_every_op_keeps_every_result_and_gradient():
+    def step():
+        torch.manual_seed(1)
+        x = torch.randn(3, 16, requires_grad=True)
+        w = torch.randn(16, requires_grad=True)
+        out, res = ops.fused_add_rms_norm(x, torch.randn(3, 16), (16,), w)
+        y = ops.geglu(ops.layer_norm(out, (16,), w), ops.add(ops.softmax(res, 0), x, 0.5), "tanh")
+        torch.autograd.backward([y.sum(), ops.swiglu(y, ops.gelu(x)).sum()])
+        return y.detach(), x.grad, w.grad
+
+    kernels = step()
+    with debug.settings(force_fallback=".*"):
+        references = step()
+    assert debug._logged == {("forced", op) for op in debug.OPS} - {("forced", "rms_norm"),
+                                                                      ("forced", "rms_norm_backward")}
+    for kernel, reference in zip(kernels, references):
+        torch.testing.assert_close(reference, kernel, atol=1e-4, rtol=1e-5)
+
+
 # ---- autocompare ---------------------------------------------------------------------
 
 
