@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -240,8 +241,8 @@ def test_fallback_on_error_warns_once_and_runs_the_reference():
                                                 r"custom::softmax: kernel launch failed .*\); running the reference "
                                                 r"\(ATen composite\) instead"):
             first = ops.softmax(x, -1)
-        with __import__("warnings").catch_warnings():
-            __import__("warnings").simplefilter("error")  # a second warning would raise here
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a second warning would raise here
             second = ops.softmax(x, 0)
     torch.testing.assert_close(first, torch.softmax(x, -1), atol=0, rtol=0)
     torch.testing.assert_close(second, torch.softmax(x, 0), atol=0, rtol=0)
@@ -251,8 +252,8 @@ def test_fallback_on_error_warns_once_and_runs_the_reference():
 def test_bad_input_still_raises_the_ops_error(switch):
     for op in ("gelu", "softmax", "rms_norm"):
         debug._plant_failing_kernel(op)
-    with debug.settings(**{switch: True}), __import__("warnings").catch_warnings():
-        __import__("warnings").simplefilter("error")  # and no fallback warning
+    with debug.settings(**{switch: True}), warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no fallback warning
         with pytest.raises(TypeError, match=r"^custom::gelu: input has dtype (int64|Long), which is not supported"):
             ops.gelu(torch.ones(3, dtype=torch.int64))
         with pytest.raises(IndexError, match=r"^custom::softmax: dim 2 is out of range for a tensor with 2 dims"):
