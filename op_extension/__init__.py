@@ -10,11 +10,13 @@ import torch  # noqa: F401  (loads libtorch before our library)
 
 from . import _C  # noqa: F401  (loading it runs TORCH_LIBRARY(custom, ...))
 from . import _fake  # noqa: F401  (fake kernels for FakeTensor / compile / export)
+from . import debug  # noqa: F401  (reads the OP_EXT_* debug switches)
 from . import nn, ops
 from .ops import add, fused_add_rms_norm, geglu, gelu, layer_norm, rms_norm, softmax, swiglu
 
 __all__ = [
     "add",
+    "debug",
     "fused_add_rms_norm",
     "geglu",
     "gelu",

@@ -6,6 +6,10 @@ Outside tracing, plain tensors take a C++ fast path into the same dispatcher op
 (see csrc/torch_ext/python_module.cpp): it saves the ~2 us that parsing
 arguments through torch.ops costs. Argument checks happen in the op itself (C++ for real tensors, the fake kernel
 under tracing), before any kernel runs.
+
+op_extension.debug needs nothing here: its switches hook in at the dispatcher
+(a BackendSelect kernel registered only while one is on), below this path and
+every other way an op is reached.
 """
 
 from __future__ import annotations

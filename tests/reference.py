@@ -17,10 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-
 import op_extension
-from op_extension import ops
+from op_extension import _reference, ops
+
+# Tolerances and the forward references live in the library (op_extension.debug
+# compares kernels against the same references at the same tolerances);
+# op_extension/_reference.py gives the reason for each tolerance.
+from op_extension._reference import TOLERANCES, acc_dtype, default_rms_norm_eps, tolerance  # noqa: F401
+from op_extension._reference import round_through as _round_through  # noqa: F401
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 DTYPE_IDS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64"}
@@ -44,139 +48,8 @@ DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 KERNEL_TARGETS = [(isa, "cpu", isa) for isa in supported_isas()] + [(d, d, None) for d in DEVICES if d != "cpu"]
 
 
-# ---------------------------------------------------------------------------
-# Tolerances
-# ---------------------------------------------------------------------------
-#
-# ONE table: TOLERANCES[dtype][key] = (atol, rtol), key "default" or
-# "<op>.forward" / "<op>.backward" where an op needs something else. The
-# comparison is torch.testing.assert_close's |actual - expected| <= atol + rtol * |expected|.
-#
-# Defaults, per dtype:
-# * float32: atol 1e-5, rtol 1.3e-6 (torch.testing's defaults). The kernels
-#   accumulate in float with a vector-lane summation order and use FMA, the
-#   reference uses ATen's order: a few ulp apart.
-# * float16: atol 1e-3, rtol 1e-3. The kernel and the reference both compute in
-#   float and round once, so they differ by at most one float16 rounding step
-#   (relative 2^-11 ~ 4.9e-4) where float rounding flips a tie; atol covers the
-#   results near zero whose relative error is meaningless.
-# * bfloat16: atol 1.6e-2, rtol 1.6e-2 (bfloat16 keeps 8 bits: one rounding step
-#   is relative 2^-8 ~ 3.9e-3; 1.6e-2 is torch.testing's bfloat16 rtol).
-# * float64: atol 1e-7, rtol 1e-7. Everything is computed in double; the real
-#   error is ~1e-15, the bound only guards against a float32 code path.
-#
-# Per-op entries, each with its reason:
-# * layer_norm in float32: rows whose mean is large next to their spread (the
-#   "shifted_mean" samples, mean 100, std 1). The mean itself is only known to
-#   ~eps * |mean| ~ 1.2e-5 in float32 -- in the float32 reference as much as in
-#   the kernel (both are ~1e-5 away from a float64 evaluation, in different
-#   directions) -- and rstd ~ 1 carries that into every output and gradient.
-#   atol 5e-5; the kernel's accuracy itself is checked against float64 in
-#   test_layer_norm_large_mean_is_stable.
-# * add backward in float32: the gradient of a broadcast operand is a sum over
-#   up to a few hundred rows, accumulated in float32 in row order (so that it is
-#   deterministic), where ATen sums pairwise: for 300 terms of |g| ~ 1 scaled by
-#   alpha the two differ by ~sqrt(300) * eps * |partial sum| ~ 3e-5. atol 1e-4,
-#   rtol 1e-5 (still ~100x below the error of a missing or duplicated term).
-#   "row_sum.backward" is the same bound for the norms' weight/bias gradients
-#   over hundreds of rows, compared with a float64 sum.
-TOLERANCES: dict[torch.dtype, dict[str, tuple[float, float]]] = {
-    torch.float32: {
-        "default": (1e-5, 1.3e-6),
-        "layer_norm.forward": (5e-5, 1.3e-6),
-        "layer_norm.backward": (5e-5, 1.3e-6),
-        "add.backward": (1e-4, 1e-5),
-        "row_sum.backward": (1e-4, 1e-5),
-    },
-    torch.float16: {
-        "default": (1e-3, 1e-3),
-    },
-    torch.bfloat16: {
-        "default": (1.6e-2, 1.6e-2),
-    },
-    torch.float64: {
-        "default": (1e-7, 1e-7),
-    },
-}
-
-
-def tolerance(dtype: torch.dtype, op: str | None = None, kind: str = "forward") -> dict[str, float]:
-    """assert_close kwargs for `op`'s `kind` ("forward" or "backward") in `dtype`."""
-    table = TOLERANCES[dtype]
-    atol, rtol = table.get(f"{op}.{kind}", table["default"])
-    return {"atol": atol, "rtol": rtol}
-
-
-def acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-# ---------------------------------------------------------------------------
-# References (run on float32 / float64 copies of the inputs)
-# ---------------------------------------------------------------------------
-
-
-def _round_through(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """t rounded to `dtype` and back, with an identity gradient (the rounding
-    of a stored intermediate is not part of the math being differentiated)."""
-    if dtype == t.dtype:
-        return t
-    return t + (t.detach().to(dtype).to(t.dtype) - t.detach())
-
-
-def _ref_add(input, other, alpha=1.0, *, dtype):
-    return input + alpha * other
-
-
-def _ref_gelu(input, approximate="none", *, dtype):
-    return F.gelu(input, approximate=approximate)
-
-
-def default_rms_norm_eps(dtype: torch.dtype) -> float:
-    """F.rms_norm's eps=None: the machine epsilon of the computation (opmath)
-    type -- float32's for float16/bfloat16/float32 inputs, float64's for
-    float64 (torch.nn.RMSNorm docs, torch 2.13; not finfo(float16).eps)."""
-    return torch.finfo(acc_dtype(dtype)).eps
-
-
-def _ref_rms_norm(input, normalized_shape, weight=None, eps=None, *, dtype):
-    eps = default_rms_norm_eps(dtype) if eps is None else eps
-    return F.rms_norm(input, list(normalized_shape), weight, eps)
-
-
-def _ref_fused_add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, *, dtype):
-    # residual_out is stored in the input dtype and the norm reads the stored
-    # values, exactly as `z = x + r; rms_norm(z)` would in that dtype.
-    z = _round_through(input + residual, dtype)
-    return _ref_rms_norm(z, normalized_shape, weight, eps, dtype=dtype), z
-
-
-def _ref_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, dtype):
-    return F.layer_norm(input, list(normalized_shape), weight, bias, eps)
-
-
-def _ref_softmax(input, dim, *, dtype):
-    return torch.softmax(input, dim)
-
-
-def _ref_swiglu(gate, up, *, dtype):
-    return F.silu(gate) * up
-
-
-def _ref_geglu(gate, up, approximate="none", *, dtype):
-    return F.gelu(gate, approximate=approximate) * up
-
-
-REFERENCES: dict[str, Callable] = {
-    "add": _ref_add,
-    "gelu": _ref_gelu,
-    "rms_norm": _ref_rms_norm,
-    "fused_add_rms_norm": _ref_fused_add_rms_norm,
-    "layer_norm": _ref_layer_norm,
-    "softmax": _ref_softmax,
-    "swiglu": _ref_swiglu,
-    "geglu": _ref_geglu,
-}
+# The forward references, by op.
+REFERENCES: dict[str, Callable] = {op: getattr(_reference, f"ref_{op}") for op in OPS}
 
 # The functional API under test.
 FUNCTIONS: dict[str, Callable] = {name: getattr(ops, name) for name in OPS}

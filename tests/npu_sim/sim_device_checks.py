@@ -110,6 +110,7 @@ def _device_module():
     module._is_in_bad_fork = lambda: False
     module.manual_seed_all = lambda seed: None  # tensors are made on the CPU and copied
     module.synchronize = lambda device=None: torch.ops.npu_sim.synchronize()
+    module.get_device_name = lambda device=None: torch.ops.npu_sim.soc_name()  # as torch_npu: the SoC
     return module
 
 

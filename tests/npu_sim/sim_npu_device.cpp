@@ -194,9 +194,11 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }
 
 // torch.ops.npu_sim.synchronize(): run what is queued; queued_launches(): how many are;
-// use_soc("Ascend310P"): which SoC the simulated device is.
+// use_soc("Ascend310P"): which SoC the simulated device is; soc_name(): which it is now.
 TORCH_LIBRARY(npu_sim, m) {
   m.def("synchronize() -> ()", [] { npu_sim::synchronize(); });
   m.def("queued_launches() -> int", [] { return static_cast<int64_t>(npu_sim::launch_queue().size()); });
   m.def("use_soc(str name) -> ()", [](c10::string_view name) { npu_sim::use_soc(std::string(name)); });
+  // What torch.npu.get_device_name() answers on a real NPU: the SoC's name.
+  m.def("soc_name() -> str", [] { return std::string(aclrtGetSocName()); });
 }
