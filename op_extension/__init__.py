@@ -14,6 +14,15 @@ from . import debug  # noqa: F401  (reads the OP_EXT_* debug switches)
 from . import nn, ops
 from .ops import add, fused_add_rms_norm, geglu, gelu, layer_norm, rms_norm, softmax, swiglu
 
+# torch.compile(backend="op_extension"): Dynamo finds the backend through our
+# entry point (pyproject.toml) when it first looks backends up; if Dynamo is
+# already loaded, register now. Importing Dynamo ourselves would cost ~0.8 s.
+if "torch._dynamo" in __import__("sys").modules:
+    from .compiler import _register_backend
+
+    _register_backend()
+    del _register_backend
+
 __all__ = [
     "add",
     "debug",
