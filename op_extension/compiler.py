@@ -18,8 +18,11 @@ What is rewritten (every occurrence, in the graph Dynamo captured):
     (the sum stays the residual stream);
   * ``F.silu(g) * u`` -> ``custom::swiglu``, ``F.gelu(g, approximate=a) * u`` ->
     ``custom::geglu``;
-  * ``F.gelu`` elsewhere, ``F.softmax`` / ``torch.softmax`` / ``Tensor.softmax``
-    without a dtype, ``F.layer_norm`` -> their ops.
+  * GELU-tanh written as its formula, ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x +
+    0.044715 * x^3)))`` (Hugging Face's NewGELUActivation), and ``F.gelu``, ->
+    ``custom::gelu`` (or, times an up projection, ``custom::geglu``);
+  * ``F.softmax`` / ``torch.softmax`` / ``Tensor.softmax`` without a dtype,
+    ``F.layer_norm`` -> their ops.
 Everything else is left to the inner compiler (Inductor by default).
 
 What is never rewritten, because our op would compute something else: an RMSNorm
@@ -47,6 +50,7 @@ silently computed with a stale eps).
 from __future__ import annotations
 
 import logging
+import math
 import operator
 from collections import Counter
 from dataclasses import dataclass, field
@@ -69,6 +73,7 @@ _FUNCTION_KINDS = {
     torch.add: "add", operator.add: "add",
     torch.mul: "mul", operator.mul: "mul",
     torch.rsqrt: "rsqrt",
+    torch.tanh: "tanh",
     F.silu: "silu",
     F.gelu: "gelu",
     F.softmax: "softmax", torch.softmax: "softmax",
@@ -77,13 +82,22 @@ _FUNCTION_KINDS = {
 }
 if hasattr(torch, "rms_norm"):
     _FUNCTION_KINDS[torch.rms_norm] = "rms_norm"
-_METHOD_KINDS = {m: m for m in ("pow", "mean", "add", "mul", "rsqrt", "to", "float", "type_as", "softmax", "item")}
+_METHOD_KINDS = {m: m for m in ("pow", "mean", "add", "mul", "rsqrt", "tanh", "to", "float", "type_as", "softmax",
+                                 "item")}
+
+# Scalar arithmetic Dynamo records on unspecialised floats.
+_SCALAR_FUNCTIONS = {operator.truediv: operator.truediv, operator.mul: operator.mul, operator.add: operator.add,
+                     operator.sub: operator.sub, operator.neg: operator.neg, math.sqrt: math.sqrt}
+if hasattr(torch, "_sym_sqrt"):
+    _SCALAR_FUNCTIONS[torch._sym_sqrt] = math.sqrt
 
 
 def _kind(n) -> str | None:
     if not isinstance(n, fx.Node):
         return None
     if n.op == "call_function":
+        if n.target is torch.ops.custom.gelu.default:  # a GELU formula already rewritten
+            return "gelu"
         try:
             return _FUNCTION_KINDS.get(n.target)
         except TypeError:  # an unhashable target
@@ -184,30 +198,52 @@ class _Rewriter:
         self.report = RewriteReport()
         self._checked: dict[fx.Node, float] = {}
 
-    def eps(self, a, op: str) -> float | None:
-        """A number for an eps operand, or None when it has none at compile time."""
-        if isinstance(a, bool):
+    def number(self, a, sources: set | None = None) -> float | None:
+        """The value of a scalar operand at compile time, or None. Under
+        dynamic=True Dynamo passes Python floats (a module's eps, math.pi) as 0-dim
+        tensor inputs read by .item(), and arithmetic on them as graph nodes: those
+        are evaluated from the example inputs; the inputs read go into `sources`
+        (check() then makes the graph verify them on every call)."""
+        if isinstance(a, bool) or a is None:
             return None
         if isinstance(a, (int, float)):
             return float(a)
-        if _kind(a) != "item" or not isinstance(a.args[0], fx.Node) or a.args[0].op != "placeholder":
+        if not isinstance(a, fx.Node) or a.op != "call_function" and _kind(a) != "item":
             return None
-        source = a.args[0]
-        example = getattr(source.meta.get("grapharg"), "example", None)
-        if not isinstance(example, torch.Tensor) or example.numel() != 1 or not example.is_floating_point():
+        if _kind(a) == "item":
+            source = a.args[0]
+            example = getattr(source.meta.get("grapharg"), "example", None) if source.op == "placeholder" else None
+            if not isinstance(example, torch.Tensor) or example.numel() != 1 or not example.is_floating_point():
+                return None
+            if sources is not None:
+                sources.add(source)
+            return float(example)
+        fn = _SCALAR_FUNCTIONS.get(a.target)
+        if fn is None or a.kwargs:
             return None
-        value = float(example)
-        if source not in self._checked:
-            self._checked[source] = value
-            # A later call with another eps fails here instead of computing with this one.
+        args = [self.number(x, sources) for x in a.args]
+        return None if any(v is None for v in args) else float(fn(*args))
+
+    def check(self, sources: set, op: str) -> None:
+        """Makes the graph fail, naming the op, if a later call passes another
+        value for a scalar input that was read at compile time."""
+        for source in sources:
+            if source in self._checked:
+                continue
+            value = self._checked[source] = float(source.meta["grapharg"].example)
             anchor = next(n for n in self.graph.nodes if n.op != "placeholder")
             with self.graph.inserting_before(anchor):
                 same = self.graph.call_function(torch.eq, (source, value))
                 self.graph.call_function(torch._assert_async, (
-                    same, f"op_extension.compiler: {op}'s eps ({source.name}) was {value!r} when the graph was "
-                          "compiled and has changed since; recompile (torch._dynamo.reset())"))
-        elif self._checked[source] != value:
-            return None
+                    same, f"op_extension.compiler: {op}'s constant {source.name} was {value!r} when the graph "
+                          "was compiled and has changed since; recompile (torch._dynamo.reset())"))
+
+    def eps(self, a, op: str) -> float | None:
+        """A number for an eps operand (checked at run time if read from an input)."""
+        sources: set = set()
+        value = self.number(a, sources)
+        if value is not None:
+            self.check(sources, op)
         return value
 
     # ---- RMSNorm -------------------------------------------------------------------
@@ -325,6 +361,39 @@ class _Rewriter:
             self.report.replaced["rms_norm"] -= 1
             self.report.replaced["fused_add_rms_norm"] += 1
 
+    # ---- GELU-tanh written as its formula ---------------------------------------------
+    # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), as Hugging Face's
+    # NewGELUActivation and many model files write it.
+
+    def gelu_formulas(self) -> None:
+        for tanh in [n for n in self.graph.nodes if _kind(n) == "tanh"]:
+            self._gelu_formula_at(tanh)
+
+    def _gelu_formula_at(self, tanh: fx.Node) -> None:
+        sources: set = set()
+        scaled = lambda n, c: _scaled(n, c, lambda v: self.number(v, sources))  # noqa: E731
+        inner = tanh.args[0] if len(tanh.args) == 1 and not tanh.kwargs else None
+        shifted = scaled(inner, math.sqrt(2.0 / math.pi))
+        if shifted is None or not _binary(shifted, "add"):
+            return
+        x = next((a for a in shifted.args if isinstance(a, fx.Node) and scaled(_other(shifted, a), 0.044715) is not None
+                  and _is_cube(scaled(_other(shifted, a), 0.044715), a)), None)
+        one_plus = _only_user(tanh)
+        if x is None or one_plus is None or not _binary(one_plus, "add") or self.number(_other(one_plus, tanh)) != 1.0:
+            return
+        out = _only_user(one_plus)
+        if out is None or not _binary(out, "mul"):
+            return
+        half_x = _other(out, one_plus)
+        if not (isinstance(half_x, fx.Node) and scaled(half_x, 0.5) is x and len(half_x.users) == 1):
+            return
+        xv = _tensor(x)
+        if xv is None or not xv.is_floating_point() or _tensor(out) is None or _tensor(out).dtype != xv.dtype:
+            return
+        self.check(sources, "gelu")
+        self._replace(out, torch.ops.custom.gelu.default, (x, "tanh"))
+        self.report.replaced["gelu"] += 1
+
     # ---- GLUs, GELU, softmax, LayerNorm ------------------------------------------------
 
     def glus(self) -> None:
@@ -344,6 +413,8 @@ class _Rewriter:
                     self.report.replaced["swiglu"] += 1
                 else:
                     approximate = _arg(act, 1, "approximate", "none")
+                    if act.target is torch.ops.custom.gelu.default:  # counted as a GELU formula
+                        self.report.replaced["gelu"] -= 1
                     self._replace(times, torch.ops.custom.geglu.default, (gate, up, approximate))
                     self.report.replaced["geglu"] += 1
                 break
@@ -351,7 +422,7 @@ class _Rewriter:
     def singles(self) -> None:
         for n in list(self.graph.nodes):
             kind = _kind(n)
-            if kind == "gelu":
+            if kind == "gelu" and n.target is not torch.ops.custom.gelu.default:
                 x, approximate = n.args[0], _arg(n, 1, "approximate", "none")
                 if _tensor(x) is not None and _tensor(x).is_floating_point() and approximate in ("none", "tanh"):
                     self._replace(n, torch.ops.custom.gelu.default, (x, approximate))
@@ -405,6 +476,31 @@ class _Rewriter:
             erased.add(n)
 
 
+def _scaled(n, constant: float, number):
+    """For n = c * y (either order) with c equal to `constant` to 1e-6, returns y;
+    number(operand) gives an operand's value at compile time, or None."""
+    if not isinstance(n, fx.Node) or not _binary(n, "mul"):
+        return None
+    for c, y in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
+        if not isinstance(y, fx.Node) or _tensor(y) is None:
+            continue
+        value = number(c)
+        if value is not None and math.isclose(value, constant, rel_tol=1e-6):
+            return y
+    return None
+
+
+def _is_cube(n, x: fx.Node) -> bool:
+    """n is x^3: pow(x, 3) or x * x * x in any grouping."""
+    if _kind(n) == "pow" and len(n.args) == 2 and n.args[0] is x and n.args[1] in (3, 3.0) and not n.kwargs:
+        return True
+    if not _binary(n, "mul"):
+        return False
+    a, b = n.args
+    square = lambda m: _binary(m, "mul") and m.args[0] is x and m.args[1] is x  # noqa: E731
+    return (a is x and square(b)) or (b is x and square(a))
+
+
 def _same_dtype(a, b) -> bool:
     va, vb = _tensor(a), _tensor(b)
     return va is not None and vb is not None and va.dtype == vb.dtype
@@ -419,6 +515,7 @@ def rewrite(graph: fx.Graph) -> RewriteReport:
     """Rewrites the patterns in a Dynamo (Torch IR) graph in place; returns the report."""
     global _last_report, _graphs
     r = _Rewriter(graph)
+    r.gelu_formulas()
     r.rms_norms()
     r.fused_add_rms_norms()
     r.glus()

@@ -205,6 +205,30 @@ def test_geglu_gelu_softmax_layer_norm_and_torch_rms_norm():
                                                    layer_norm_backward=1, rms_norm_backward=2)
 
 
+def test_gelu_tanh_written_as_its_formula():
+    import math
+
+    def new_gelu(x):  # Hugging Face's NewGELUActivation
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+    class Formulas(nn.Module):
+        def forward(self, x, g, u):
+            cube = x * x * x  # the cube written out, the formula's other spelling
+            other = 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * cube)))
+            return new_gelu(x) + other, new_gelu(g) * u
+
+    rec = Recorder()
+    compiled = rec.compile(Formulas())
+    x, g, u = (torch.randn(3, 16) for _ in range(3))
+    with torch.no_grad():
+        for got, want in zip(compiled(x, g, u), Formulas()(x, g, u)):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert oc.last_report().replaced == Counter(gelu=2, geglu=1)
+    # A near miss (another constant) stays as written.
+    rec.compile(lambda t: 0.5 * t * (1.0 + torch.tanh(0.79 * (t + 0.044715 * torch.pow(t, 3.0)))))(x)
+    assert oc.last_report().replaced == Counter()
+
+
 # ---- what must not be rewritten ----------------------------------------------------------
 
 
@@ -304,7 +328,7 @@ def test_eps_read_from_a_tensor_input_is_checked_at_run_time():
     gm.recompile()
     assert report.replaced == Counter(rms_norm=1)
     torch.testing.assert_close(gm(x, eps), f(x, eps))
-    with pytest.raises(RuntimeError, match="rms_norm's eps .* has changed since"):
+    with pytest.raises(RuntimeError, match="rms_norm's constant eps was 1e-05 .* has changed since"):
         gm(x, torch.tensor(1e-3, dtype=torch.float64))
 
 
