@@ -8,6 +8,7 @@ machine, and the rewrite is the same whatever compiles the graph next.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from collections import Counter
@@ -352,17 +353,24 @@ def test_backend_by_name_and_the_log_line(caplog):
 def test_enable_rewrites_inside_the_default_inductor_backend():
     torch.manual_seed(3)
     model = Block(PlainRMSNorm, hidden=16, inter=16)
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    stack = contextlib.ExitStack()
     oc.enable()
     try:
         torch._dynamo.reset()
         compiled = torch.compile(copy.deepcopy(model), fullgraph=True)
+        # Inductor's caches would replay an earlier run's (rewritten) graph without
+        # running the pass again, and so without a report: compile afresh.
+        stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+        stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
         x = torch.randn(2, 5, 16)
         check_against_eager(model, compiled, x, atol=1e-5, rtol=1e-5)
         assert oc.last_report().replaced == Counter(rms_norm=1, fused_add_rms_norm=1, swiglu=1)
     finally:
+        stack.close()
         oc.disable()
-    import torch._inductor.config as inductor_config
-
     assert inductor_config.pre_grad_custom_pass is None
 
 
