@@ -1080,6 +1080,74 @@ def hf_models(cfg: RunConfig, progress: Progress):
     return rows
 
 
+# A Llama model, four ways: eager, torch.compile (Inductor), torch.compile with
+# backend="op_extension" (which finds the eager patterns itself, then Inductor),
+# and manually patched (op_extension.transformers.patch, eager). Forward +
+# backward of a causal-LM loss, the same decoder as the Hugging Face section.
+MODEL_WAYS = ("eager", "inductor", "op_extension", "patched")
+
+
+def model_ways(cfg: RunConfig, progress: Progress):
+    """Rows: dtype, ms per way, speed-up of each way over eager, the compile
+    seconds of the two compiled ways, and what the backend rewrote."""
+    import copy
+
+    import transformers
+
+    import op_extension.compiler as oc
+    import op_extension.transformers as oxt
+
+    rows = []
+    ids = torch.randint(3, HF_SHAPE["vocab_size"], (HF_BATCH, HF_SEQ), generator=torch.Generator().manual_seed(0))
+    for dtype in cfg.dtypes:
+        progress.show(f"model llama {str(dtype).replace('torch.', '')}: compiling")
+        model = _hf_model("llama", transformers, dtype)
+        patched = copy.deepcopy(model)
+        oxt.patch(patched)
+        models = {"eager": model, "inductor": torch.compile(copy.deepcopy(model)),
+                  "op_extension": torch.compile(copy.deepcopy(model), backend=oc.BACKEND_NAME), "patched": patched}
+        steps, compile_s, replaced = {}, {}, {}
+        for name, m in models.items():
+            def step(m=m):
+                m.zero_grad(set_to_none=True)
+                m(ids, labels=ids).loss.backward()
+            t0 = time.perf_counter()
+            step()  # compiles the compiled ways
+            compile_s[name] = time.perf_counter() - t0
+            if name == "op_extension" and oc.last_report() is not None:
+                replaced = dict(oc.last_report().replaced)
+            warm_up(step, cfg.device, min_calls=2)
+            steps[name] = step
+        (timings, errors), others, attempts = until_quiet(
+            lambda: measure(cfg.host_timer, steps), cfg.other_load, ROW_TRIES)
+        row = {"model": "llama", "dtype": str(dtype).replace("torch.", ""), "errors": errors,
+               "compile_s": {k: compile_s[k] for k in ("inductor", "op_extension")}, "rewritten": replaced}
+        for name, t in timings.items():
+            row[f"{name}_ms"] = t.median_s * 1e3
+        for name in MODEL_WAYS[1:]:
+            if "eager_ms" in row and f"{name}_ms" in row:
+                row[f"{name}_speedup"] = row["eager_ms"] / row[f"{name}_ms"]
+        row.update(others_cpu_busy=others, timing_attempts=attempts,
+                   in_doubt=section_doubt(row, others, tuple(f"{w}_ms" for w in MODEL_WAYS), "op_extension_speedup"))
+        rows.append(row)
+        progress.advance(_with_doubt("model llama", row))
+    return rows
+
+
+def print_model_ways(rows, file=sys.stdout):
+    header = ("model", "dtype", "eager ms", "inductor ms", "op_extension ms", "patched ms",
+              "x inductor", "x op_extension", "x patched", "compile s (ind/ox)", "note")
+    table = [(r["model"], r["dtype"], *(_fmt_marked(r, f"{w}_ms", ".1f") for w in MODEL_WAYS),
+              *(_fmt_marked(r, f"{w}_speedup", ".2f", "x") for w in MODEL_WAYS[1:]),
+              f"{r['compile_s']['inductor']:.0f}/{r['compile_s']['op_extension']:.0f}",
+              doubt_note(r) if r.get("in_doubt") else "") for r in rows]
+    _print_aligned(header, table, file, right=range(2, 10))
+    for r in rows:
+        print(f"# {r['dtype']}: backend rewrote " + (", ".join(f"{k} x{v}" for k, v in sorted(r["rewritten"].items()))
+                                                   or "nothing"), file=file)
+    print_section_legend(rows, file)
+
+
 def print_hf(rows, file=sys.stdout):
     header = ("family", "dtype", "HF ms", "patched ms", "speed-up", "max|dlogit|", "bitwise (hf casting)",
               "note")
@@ -1397,6 +1465,9 @@ def parse_args(argv=None):
     p.add_argument("--no-hf", action="store_true",
                    help="skip the Hugging Face model section (patched vs unpatched small "
                         "Llama, Qwen3, Gemma3, Phi-3 decoders, forward+backward; needs transformers)")
+    p.add_argument("--no-model", action="store_true",
+                   help="skip the model section (a Llama decoder eager vs torch.compile vs "
+                        "backend='op_extension' vs patched; compiles twice, a few minutes on 2 cores)")
     p.add_argument("--allocator", choices=("reuse", "system"), default="reuse",
                    help="host allocator policy: reuse freed large blocks (no page faults "
                         "per call, as with jemalloc/tcmalloc) or glibc's defaults "
@@ -1491,13 +1562,16 @@ def main(argv=None):
             print("hf section: skipped: transformers is not installed (scripts/setup_env.sh installs it)",
                   file=sys.stderr)
             run_hf = False
+    run_model = run_hf and not args.no_model
     progress = Progress(n_cells + (0 if args.no_dispatch else len(cfg.ops))
-                        + (len(HF_FAMILIES) * len(cfg.dtypes) if run_hf else 0))
+                        + (len(HF_FAMILIES) * len(cfg.dtypes) if run_hf else 0)
+                        + (len(cfg.dtypes) if run_model else 0))
     t_start = time.perf_counter()
     try:
         rows = run_benchmarks(ops, cfg, progress)
         dispatch = [] if args.no_dispatch else dispatch_overhead(ops, cfg, progress)
         hf_rows = hf_models(cfg, progress) if run_hf else []
+        model_rows = model_ways(cfg, progress) if run_model else []
     finally:
         progress.close()
     elapsed = time.perf_counter() - t_start
@@ -1525,6 +1599,11 @@ def main(argv=None):
               f"{HF_SEQ} tokens, {HF_SHAPE['num_hidden_layers']} layers of hidden {HF_SHAPE['hidden_size']}; "
               "unpatched vs op_extension.transformers.patch (same run, interleaved)\n")
         print_hf(hf_rows)
+    if model_rows:
+        print(f"\n# a Llama decoder ({HF_SHAPE['num_hidden_layers']} layers of hidden {HF_SHAPE['hidden_size']}, "
+              f"batch {HF_BATCH} x {HF_SEQ}), forward+backward: eager vs torch.compile (Inductor) vs "
+              "torch.compile(backend='op_extension') vs op_extension.transformers.patch; x = eager ms / ms\n")
+        print_model_ways(model_rows)
 
     os.makedirs(args.out, exist_ok=True)
     json_path, png_path = output_paths(args.out, device.type, time.strftime("%Y%m%d-%H%M%S"))
@@ -1549,6 +1628,7 @@ def main(argv=None):
         "results": rows,
         "dispatch_overhead": dispatch,
         "hf_models": hf_rows,
+        "model_ways": model_rows,
     }
     with open(json_path, "w") as f:
         json.dump(report, f, indent=1)
