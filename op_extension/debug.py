@@ -624,6 +624,16 @@ def _remove_plants() -> None:
     _sync_hooks()
 
 
+def _reset_for_tests() -> None:
+    """Test helper: every switch off, no plant, no stats, and the once-per-op
+    messages not yet given."""
+    configure(force_fallback=False, fallback_on_error=False, autocompare=False, dump=0, stats=False)
+    _remove_plants()
+    reset_stats()
+    _logged.clear()
+    _warned.clear()
+
+
 def _plant(op: str, kind: str, **options) -> None:
     if op not in OPS:
         raise ValueError(f"op_extension.debug: no op custom::{op} (ops: {', '.join(OPS)})")

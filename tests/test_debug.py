@@ -29,17 +29,10 @@ OFF = dict(force_fallback=False, fallback_on_error=False, autocompare=False, dum
 
 @pytest.fixture(autouse=True)
 def debug_off():
-    """Every test starts and ends with every switch off, no plant, no stats and
-    the once-per-op messages not yet given."""
-    debug.configure(**OFF)
-    debug._remove_plants()
-    debug.reset_stats()
-    debug._logged.clear()
-    debug._warned.clear()
+    """Every test starts and ends with every switch off (debug._reset_for_tests)."""
+    debug._reset_for_tests()
     yield
-    debug.configure(**OFF)
-    debug._remove_plants()
-    debug.reset_stats()
+    debug._reset_for_tests()
 
 
 def lines(capsys) -> list[str]:

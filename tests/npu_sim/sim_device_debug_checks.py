@@ -21,19 +21,12 @@ from op_extension import debug, ops
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_device_checks import npu_device  # noqa: E402,F401  (module fixture: builds and registers the device)
 
-OFF = dict(force_fallback=False, fallback_on_error=False, autocompare=False, dump=0, stats=False)
-
 
 @pytest.fixture(autouse=True)
 def debug_off():
-    debug.configure(**OFF)
-    debug._remove_plants()
-    debug.reset_stats()
-    debug._logged.clear()
-    debug._warned.clear()
+    debug._reset_for_tests()
     yield
-    debug.configure(**OFF)
-    debug._remove_plants()
+    debug._reset_for_tests()
     torch.ops.npu_sim.use_soc("Ascend910B")
 
 
