@@ -185,7 +185,8 @@ _graphs = 0
 
 
 def last_report() -> RewriteReport | None:
-    """The report of the last graph the backend or the enabled pass rewrote."""
+    """The report of the last graph the backend or the enabled pass rewrote in this
+    process (a graph Inductor's caches replay is not rewritten again: no report)."""
     return _last_report
 
 
@@ -600,7 +601,9 @@ def _register_backend() -> None:
     registers it itself, and a second registration under the name would fail."""
     from torch._dynamo.backends import registry
 
-    if BACKEND_NAME in registry._COMPILER_FNS or registry._BACKENDS.get(BACKEND_NAME) is not None:
+    registered = getattr(registry, "_COMPILER_FNS", {})
+    pending = getattr(registry, "_BACKENDS", {})  # name -> entry point not loaded yet
+    if BACKEND_NAME in registered or pending.get(BACKEND_NAME) is not None:
         return
     registry.register_backend(backend, name=BACKEND_NAME)
 

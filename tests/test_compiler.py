@@ -350,6 +350,27 @@ def test_backend_by_name_and_the_log_line(caplog):
         oc.backend(torch.fx.symbolic_trace(nn.Identity()), [torch.randn(2)], {"inner": "eager", "max_autotune": True})
 
 
+@pytest.mark.parametrize("imports", [
+    "import torch",                                          # the entry point alone
+    "import torch, op_extension",                            # op_extension before Dynamo
+    "import torch, torch._dynamo, op_extension",             # Dynamo first: registered on import
+    "import torch, op_extension, torch._dynamo; torch._dynamo.list_backends()",  # entry points read first
+])
+def test_backend_name_resolves_whatever_the_import_order(imports):
+    import subprocess
+    import sys
+
+    code = (f"{imports}\n"
+            "f = torch.compile(lambda x: torch.nn.functional.silu(x) * x.cos(), backend='op_extension',"
+            " options={'inner': 'eager'})\n"
+            "x = torch.randn(8)\n"
+            "torch.testing.assert_close(f(x), torch.nn.functional.silu(x) * x.cos())\n"
+            "import op_extension.compiler as oc; print(dict(oc.last_report().replaced))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("{'swiglu': 1}")
+
+
 def test_enable_rewrites_inside_the_default_inductor_backend():
     torch.manual_seed(3)
     model = Block(PlainRMSNorm, hidden=16, inter=16)
