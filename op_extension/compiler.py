@@ -430,7 +430,9 @@ class _Rewriter:
                     self.report.replaced["gelu"] += 1
             elif kind == "softmax":
                 x, dim = n.args[0], _arg(n, 1, "dim")
-                dtype = _arg(n, 3 if n.target is F.softmax else 2, "dtype") if n.op == "call_function" else n.kwargs.get("dtype")
+                # dtype's position: F.softmax(input, dim, _stacklevel, dtype), torch.softmax(input,
+                # dim, dtype), Tensor.softmax(dim, dtype) (self is args[0] here).
+                dtype = _arg(n, 3 if n.target is F.softmax else 2, "dtype")
                 if isinstance(dim, int) and not isinstance(dim, bool) and dtype is None and _tensor(x) is not None:
                     self._replace(n, torch.ops.custom.softmax.default, (x, dim))
                     self.report.replaced["softmax"] += 1

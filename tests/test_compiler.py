@@ -260,6 +260,11 @@ class SoftmaxWithDtype(nn.Module):
         return F.softmax(x, dim=-1, dtype=torch.float64)
 
 
+class MethodSoftmaxWithDtype(nn.Module):
+    def forward(self, x):
+        return x.softmax(-1, torch.float64)
+
+
 class Broadcast(nn.Module):
     def forward(self, g, u):
         return F.silu(g) * u[:, :1]
@@ -277,9 +282,11 @@ class SiluUsedTwice(nn.Module):
     (NoKeepdim(), [torch.randn(4, 16)], "keepdim=False"),
     (SixteenBitMath(), [torch.randn(4, 16).bfloat16()], "computed in torch.bfloat16"),
     (SoftmaxWithDtype(), [torch.randn(4, 16)], "computes in torch.float64"),
+    (MethodSoftmaxWithDtype(), [torch.randn(4, 16)], "computes in torch.float64"),
     (Broadcast(), [torch.randn(4, 16), torch.randn(4, 16)], "operands differ"),
     (SiluUsedTwice(), [torch.randn(4, 16), torch.randn(4, 16)], None),
-], ids=["eps-outside-sqrt", "other-dim", "no-keepdim", "bf16-math", "softmax-dtype", "broadcast", "silu-reused"])
+], ids=["eps-outside-sqrt", "other-dim", "no-keepdim", "bf16-math", "softmax-dtype", "method-softmax-dtype",
+       "broadcast", "silu-reused"])
 def test_patterns_with_other_semantics_are_left_alone(model, inputs, note):
     rec = Recorder()
     compiled = rec.compile(model)
