@@ -1,0 +1,543 @@
+"""The msopgen step of op_extension: every file a new op needs, from its prototype.
+
+    python -m op_extension.scaffold op_protos/<op>.json [--root DIR] [--dry-run]
+
+Writes, for the op ``<name>`` of the prototype (its ``torch.name``):
+
+    op_protos/<name>_backward.json                the backward prototype, if the op
+                                                  names one ("torch": {"backward": ...})
+                                                  and it does not exist yet
+    op_extension/csrc/kernel/cpu/<name>.h         the kernel-level arguments (torch-free)
+    op_extension/csrc/kernel/cpu/<name>.cpp       the CPU kernels (built once per ISA)
+    op_extension/csrc/kernel/cuda/<name>.cuh/.cu  the CUDA launchers (torch-free)
+    op_extension/csrc/kernel/ascendc/<op>_custom.cpp          the Ascend C kernel,
+    op_extension/csrc/host/tiling/<op>_custom_tiling.h/.cpp   its TilingData and tiling,
+    op_extension/csrc/host/aclnn/aclnn_<op>_custom.h/.cpp     its aclnn entry points:
+                                                  each for the op and for its backward
+    tests/test_<name>.py                          the op against a reference you write
+
+and nothing else. Every body that needs the op's own semantics says so when
+reached: "<name>: ... not implemented yet: fill in <file>". The C++ files compile
+as generated (the build globs these folders), so the tree stays buildable while
+you fill them in. An existing file is never overwritten: if any target exists,
+nothing is written and the command exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._protos import OpProto, ProtoError, TensorDesc, parse_proto
+
+__all__ = ["ScaffoldError", "plan", "scaffold", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERATOR = "python -m op_extension.scaffold"
+
+
+class ScaffoldError(RuntimeError):
+    pass
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+# ---- the backward prototype ---------------------------------------------------------
+
+
+def backward_prototype(path: Path) -> tuple[str, list] | None:
+    """(file name, JSON content) of the backward prototype the op names, or None.
+
+    Inputs: the gradient of each output, then the forward's inputs; outputs: the
+    gradient of each input tensor (shaped like it); the forward's attributes.
+    Edit it to the inputs your backward really needs (e.g. saved statistics)."""
+    (obj,) = json.loads(Path(path).read_text())
+    name = obj["torch"]["name"]
+    backward = obj["torch"].get("backward")
+    if not backward:
+        return None
+    grads_in = [dict(out, name=f"grad_{out['name']}", param_type="required") for out in obj["output_desc"]]
+    for g in grads_in:
+        g.pop("shape", None)
+    grads_out = [dict(inp, name=f"grad_{inp['name']}", shape=inp["name"]) for inp in obj["input_desc"]]
+    order = [g["name"] for g in grads_in] + list(obj["torch"].get("arg_order", []))
+    proto = [{
+        "op": obj["op"] + "Grad",
+        "input_desc": grads_in + obj["input_desc"],
+        "output_desc": grads_out,
+        "attr": obj.get("attr", []),
+        "torch": {"name": backward, "arg_order": order, "backward_of": name},
+    }]
+    return f"{backward}.json", proto
+
+
+# ---- C++ pieces ------------------------------------------------------------------------
+
+_ATTR_FIELDS = {
+    "int": ["int64_t {n};"],
+    "float": ["double {n};"],
+    "bool": ["bool {n};"],
+    "str": ["const char* {n};"],
+    "SymInt[]": ["const int64_t* {n};", "int64_t {n}_size;"],
+}
+
+
+def _stub(o: OpProto) -> str:
+    """The kernel entry's name: <op>_forward, or the backward op's own name."""
+    return o.name if o.backward_of else f"{o.name}_forward"
+
+
+def _args_struct(p: OpProto) -> str:
+    lines = [f"// {p.op_type}: arguments of the {p.name} kernels (raw pointers, sizes; no torch)."]
+    lines.append(f"struct {_camel(p.name)}Args {{")
+    for t in p.inputs:
+        note = ", nullptr when absent" if t.optional else ""
+        lines.append(f"  const void* {t.name};  // input{note}")
+    for t in p.outputs:
+        lines.append(f"  void* {t.name};  // output, shaped like {t.shape}")
+    lines.append(f"  int64_t numel;  // elements of {p.inputs[0].name}: add the sizes and strides your kernel needs")
+    for a in p.attrs:
+        for field in _ATTR_FIELDS[a.schema_type]:
+            lines.append("  " + field.format(n=a.name))
+    lines.append("};")
+    return "\n".join(lines)
+
+
+def cpu_header(p: OpProto, backward: OpProto | None) -> str:
+    ops = [p] + ([backward] if backward else [])
+    structs = "\n\n".join(_args_struct(o) for o in ops)
+    stubs = "\n".join(f"inline KernelStub<{_camel(o.name)}Args> {_stub(o)};" for o in ops)
+    return f"""// {p.op_type} ({p.name}): the torch-free contract of its kernels, shared by the
+// CPU kernels ({p.name}.cpp) and the CUDA launchers (../cuda/{p.name}.cuh).
+// Generated by `{GENERATOR} {_rel(p.path)}`; edit it to what the kernels need.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu_kernels.h"
+
+namespace op_ext::cpu {{
+
+{structs}
+
+// Filled by {p.name}.cpp, once per instruction set (register_kernel.h).
+{stubs}
+
+}}  // namespace op_ext::cpu
+"""
+
+
+def cpu_kernel(p: OpProto, backward: OpProto | None) -> str:
+    ops = [p] + ([backward] if backward else [])
+    file = f"op_extension/csrc/kernel/cpu/{p.name}.cpp"
+    bodies = []
+    for o in ops:
+        args = f"{_camel(o.name)}Args"
+        bodies.append(f"""template <typename T>
+void {_stub(o)}_typed(const {args}& a) {{
+  (void)a;
+  throw std::runtime_error("{o.name}: the CPU kernel is not implemented yet: fill in {file}");
+}}
+
+void {_stub(o)}_impl(DType dtype, const {args}& a) {{
+  dispatch_dtype(dtype, [&](auto tag) {{ {_stub(o)}_typed<typename decltype(tag)::type>(a); }});
+}}""")
+    registrations = "\n".join(f"OP_EXT_REGISTER_KERNEL({_stub(o)}, {_stub(o)}_impl);" for o in ops)
+    body = "\n\n".join(bodies)
+    return f"""// {p.op_type} ({p.name}) on the CPU. Compiled once per instruction set (default,
+// AVX2, AVX-512) like every file here that includes register_kernel.h; write the
+// loops with at::vec (vec_utils.h: widening loads, dispatch_dtype, parallel_range).
+// Generated by `{GENERATOR} {_rel(p.path)}`.
+#include <stdexcept>
+
+#include "register_kernel.h"
+#include "vec_utils.h"
+#include "{p.name}.h"
+
+namespace op_ext::cpu {{
+namespace {{
+
+{body}
+
+}}  // namespace
+
+{registrations}
+
+}}  // namespace op_ext::cpu
+"""
+
+
+def cuda_header(p: OpProto, backward: OpProto | None) -> str:
+    ops = [p] + ([backward] if backward else [])
+    decls = "\n".join(f"void {_stub(o)}(DType dtype, const cpu::{_camel(o.name)}Args& args, cudaStream_t stream);"
+                      for o in ops)
+    return f"""// {p.op_type} ({p.name}) on CUDA: the launchers (raw device pointers, the stream;
+// no torch, so plain nvcc compiles them). Generated by `{GENERATOR} {_rel(p.path)}`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_kernels.h"
+#include "../cpu/{p.name}.h"
+
+namespace op_ext::cuda {{
+
+{decls}
+
+}}  // namespace op_ext::cuda
+"""
+
+
+def cuda_source(p: OpProto, backward: OpProto | None) -> str:
+    ops = [p] + ([backward] if backward else [])
+    file = f"op_extension/csrc/kernel/cuda/{p.name}.cu"
+    defs = "\n\n".join(f"""void {_stub(o)}(DType dtype, const cpu::{_camel(o.name)}Args& args, cudaStream_t stream) {{
+  (void)dtype;
+  (void)args;
+  (void)stream;
+  throw std::runtime_error("{o.name}: the CUDA kernel is not implemented yet: fill in {file}");
+}}""" for o in ops)
+    return f"""// {p.op_type} ({p.name}) on CUDA: write the __global__ kernels here and launch
+// them on `stream` (cuda_common.cuh has the launch helpers). The CPU harness
+// (csrc/cuda_sim) runs this file too. Generated by `{GENERATOR} {_rel(p.path)}`.
+#include <stdexcept>
+
+#include "cuda_common.cuh"
+#include "{p.name}.cuh"
+
+namespace op_ext::cuda {{
+
+{defs}
+
+}}  // namespace op_ext::cuda
+"""
+
+
+def _kernel_name(o: OpProto) -> str:
+    return f"{o.name}_custom"
+
+
+def _aclnn_name(o: OpProto) -> str:
+    return f"aclnn{_camel(o.name)}Custom"
+
+
+def ascend_kernel(o: OpProto) -> str:
+    """One Ascend C kernel per op: a translation unit registers one TilingData."""
+    file = f"op_extension/csrc/kernel/ascendc/{_kernel_name(o)}.cpp"
+    params = ", ".join(f"GM_ADDR {t.name}" for t in o.inputs + o.outputs)
+    unused = "\n".join(f"  (void){t.name};" for t in o.inputs + o.outputs)
+    return f"""// {o.op_type}Custom ({o.name}) in Ascend C. Read kernel_common.h (queues, tails,
+// the UB budget) and docs/ascend.md (the rules the simulator enforces) first.
+// Generated by `{GENERATOR}`.
+#include "kernel_common.h"
+#include "kernel_operator.h"
+#include "kernel_tiling.h"
+#include "{_kernel_name(o)}_tiling.h"
+
+extern "C" __global__ __aicore__ void {_kernel_name(o)}({params}, GM_ADDR workspace, GM_ADDR tiling) {{
+  // Not implemented yet: fill in {file}. Its aclnn entry refuses to launch
+  // until then, so this body is never reached.
+{unused}
+  (void)workspace;
+  GET_TILING_DATA(tilingData, tiling);
+  (void)tilingData;
+}}
+"""
+
+
+def tiling_header(o: OpProto) -> str:
+    guard = f"OP_EXT_HOST_TILING_{o.name.upper()}_CUSTOM_TILING_H_"
+    data = f"{_camel(o.name)}CustomTilingData"
+    return f"""// {o.op_type}Custom ({o.name}): its TilingData and tiling function. Add the
+// fields your kernel reads; the tiling must keep every UB buffer 32-byte aligned
+// and within the SoC's UB (soc_spec.h, tiling_util.h). Generated by `{GENERATOR}`.
+#ifndef {guard}
+#define {guard}
+
+#include "tiling_def.h"
+
+namespace optiling {{
+
+BEGIN_TILING_DATA_DEF({data})
+TILING_DATA_FIELD_DEF(uint64_t, totalLength)  // elements of {o.inputs[0].name}
+TILING_DATA_FIELD_DEF(uint32_t, usedCoreNum)  // blockDim
+TILING_DATA_FIELD_DEF(uint32_t, tailMode)     // TailMode
+TILING_DATA_FIELD_DEF(uint32_t, dataType)     // KernelDType
+TILING_DATA_FIELD_DEF(uint32_t, reserved)     // keeps the struct a whole number of 8 bytes
+END_TILING_DATA_DEF;
+
+REGISTER_TILING_DATA_CLASS({_camel(o.name)}Custom, {data})
+
+}}  // namespace optiling
+
+#if !defined(__CCE_AICORE__) && !defined(__CCE_KT_TEST__)
+#include "soc_spec.h"
+
+namespace op_ext::ascend {{
+
+optiling::{data} Compute{_camel(o.name)}Tiling(uint64_t totalLength, uint32_t dtype, const SocSpec& soc);
+
+}}  // namespace op_ext::ascend
+#endif
+
+#endif  // {guard}
+"""
+
+
+def tiling_source(o: OpProto) -> str:
+    file = f"op_extension/csrc/host/tiling/{_kernel_name(o)}_tiling.cpp"
+    return f"""// {o.op_type}Custom ({o.name}): the tiling. Generated by `{GENERATOR}`.
+#include "{_kernel_name(o)}_tiling.h"
+
+#include "tiling_util.h"
+
+namespace op_ext::ascend {{
+
+optiling::{_camel(o.name)}CustomTilingData Compute{_camel(o.name)}Tiling(uint64_t totalLength, uint32_t dtype,
+                                                                   const SocSpec& soc) {{
+  (void)totalLength;
+  (void)dtype;
+  (void)soc;
+  throw TilingError("{_camel(o.name)}Custom: the tiling is not implemented yet: fill in {file}");
+}}
+
+}}  // namespace op_ext::ascend
+"""
+
+
+def _aclnn_params(o: OpProto) -> str:
+    params = []
+    for name in o.arg_order:
+        tensor = next((t for t in o.inputs if t.name == name), None)
+        if tensor is not None:
+            params.append(f"const aclTensor* {name}{'Optional' if tensor.optional else ''}")
+            continue
+        attr = next(a for a in o.attrs if a.name == name)
+        params.append({"int": "int64_t", "float": "double", "bool": "bool", "str": "const char*",
+                       "SymInt[]": "const aclIntArray*"}[attr.schema_type] + f" {name}")
+    params += [f"const aclTensor* {n}" for n in _aclnn_outputs(o)]
+    return ", ".join(params)
+
+
+def _aclnn_outputs(o: OpProto) -> list[str]:
+    return ["out"] if len(o.outputs) == 1 else [t.name + "Out" for t in o.outputs]
+
+
+def aclnn_header(o: OpProto) -> str:
+    guard = f"OP_EXT_ACLNN_{o.name.upper()}_CUSTOM_H_"
+    return f"""// aclnn entry points of {o.op_type}Custom ({o.name}), in the two-phase form CANN
+// generates: inputs and attributes in the torch order, then outputs, workspace
+// size and executor. Generated by `{GENERATOR}`.
+#ifndef {guard}
+#define {guard}
+
+#include "aclnn/acl_meta.h"
+
+#ifdef __cplusplus
+extern "C" {{
+#endif
+
+aclnnStatus {_aclnn_name(o)}GetWorkspaceSize({_aclnn_params(o)},
+    uint64_t* workspaceSize, aclOpExecutor** executor);
+
+aclnnStatus {_aclnn_name(o)}(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor, aclrtStream stream);
+
+#ifdef __cplusplus
+}}
+#endif
+
+#endif  // {guard}
+"""
+
+
+def aclnn_source(o: OpProto) -> str:
+    file = f"op_extension/csrc/host/aclnn/aclnn_{_kernel_name(o)}.cpp"
+    names = []
+    for n in list(o.arg_order):
+        optional = any(t.name == n and t.optional for t in o.inputs)
+        names.append(n + ("Optional" if optional else ""))
+    names += _aclnn_outputs(o)
+    unused = " ".join(f"(void){n};" for n in names)
+    return f"""// {_aclnn_name(o)}: {o.op_type} on the NPU. Generated by `{GENERATOR}`.
+#include "aclnn_{_kernel_name(o)}.h"
+
+#include "aclnn_common.h"
+#include "kernel_launch.h"
+#include "{_kernel_name(o)}_tiling.h"
+
+extern "C" aclnnStatus {_aclnn_name(o)}GetWorkspaceSize({_aclnn_params(o)},
+    uint64_t* workspaceSize, aclOpExecutor** executor) {{
+  using namespace op_ext::aclnn;
+  {unused}
+  return PrepareLaunch("{_camel(o.name)}Custom", workspaceSize, executor, [&]() -> LaunchPlan {{
+    // Check the arguments (DescribeTensor, CheckSameShape ...), tile, and launch
+    // {_kernel_name(o)} as aclnn_add_custom.cpp does.
+    throw ArgError(ACLNN_ERR_INNER, "{_camel(o.name)}Custom: not implemented yet: fill in {file}");
+  }});
+}}
+
+extern "C" aclnnStatus {_aclnn_name(o)}(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                                        aclrtStream stream) {{
+  return op_ext::aclnn::RunLaunch("{_camel(o.name)}Custom", workspace, workspaceSize, executor, stream);
+}}
+"""
+
+
+# ---- the test file ---------------------------------------------------------------------------
+
+
+def _example(t: TensorDesc) -> str:
+    return "torch.randn(4, 64, dtype=dtype)"
+
+
+def test_file(p: OpProto) -> str:
+    args = list(p.arg_order)
+    makers = []
+    for name in args:
+        tensor = next((t for t in p.inputs if t.name == name), None)
+        if tensor is not None:
+            makers.append(f"        {name}={_example(tensor)},")
+        else:
+            attr = next(a for a in p.attrs if a.name == name)
+            if attr.has_default:
+                makers.append(f"        {name}={attr.default!r},")
+            else:
+                makers.append(f"        {name}=...,  # a value for this attribute")
+    makers_text = "\n".join(makers)
+    params = ", ".join(args)
+    dtypes = ", ".join(f"torch.{d}" for d in p.dtypes)
+    return f'''"""{p.name}: torch.ops.custom.{p.name} against the reference you write.
+
+Generated by `{GENERATOR} {_rel(p.path)}`. Write `reference` (the ATen composite
+the op must equal) and the inputs your op needs; then every device this runs on
+checks its kernel against it.
+"""
+
+import pytest
+import torch
+
+import op_extension  # noqa: F401  (registers torch.ops.custom)
+
+
+def reference({params}):
+    raise NotImplementedError("write the reference of {p.name} in tests/test_{p.name}.py: "
+                              "the ATen composite the op must equal")
+
+
+def inputs(dtype):
+    return dict(
+{makers_text}
+    )
+
+
+@pytest.mark.parametrize("dtype", [{dtypes}])
+def test_{p.name}_matches_the_reference(dtype):
+    args = inputs(dtype)
+    want = reference(**args)
+    got = torch.ops.custom.{p.name}(**args)
+    torch.testing.assert_close(got, want)
+'''
+
+
+# ---- the plan and the writing ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    path: Path  # relative to the root
+    text: str
+
+
+def _rel(path: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return Path(path).name if Path(path).parent.name != "op_protos" else f"op_protos/{Path(path).name}"
+
+
+def plan(proto_path: Path) -> list[Planned]:
+    """Every file the op needs, with its text (nothing is written)."""
+    proto_path = Path(proto_path)
+    p = parse_proto(proto_path)
+    if p.backward_of:
+        raise ScaffoldError(f"{proto_path}: {p.name} is a backward op; scaffold its forward op "
+                            f"({p.backward_of}), which creates both")
+    files: list[Planned] = []
+    backward = None
+    if p.backward:
+        back_path = proto_path.parent / f"{p.backward}.json"
+        if back_path.exists():
+            backward = parse_proto(back_path)
+        else:
+            name, content = backward_prototype(proto_path)
+            text = json.dumps(content, indent=2) + "\n"
+            files.append(Planned(Path("op_protos") / name, text))
+            with tempfile.TemporaryDirectory() as tmp:  # parsed as the build will parse it
+                (Path(tmp) / name).write_text(text)
+                backward = dataclasses.replace(parse_proto(Path(tmp) / name), path=back_path)
+    n = p.name
+    csrc = Path("op_extension/csrc")
+    files += [
+        Planned(csrc / "kernel/cpu" / f"{n}.h", cpu_header(p, backward)),
+        Planned(csrc / "kernel/cpu" / f"{n}.cpp", cpu_kernel(p, backward)),
+        Planned(csrc / "kernel/cuda" / f"{n}.cuh", cuda_header(p, backward)),
+        Planned(csrc / "kernel/cuda" / f"{n}.cu", cuda_source(p, backward)),
+    ]
+    for o in [p] + ([backward] if backward else []):
+        k = _kernel_name(o)
+        files += [
+            Planned(csrc / "kernel/ascendc" / f"{k}.cpp", ascend_kernel(o)),
+            Planned(csrc / "host/tiling" / f"{k}_tiling.h", tiling_header(o)),
+            Planned(csrc / "host/tiling" / f"{k}_tiling.cpp", tiling_source(o)),
+            Planned(csrc / "host/aclnn" / f"aclnn_{k}.h", aclnn_header(o)),
+            Planned(csrc / "host/aclnn" / f"aclnn_{k}.cpp", aclnn_source(o)),
+        ]
+    files += [
+        Planned(Path("tests") / f"test_{n}.py", test_file(p)),
+    ]
+    return files
+
+
+def scaffold(proto_path: Path, root: Path = ROOT, dry_run: bool = False) -> list[Path]:
+    """Writes the planned files under `root`; refuses (ScaffoldError, nothing
+    written) if any of them exists."""
+    files = plan(proto_path)
+    existing = [f.path.as_posix() for f in files if (root / f.path).exists()]
+    if existing:
+        raise ScaffoldError("refusing to overwrite existing files (nothing written): " + ", ".join(existing))
+    if not dry_run:
+        for f in files:
+            target = root / f.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(f.text)
+    return [root / f.path for f in files]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=GENERATOR, description=__doc__.split("\n\n")[0])
+    parser.add_argument("prototype", type=Path, help="op_protos/<op>.json")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the source tree to write into [default: this one]")
+    parser.add_argument("--dry-run", action="store_true", help="list the files, write nothing")
+    args = parser.parse_args(argv)
+    try:
+        written = scaffold(args.prototype, args.root, args.dry_run)
+    except (ScaffoldError, ProtoError, FileNotFoundError) as e:
+        print(f"scaffold: {e}", file=sys.stderr)
+        return 2
+    verb = "would write" if args.dry_run else "wrote"
+    for path in written:
+        print(f"{verb} {path}")
+    if not args.dry_run:
+        print("next: fill in the kernels, the tiling and the reference in the test, then build and run the test")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""python -m op_extension.scaffold: every file a new op needs, from its prototype.
+
+A demo prototype (an op with a required and an optional input, a float and a
+list attribute, and a backward) is scaffolded into a temporary tree; the files
+must be exactly the planned ones, parse or compile as generated (the CPU kernel
+with torch's headers, the CUDA file under the CPU harness, the Ascend C kernel,
+tiling and aclnn entries under the simulator), and never overwrite anything.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from torch.utils.cpp_extension import include_paths
+
+from op_extension import _protos, scaffold
+
+ROOT = Path(__file__).resolve().parents[1]
+CSRC = ROOT / "op_extension" / "csrc"
+
+DEMO = [{
+    "op": "ScaleShift",
+    "input_desc": [
+        {"name": "input", "param_type": "required", "format": ["ND", "ND"], "type": ["float", "bfloat16"]},
+        {"name": "shift", "param_type": "optional", "format": ["ND", "ND"], "type": ["float", "bfloat16"]},
+    ],
+    "output_desc": [
+        {"name": "output", "param_type": "required", "format": ["ND", "ND"], "type": ["float", "bfloat16"],
+         "shape": "input"},
+    ],
+    "attr": [
+        {"name": "dims", "param_type": "required", "type": "listInt"},
+        {"name": "scale", "param_type": "optional", "type": "float", "default_value": 1.0},
+    ],
+    "torch": {"name": "scale_shift", "arg_order": ["input", "dims", "shift", "scale"],
+              "backward": "scale_shift_backward"},
+}]
+
+EXPECTED = {
+    "op_protos/scale_shift_backward.json",
+    "op_extension/csrc/kernel/cpu/scale_shift.h",
+    "op_extension/csrc/kernel/cpu/scale_shift.cpp",
+    "op_extension/csrc/kernel/cuda/scale_shift.cuh",
+    "op_extension/csrc/kernel/cuda/scale_shift.cu",
+    *(f"op_extension/csrc/{f}" for op in ("scale_shift", "scale_shift_backward") for f in (
+        f"kernel/ascendc/{op}_custom.cpp", f"host/tiling/{op}_custom_tiling.h",
+        f"host/tiling/{op}_custom_tiling.cpp", f"host/aclnn/aclnn_{op}_custom.h",
+        f"host/aclnn/aclnn_{op}_custom.cpp")),
+    "tests/test_scale_shift.py",
+}
+
+
+def run_scaffold(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "op_extension.scaffold", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tree")
+    (root / "op_protos").mkdir()
+    (root / "op_protos" / "scale_shift.json").write_text(json.dumps(DEMO, indent=2))
+    done = run_scaffold(root / "op_protos" / "scale_shift.json", "--root", root)
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def files_under(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def test_writes_exactly_the_planned_files(tree):
+    assert files_under(tree) == EXPECTED | {"op_protos/scale_shift.json"}
+
+
+def test_refuses_to_overwrite_and_writes_nothing(tree):
+    before = {f: (tree / f).read_text() for f in files_under(tree)}
+    (tree / "tests" / "test_scale_shift.py").write_text("# the author's work\n")
+    done = run_scaffold(tree / "op_protos" / "scale_shift.json", "--root", tree)
+    assert done.returncode == 2
+    assert "refusing to overwrite existing files (nothing written)" in done.stderr
+    assert "tests/test_scale_shift.py" in done.stderr
+    assert (tree / "tests" / "test_scale_shift.py").read_text() == "# the author's work\n"
+    (tree / "tests" / "test_scale_shift.py").write_text(before["tests/test_scale_shift.py"])
+    assert {f: (tree / f).read_text() for f in files_under(tree)} == before
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    (tmp_path / "op_protos").mkdir()
+    (tmp_path / "op_protos" / "scale_shift.json").write_text(json.dumps(DEMO))
+    done = run_scaffold(tmp_path / "op_protos" / "scale_shift.json", "--root", tmp_path, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert files_under(tmp_path) == {"op_protos/scale_shift.json"}
+    listed = {Path(line.split(" ", 2)[2]).relative_to(tmp_path).as_posix() for line in done.stdout.splitlines()}
+    assert listed == EXPECTED
+
+
+def test_a_backward_prototype_is_refused_as_the_starting_point(tree):
+    done = run_scaffold(tree / "op_protos" / "scale_shift_backward.json", "--root", tree / "elsewhere")
+    assert done.returncode == 2 and "is a backward op; scaffold its forward op (scale_shift)" in done.stderr
+
+
+def test_backward_prototype_parses_with_the_forward(tree):
+    protos = _protos.load_protos(tree / "op_protos")
+    back = protos["scale_shift_backward"]
+    assert back.backward_of == "scale_shift"
+    assert back.schema() == ("scale_shift_backward(Tensor grad_output, Tensor input, SymInt[] dims, Tensor? shift=None, "
+                             "float scale=1.0) -> (Tensor grad_input, Tensor grad_shift)")
+
+
+def test_generated_test_collects_and_names_what_to_write(tree):
+    text = (tree / "tests" / "test_scale_shift.py").read_text()
+    compile(text, "test_scale_shift.py", "exec")
+    assert "write the reference of scale_shift in tests/test_scale_shift.py" in text
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           str(tree / "tests" / "test_scale_shift.py")], capture_output=True, text=True,
+                          cwd=tree, timeout=120)
+    assert "2 tests collected" in done.stdout, done.stdout + done.stderr
+
+
+def test_bodies_say_which_file_to_fill_in(tree):
+    for rel, phrase in [
+        ("op_extension/csrc/kernel/cpu/scale_shift.cpp",
+         "scale_shift: the CPU kernel is not implemented yet: fill in op_extension/csrc/kernel/cpu/scale_shift.cpp"),
+        ("op_extension/csrc/kernel/cuda/scale_shift.cu",
+         "scale_shift_backward: the CUDA kernel is not implemented yet: fill in "
+         "op_extension/csrc/kernel/cuda/scale_shift.cu"),
+        ("op_extension/csrc/host/tiling/scale_shift_custom_tiling.cpp",
+         "ScaleShiftCustom: the tiling is not implemented yet"),
+        ("op_extension/csrc/host/aclnn/aclnn_scale_shift_backward_custom.cpp",
+         "ScaleShiftBackwardCustom: not implemented yet: fill in"),
+    ]:
+        assert phrase in (tree / rel).read_text(), rel
+
+
+# ---- the C++ compiles as generated ----------------------------------------------------------
+
+
+def syntax_check(source: str, include_dirs: list[Path], defines: list[str], tmp_path: Path, suffix=".cpp"):
+    if shutil.which("g++") is None:
+        pytest.fail("g++ is needed to check the generated C++")
+    wrapper = tmp_path / f"check{suffix}"
+    wrapper.write_text(source)
+    cmd = ["g++", "-std=c++20", "-fsyntax-only", "-Wall", "-Werror=return-type", *(f"-D{d}" for d in defines),
+           *(f"-I{p}" for p in include_dirs), *(f"-I{p}" for p in include_paths()), str(wrapper)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_cpu_kernel_compiles(tree, tmp_path):
+    # As setup.py's baseline wrapper builds it (the ISA builds add target flags only).
+    kernel = tree / "op_extension/csrc/kernel/cpu/scale_shift.cpp"
+    syntax_check(f'#define CPU_CAPABILITY DEFAULT\n#define CPU_CAPABILITY_DEFAULT\n#include "{kernel}"\n',
+                 [CSRC / "kernel/cpu"], [], tmp_path)
+
+
+def test_cuda_file_compiles_under_the_cpu_harness(tree, tmp_path):
+    cu = tree / "op_extension/csrc/kernel/cuda/scale_shift.cu"
+    # The generated file includes "cuda_common.cuh" from its own folder, as the
+    # repository's kernels do: compile it from there.
+    for name in ("cuda_common.cuh", "cuda_kernels.h", "row_common.cuh"):
+        shutil.copy(CSRC / "kernel/cuda" / name, cu.parent / name)
+    (tree / "op_extension/csrc/kernel/cpu/cpu_kernels.h").write_text((CSRC / "kernel/cpu/cpu_kernels.h").read_text())
+    syntax_check(f'#include "{cu}"\n', [CSRC / "cuda_sim/include"], ["OP_EXT_CUDA_SIM=1"], tmp_path)
+
+
+def test_ascend_files_compile_under_the_simulator(tree, tmp_path):
+    folders = [tree / "op_extension/csrc" / d for d in ("host/aclnn", "host/tiling", "kernel/ascendc")]
+    includes = folders + [CSRC / d for d in ("ascendc_sim/include", "host/aclnn", "host/tiling", "kernel/ascendc")]
+    for op in ("scale_shift", "scale_shift_backward"):
+        for rel in (f"kernel/ascendc/{op}_custom.cpp", f"host/tiling/{op}_custom_tiling.cpp",
+                    f"host/aclnn/aclnn_{op}_custom.cpp"):
+            syntax_check(f'#include "{tree / "op_extension/csrc" / rel}"\n', includes, ["OP_EXT_ASCEND_SIM=1"],
+                         tmp_path)
+
+
+def test_the_scaffold_module_plans_without_writing(tmp_path):
+    (tmp_path / "scale_shift.json").write_text(json.dumps(DEMO))
+    planned = scaffold.plan(tmp_path / "scale_shift.json")
+    assert {f.path.as_posix() for f in planned} == EXPECTED
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scale_shift.json"]
