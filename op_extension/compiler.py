@@ -21,7 +21,8 @@ What is rewritten (every occurrence, in the graph Dynamo captured):
   * GELU-tanh written as its formula, ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x +
     0.044715 * x^3)))`` (Hugging Face's NewGELUActivation), and ``F.gelu``, ->
     ``custom::gelu`` (or, times an up projection, ``custom::geglu``);
-  * ``F.softmax`` / ``torch.softmax`` / ``Tensor.softmax`` without a dtype,
+  * ``F.softmax`` / ``torch.softmax`` / ``Tensor.softmax`` without a dtype (or
+    with the input's own),
     ``F.layer_norm`` -> their ops.
 Everything else is left to the inner compiler (Inductor by default).
 
@@ -433,7 +434,10 @@ class _Rewriter:
                 # dtype's position: F.softmax(input, dim, _stacklevel, dtype), torch.softmax(input,
                 # dim, dtype), Tensor.softmax(dim, dtype) (self is args[0] here).
                 dtype = _arg(n, 3 if n.target is F.softmax else 2, "dtype")
-                if isinstance(dim, int) and not isinstance(dim, bool) and dtype is None and _tensor(x) is not None:
+                xv = _tensor(x)
+                if xv is not None and dtype == xv.dtype:  # softmax(x, dtype=x.dtype) computes as without it
+                    dtype = None
+                if isinstance(dim, int) and not isinstance(dim, bool) and dtype is None and xv is not None:
                     self._replace(n, torch.ops.custom.softmax.default, (x, dim))
                     self.report.replaced["softmax"] += 1
                 elif dtype is not None:

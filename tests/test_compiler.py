@@ -410,8 +410,13 @@ def _hf_model(family: str):
 
     config_cls, model_cls, extra = {
         "llama": (T.LlamaConfig, T.LlamaForCausalLM, {}),
+        "mistral": (T.MistralConfig, T.MistralForCausalLM, {}),
         "qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM, {}),
+        "qwen3": (T.Qwen3Config, T.Qwen3ForCausalLM, {"head_dim": 8}),
         "gemma": (T.GemmaConfig, T.GemmaForCausalLM, {"head_dim": 8}),
+        "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM, {"head_dim": 8}),
+        "gemma3": (T.Gemma3TextConfig, T.Gemma3ForCausalLM, {"head_dim": 8}),
+        "phi3": (T.Phi3Config, T.Phi3ForCausalLM, {}),
     }[family]
     torch.manual_seed(0)
     config = config_cls(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -425,13 +430,31 @@ def _hf_model(family: str):
     return model
 
 
-@pytest.mark.parametrize("family,mlp", [("llama", "swiglu"), ("qwen2", "swiglu"), ("gemma", "geglu")])
-def test_unpatched_hugging_face_models(family, mlp):
+# 2 layers: the first layer's input norm reads the embeddings and the final norm
+# a sum nothing else reads (rms_norm); the three other residual adds fuse. Qwen3
+# and Gemma3 add q/k norms (4), Gemma2/3 pre- and post-feedforward norms (4);
+# Phi-3's fused gate_up_proj is chunked into gate and up; Gemma2's eager
+# attention takes softmax(dtype=float32) of float32 scores (2).
+HF_REWRITES = {
+    "llama": dict(rms_norm=2, fused_add_rms_norm=3, swiglu=2),
+    "mistral": dict(rms_norm=2, fused_add_rms_norm=3, swiglu=2),
+    "qwen2": dict(rms_norm=2, fused_add_rms_norm=3, swiglu=2),
+    "qwen3": dict(rms_norm=6, fused_add_rms_norm=3, swiglu=2),
+    "gemma": dict(rms_norm=2, fused_add_rms_norm=3, geglu=2),
+    "gemma2": dict(rms_norm=6, fused_add_rms_norm=3, geglu=2, softmax=2),
+    "gemma3": dict(rms_norm=10, fused_add_rms_norm=3, geglu=2),
+    "phi3": dict(rms_norm=2, fused_add_rms_norm=3, swiglu=2),
+}
+
+
+@pytest.mark.parametrize("family", list(HF_REWRITES))
+def test_unpatched_hugging_face_models(family):
     model = _hf_model(family)
     twin = copy.deepcopy(model)
     rec = Recorder()
     compiled = rec.compile(twin)
     gen = torch.Generator().manual_seed(1)
+    expected = Counter(HF_REWRITES[family])
     for length in (9, 13):  # the second length reuses the graph
         ids = torch.randint(3, 128, (2, length), generator=gen)
         model.zero_grad()
@@ -445,11 +468,7 @@ def test_unpatched_hugging_face_models(family, mlp):
             torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
         if length == 9:
             graphs = len(rec.dynamo)
-            # 2 layers: the first layer's input norm reads the embeddings, the final
-            # norm a sum nothing else reads; the three others fuse their residual add.
-            expected = Counter(rms_norm=2, fused_add_rms_norm=3, **{mlp: 2})
             assert oc.last_report().replaced == expected
             assert custom_ops(rec.forward[-1]) == expected
-            assert custom_ops(rec.backward[-1]) == Counter(rms_norm_backward=2, fused_add_rms_norm_backward=3,
-                                                           **{f"{mlp}_backward": 2})
+            assert custom_ops(rec.backward[-1]) == Counter({f"{op}_backward": n for op, n in expected.items()})
     assert len(rec.dynamo) == graphs
