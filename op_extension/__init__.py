@@ -12,7 +12,7 @@ from . import _C  # noqa: F401  (loading it runs TORCH_LIBRARY(custom, ...))
 from . import _fake  # noqa: F401  (fake kernels for FakeTensor / compile / export)
 from . import debug  # noqa: F401  (reads the OP_EXT_* debug switches)
 from . import nn, ops
-from .ops import add, fused_add_rms_norm, geglu, gelu, layer_norm, rms_norm, softmax, swiglu
+from .ops import add, fused_add_rms_norm, geglu, gelu, layer_norm, rms_norm, rotary_embedding, softmax, swiglu
 
 # torch.compile(backend="op_extension"): Dynamo finds the backend through our
 # entry point (pyproject.toml) when it first looks backends up; if Dynamo is
@@ -33,6 +33,7 @@ __all__ = [
     "nn",
     "ops",
     "rms_norm",
+    "rotary_embedding",
     "softmax",
     "swiglu",
 ]

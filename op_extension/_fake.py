@@ -325,3 +325,44 @@ def _softmax_backward_fake(grad_output, output, dim):
     check_same_shape(op, output, "output", grad_output, "grad_output")
     wrap_dim(op, dim, output.dim())
     return outputs("softmax_backward", grad_output=grad_output, output=output)
+
+
+def _check_rotary(op, q, q_name, k, k_name, cos, sin, unsqueeze_dim):
+    """As check_rotary and rotary_args in ops_glue.h, with the same messages."""
+    check_dtype(op, q, q_name)
+    check_same(op, q, q_name, k, k_name)
+    check_same(op, q, q_name, cos, "cos")
+    check_same(op, q, q_name, sin, "sin")
+    check_same_shape(op, cos, "cos", sin, "sin")
+    nd = cos.dim()
+    torch._check_value(nd >= 1, lambda: f"custom::{op}: cos must have at least one dim (the head dim), got shape {list(cos.shape)}")
+    torch._check_index(-(nd + 1) <= unsqueeze_dim <= nd, lambda: f"custom::{op}: unsqueeze_dim {unsqueeze_dim} is out of range "
+                       f"for cos of {nd} dims (allowed: {-(nd + 1)} to {nd})")
+    dim = unsqueeze_dim + nd + 1 if unsqueeze_dim < 0 else unsqueeze_dim
+    torch._check_value(dim != nd, lambda: f"custom::{op}: unsqueeze_dim {unsqueeze_dim} would put cos's head dim off the "
+                       "last position; use a dim before the last")
+    cos_u = cos.unsqueeze(dim)
+    for x, name in ((q, q_name), (k, k_name)):
+        torch._check_value(2 <= x.dim() <= 17, lambda: f"custom::{op}: {name} must have 2 to 17 dims (leading dims, then "
+                           f"the head dim), got shape {list(x.shape)}")
+        torch._check_value(x.shape[-1] % 2 == 0, lambda: f"custom::{op}: the head dim (last) of {name} must be even, "
+                           f"got {x.shape[-1]}")
+        ok = cos_u.dim() <= x.dim() and cos_u.shape[-1] == x.shape[-1]
+        for d in range(1, cos_u.dim()):
+            ok = ok and (cos_u.shape[-1 - d] == 1 or cos_u.shape[-1 - d] == x.shape[-1 - d])
+        torch._check_value(ok, lambda: f"custom::{op}: cos.unsqueeze({dim}) of shape {list(cos_u.shape)} does not "
+                           f"broadcast to {name}'s shape {list(x.shape)} (the result must have {name}'s shape)")
+
+
+@torch.library.register_fake("custom::rotary_embedding")
+def _rotary_embedding_fake(q, k, cos, sin, unsqueeze_dim=1):
+    _check_rotary("rotary_embedding", q, "q", k, "k", cos, sin, unsqueeze_dim)
+    return outputs("rotary_embedding", q=q, k=k, cos=cos, sin=sin, unsqueeze_dim=unsqueeze_dim)
+
+
+@torch.library.register_fake("custom::rotary_embedding_backward")
+def _rotary_embedding_backward_fake(grad_q_embed, grad_k_embed, cos, sin, unsqueeze_dim=1):
+    _check_rotary("rotary_embedding_backward", grad_q_embed, "grad_q_embed", grad_k_embed, "grad_k_embed", cos, sin,
+                  unsqueeze_dim)
+    return outputs("rotary_embedding_backward", grad_q_embed=grad_q_embed, grad_k_embed=grad_k_embed, cos=cos,
+                   sin=sin, unsqueeze_dim=unsqueeze_dim)

@@ -144,6 +144,17 @@ def ref_geglu(gate, up, approximate="none", *, dtype):
     return F.gelu(gate, approximate=approximate) * up
 
 
+def _rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def ref_rotary_embedding(q, k, cos, sin, unsqueeze_dim=1, *, dtype):
+    # Hugging Face's apply_rotary_pos_emb.
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
 # ---------------------------------------------------------------------------
 # Backward references. A parameter gradient of a call without that parameter is
 # an empty tensor of shape [0], as the kernels return it.
@@ -210,6 +221,12 @@ def ref_layer_norm_backward(grad_output, input, normalized_shape, weight=None, b
             _no_param_grad(input) if grad_bias is None else grad_bias)
 
 
+def ref_rotary_embedding_backward(grad_q_embed, grad_k_embed, cos, sin, unsqueeze_dim=1, *, dtype):
+    # The transpose of x -> x cos + rotate_half(x) sin: g cos - rotate_half(g sin).
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return tuple(g * cos - _rotate_half(g * sin) for g in (grad_q_embed, grad_k_embed))
+
+
 def ref_softmax_backward(grad_output, output, dim, *, dtype):
     return torch.ops.aten._softmax_backward_data(grad_output, output, dim, output.dtype)
 
@@ -232,6 +249,8 @@ REFERENCES: dict[str, Callable] = {
     "swiglu_backward": ref_swiglu_backward,
     "geglu": ref_geglu,
     "geglu_backward": ref_geglu_backward,
+    "rotary_embedding": ref_rotary_embedding,
+    "rotary_embedding_backward": ref_rotary_embedding_backward,
 }
 
 

@@ -22,7 +22,8 @@ from torch._C import _has_torch_function
 
 from . import _C, _transforms
 
-__all__ = ["add", "fused_add_rms_norm", "geglu", "gelu", "layer_norm", "rms_norm", "softmax", "swiglu"]
+__all__ = ["add", "fused_add_rms_norm", "geglu", "gelu", "layer_norm", "rms_norm", "rotary_embedding", "softmax",
+           "swiglu"]
 
 _ops = torch.ops.custom
 # Outside tracing, the traced path's calls (a tensor subclass or torch function
@@ -185,6 +186,21 @@ def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> to
     if _eager(gate, up):
         return _C.geglu(gate, up, approximate)
     return _geglu(gate, up, approximate)
+
+
+def rotary_embedding(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     position_ids: torch.Tensor | None = None, unsqueeze_dim: int = 1
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary position embedding, exactly Hugging Face's apply_rotary_pos_emb:
+    ``(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin)`` with cos
+    and sin unsqueezed at `unsqueeze_dim` (1 for q of [batch, heads, seq, dim],
+    2 for [batch, seq, heads, dim]) and rotate_half(x) = cat(-x2, x1) of x's two
+    halves. position_ids is accepted and unused, as there. Computed in float
+    with one rounding per output. cos and sin get no gradient."""
+    del position_ids  # deprecated and unused in Hugging Face's function too
+    if not isinstance(unsqueeze_dim, int) or isinstance(unsqueeze_dim, bool):
+        raise TypeError(f"custom::rotary_embedding: unsqueeze_dim must be an int, got {type(unsqueeze_dim).__name__}")
+    return _ops.rotary_embedding(q, k, cos, sin, unsqueeze_dim)
 
 
 # ---------------------------------------------------------------------------

@@ -36,7 +36,8 @@ pytestmark = pytest.mark.compile
 
 H = 16  # normalised / hidden size
 ROWS = (5, 9)  # the first call compiles, the second must reuse the graph
-FORWARD_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu")
+FORWARD_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu",
+               "rotary_embedding")
 custom = torch.ops.custom
 
 
@@ -154,6 +155,14 @@ def f_swiglu(g, u):
     return ops.swiglu(g, u)
 
 
+def f_rotary_embedding(q, k):
+    # cos/sin built inside, as a model's rotary module does (they get no gradient).
+    seq, dim = q.shape[-2], q.shape[-1]
+    angle = torch.arange(seq, dtype=q.dtype, device=q.device)[:, None] * torch.arange(
+        1, dim + 1, dtype=q.dtype, device=q.device) / dim
+    return ops.rotary_embedding(q, k, angle.cos()[None], angle.sin()[None])
+
+
 def f_geglu(g, u):
     return ops.geglu(g, u, "tanh")
 
@@ -183,6 +192,8 @@ CASES = {
     "softmax": Case(f_softmax, lambda n: (_rand(n, H) * 2,), "softmax_backward"),
     "swiglu": Case(f_swiglu, lambda n: (_rand(n, H), _rand(n, H)), "swiglu_backward"),
     "geglu": Case(f_geglu, lambda n: (_rand(n, H), _rand(n, H)), "geglu_backward"),
+    "rotary_embedding": Case(f_rotary_embedding, lambda n: (_rand(2, 4, n, 16), _rand(2, 2, n, 16)),
+                             "rotary_embedding_backward"),
 }
 CASE_IDS = tuple(CASES)
 assert {CASES[c].fn.__name__ for c in CASES} == {f"f_{c}" for c in CASES}
@@ -515,6 +526,8 @@ def _fwd_call(op):
         "softmax": (lambda x: ops.softmax(x, 1), lambda d: (r(d, 2, 5, H),)),
         "swiglu": (lambda g, u: ops.swiglu(g, u), lambda d: (r(d, 5, H), r(d, 5, H))),
         "geglu": (lambda g, u: ops.geglu(g, u, "none"), lambda d: (r(d, 5, H), r(d, 5, H))),
+        "rotary_embedding": (lambda q, k, c, s: ops.rotary_embedding(q, k, c, s),
+                             lambda d: (r(d, 2, 4, 5, H), r(d, 2, 2, 5, H), r(d, 2, 5, H), r(d, 2, 5, H))),
     }[op]
 
 
@@ -545,6 +558,10 @@ def _bwd_call(op):
         "softmax_backward": (lambda g, y: c.softmax_backward(g, y, 0), lambda d: (r(d, 5, H), p(d, 5, H))),
         "swiglu_backward": (lambda g, a, b: c.swiglu_backward(g, a, b), lambda d: (r(d, 5, H), r(d, 5, H), r(d, 5, H))),
         "geglu_backward": (lambda g, a, b: c.geglu_backward(g, a, b, "tanh"), lambda d: (r(d, 5, H), r(d, 5, H), r(d, 5, H))),
+        "rotary_embedding_backward": (
+            lambda gq, gk, cs, sn: c.rotary_embedding_backward(gq, gk, cs, sn, 1),
+            lambda d: (r(d, 2, 4, 5, H), r(d, 2, 2, 5, H), r(d, 2, 5, H), r(d, 2, 5, H)),
+        ),
     }[op]
 
 
@@ -562,6 +579,7 @@ FAKE_CASES = [("fwd", op) for op in FORWARD_OPS] + [
         "softmax_backward",
         "swiglu_backward",
         "geglu_backward",
+        "rotary_embedding_backward",
     )
 ]
 

@@ -163,6 +163,27 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   }
 };
 
+// cos and sin come from the model's rotary buffers and get no gradient: a call
+// where they require one is refused (rotary_embedding_autograd), never zero-filled.
+class RotaryEmbeddingFunction : public torch::autograd::Function<RotaryEmbeddingFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& cos,
+                               const Tensor& sin, int64_t unsqueeze_dim) {
+    save_for_backward(ctx, {cos, sin});
+    ctx->saved_data["unsqueeze_dim"] = unsqueeze_dim;
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [q_embed, k_embed] = rotary_embedding_op().call(q, k, cos, sin, unsqueeze_dim);
+    return {q_embed, k_embed};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [grad_q, grad_k] = rotary_embedding_backward_op().call(grads[0], grads[1], saved[0], saved[1],
+                                                                ctx->saved_data["unsqueeze_dim"].toInt());
+    return {grad_q, grad_k, Tensor(), Tensor(), Tensor()};
+  }
+};
+
 class GegluFunction : public torch::autograd::Function<GegluFunction> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& gate, const Tensor& up,
@@ -349,6 +370,21 @@ Tensor softmax_autograd(const Tensor& input, int64_t dim) {
   return SoftmaxFunction::apply(input, dim);
 }
 
+std::tuple<Tensor, Tensor> rotary_embedding_autograd(const Tensor& q, const Tensor& k, const Tensor& cos,
+                                                     const Tensor& sin, int64_t unsqueeze_dim) {
+  check_no_tangent("rotary_embedding", q, k, cos, sin);
+  if (!records_graph(q, k, cos, sin)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return rotary_embedding_op().call(q, k, cos, sin, unsqueeze_dim);
+  }
+  TORCH_CHECK(!cos.requires_grad() && !sin.requires_grad(),
+              "custom::rotary_embedding: gradients with respect to cos and sin are not supported (in a model "
+              "they come from the rotary embedding's buffers); pass cos.detach() and sin.detach()");
+  check_no_functorch("rotary_embedding");
+  auto outs = RotaryEmbeddingFunction::apply(q, k, cos, sin, unsqueeze_dim);
+  return {outs[0], outs[1]};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, Autograd, m) {
@@ -360,11 +396,13 @@ TORCH_LIBRARY_IMPL(custom, Autograd, m) {
   m.impl("fused_add_rms_norm", &fused_add_rms_norm_autograd);
   m.impl("layer_norm", &layer_norm_autograd);
   m.impl("softmax", &softmax_autograd);
+  m.impl("rotary_embedding", &rotary_embedding_autograd);
   // The backward ops are not differentiable (no double backward): say so
   // clearly instead of silently dropping the graph.
   for (const char* name :
        {"add_backward", "gelu_backward", "swiglu_backward", "geglu_backward", "rms_norm_backward",
-        "fused_add_rms_norm_backward", "layer_norm_backward", "softmax_backward"}) {
+        "fused_add_rms_norm_backward", "layer_norm_backward", "softmax_backward",
+        "rotary_embedding_backward"}) {
     m.impl(name, torch::autograd::autogradNotImplementedFallback());
   }
 }

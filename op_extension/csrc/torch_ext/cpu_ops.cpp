@@ -43,6 +43,12 @@ struct CpuKernels {
   void softmax_backward(cpu::DType d, const cpu::SoftmaxBackwardArgs& a) const {
     cpu::softmax_backward(d, a);
   }
+  void rotary_embedding_forward(cpu::DType d, const cpu::RotaryEmbeddingArgs& a) const {
+    cpu::rotary_embedding_forward(d, a);
+  }
+  void rotary_embedding_backward(cpu::DType d, const cpu::RotaryEmbeddingArgs& a) const {
+    cpu::rotary_embedding_backward(d, a);
+  }
 };
 
 }  // namespace

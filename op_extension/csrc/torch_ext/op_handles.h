@@ -27,6 +27,10 @@ inline c10::TypedOperatorHandle<Signature> custom_op(const char* name) {
   }
 
 OP_EXT_TYPED_OP(add_op, "custom::add", Tensor(const Tensor&, const Tensor&, double))
+OP_EXT_TYPED_OP(rotary_embedding_op, "custom::rotary_embedding",
+                std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t))
+OP_EXT_TYPED_OP(rotary_embedding_backward_op, "custom::rotary_embedding_backward",
+                std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t))
 OP_EXT_TYPED_OP(add_backward_op, "custom::add_backward",
                 Tensor(const Tensor&, c10::SymIntArrayRef, double))
 OP_EXT_TYPED_OP(gelu_op, "custom::gelu", Tensor(const Tensor&, c10::string_view))

@@ -10,7 +10,8 @@
 //   void add(DType, const AddArgs&), reduce_to, gelu_forward, gelu_backward,
 //   swiglu_forward, swiglu_backward, geglu_forward, geglu_backward,
 //   rms_norm_forward, rms_norm_backward, layer_norm_forward, layer_norm_backward,
-//   softmax_forward, softmax_backward.
+//   softmax_forward, softmax_backward, rotary_embedding_forward,
+//   rotary_embedding_backward.
 // The args structs are the torch-free contract of kernel/cpu/cpu_kernels.h,
 // which the CUDA kernels take as well.
 #pragma once
@@ -24,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "../kernel/cpu/rotary_embedding.h"
 #include "checks.h"
 #include "op_ext_schemas.h"
 
@@ -634,7 +636,109 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   return dx;
 }
 
-// Registers all 16 ops, implemented with `Kernels`, in a TORCH_LIBRARY_IMPL block.
+// ---- rotary_embedding ---------------------------------------------------------------
+// Hugging Face's apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim): cos and sin,
+// unsqueezed at unsqueeze_dim, broadcast to q and to k (each output has the
+// shape of its input); the last size is the head dim, even.
+
+struct RotaryInputs {
+  Tensor cos;  // contiguous
+  Tensor sin;
+  int64_t unsqueeze_dim;  // wrapped into [0, cos.dim()]
+};
+
+inline RotaryInputs check_rotary(const char* op, const Tensor& q, const char* q_name, const Tensor& k,
+                                 const char* k_name, const Tensor& cos, const Tensor& sin,
+                                 int64_t unsqueeze_dim, const std::array<c10::ScalarType, 4>& dtypes) {
+  check_dtype(op, q, q_name, dtypes);
+  check_same(op, q, q_name, k, k_name);
+  check_same(op, q, q_name, cos, "cos");
+  check_same(op, q, q_name, sin, "sin");
+  check_same_shape(op, cos, "cos", sin, "sin");
+  const int64_t nd = cos.dim();
+  TORCH_CHECK_VALUE(nd >= 1, op, ": cos must have at least one dim (the head dim), got shape ", cos.sizes());
+  TORCH_CHECK_INDEX(unsqueeze_dim >= -(nd + 1) && unsqueeze_dim <= nd, op, ": unsqueeze_dim ", unsqueeze_dim,
+                    " is out of range for cos of ", nd, " dims (allowed: ", -(nd + 1), " to ", nd, ")");
+  const int64_t dim = unsqueeze_dim < 0 ? unsqueeze_dim + nd + 1 : unsqueeze_dim;
+  TORCH_CHECK_VALUE(dim != nd, op, ": unsqueeze_dim ", unsqueeze_dim,
+                    " would put cos's head dim off the last position; use a dim before the last");
+  return {cos.contiguous(), sin.contiguous(), dim};
+}
+
+// The kernel's view of one of q, k (or their gradients): its rows, and per
+// leading dim the step in cos rows (0 where cos.unsqueeze(dim) broadcasts).
+inline cpu::RotaryEmbeddingArgs rotary_args(const char* op, const Tensor& x, const char* name,
+                                            const RotaryInputs& r, const Tensor& out) {
+  const Tensor cos_u = r.cos.unsqueeze(r.unsqueeze_dim);
+  const int64_t head = x.dim() >= 1 ? x.size(-1) : 0;
+  TORCH_CHECK_VALUE(x.dim() >= 2 && x.dim() - 1 <= cpu::kMaxDims, op, ": ", name,
+                    " must have 2 to ", cpu::kMaxDims + 1, " dims (leading dims, then the head dim), got shape ",
+                    x.sizes());
+  TORCH_CHECK_VALUE(head % 2 == 0, op, ": the head dim (last) of ", name, " must be even, got ", head);
+  bool broadcasts = cos_u.dim() <= x.dim() && cos_u.size(-1) == head;
+  for (int64_t d = 1; broadcasts && d < cos_u.dim(); ++d) {
+    const int64_t c = cos_u.size(-1 - d);
+    broadcasts = c == 1 || c == x.size(-1 - d);
+  }
+  TORCH_CHECK_VALUE(broadcasts, op, ": cos.unsqueeze(", r.unsqueeze_dim, ") of shape ", cos_u.sizes(),
+                    " does not broadcast to ", name, "'s shape ", x.sizes(),
+                    " (the result must have ", name, "'s shape)");
+  cpu::RotaryEmbeddingArgs a{};
+  a.input = x.const_data_ptr();
+  a.cos = r.cos.const_data_ptr();
+  a.sin = r.sin.const_data_ptr();
+  a.output = out.mutable_data_ptr();
+  a.dim = head;
+  a.ndim = static_cast<int>(x.dim() - 1);
+  a.rows = 1;
+  for (int d = 0; d < a.ndim; ++d) {
+    a.sizes[d] = x.size(d);
+    a.rows *= x.size(d);
+    const int64_t cd = d - (x.dim() - cos_u.dim());  // the matching dim of cos_u, if any
+    a.cos_row_strides[d] = cd < 0 || cos_u.size(cd) == 1 ? 0 : cos_u.stride(cd) / head;
+  }
+  return a;
+}
+
+template <typename Launch>
+std::tuple<Tensor, Tensor> rotary_pair(const char* op, const Launch& launch, const Tensor& q, const char* q_name,
+                                       const Tensor& k, const char* k_name, const RotaryInputs& r) {
+  const Tensor qc = q.contiguous();
+  const Tensor kc = k.contiguous();
+  Tensor q_out = at::empty(qc.sizes(), qc.options());
+  Tensor k_out = at::empty(kc.sizes(), kc.options());
+  const auto qa = rotary_args(op, qc, q_name, r, q_out);  // both checked before either runs
+  const auto ka = rotary_args(op, kc, k_name, r, k_out);
+  const DType d = kernel_dtype(q.scalar_type());
+  if (qa.rows > 0 && qa.dim > 0) launch(d, qa);
+  if (ka.rows > 0 && ka.dim > 0) launch(d, ka);
+  return {q_out, k_out};
+}
+
+template <typename Kernels>
+std::tuple<Tensor, Tensor> rotary_embedding(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin,
+                                            int64_t unsqueeze_dim) {
+  constexpr const char* op = "custom::rotary_embedding";
+  const Kernels kernels(q);
+  const RotaryInputs r = check_rotary(op, q, "q", k, "k", cos, sin, unsqueeze_dim, gen::kRotaryEmbeddingDtypes);
+  return rotary_pair(
+      op, [&](DType d, const cpu::RotaryEmbeddingArgs& a) { kernels.rotary_embedding_forward(d, a); }, q, "q", k,
+      "k", r);
+}
+
+template <typename Kernels>
+std::tuple<Tensor, Tensor> rotary_embedding_backward(const Tensor& grad_q_embed, const Tensor& grad_k_embed,
+                                                     const Tensor& cos, const Tensor& sin, int64_t unsqueeze_dim) {
+  constexpr const char* op = "custom::rotary_embedding_backward";
+  const Kernels kernels(grad_q_embed);
+  const RotaryInputs r = check_rotary(op, grad_q_embed, "grad_q_embed", grad_k_embed, "grad_k_embed", cos, sin,
+                                      unsqueeze_dim, gen::kRotaryEmbeddingBackwardDtypes);
+  return rotary_pair(
+      op, [&](DType d, const cpu::RotaryEmbeddingArgs& a) { kernels.rotary_embedding_backward(d, a); },
+      grad_q_embed, "grad_q_embed", grad_k_embed, "grad_k_embed", r);
+}
+
+// Registers all 18 ops, implemented with `Kernels`, in a TORCH_LIBRARY_IMPL block.
 template <typename Kernels>
 void register_ops(torch::Library& m) {
   m.impl("add", &glue::add<Kernels>);
@@ -653,6 +757,8 @@ void register_ops(torch::Library& m) {
   m.impl("layer_norm_backward", &glue::layer_norm_backward<Kernels>);
   m.impl("softmax", &glue::softmax<Kernels>);
   m.impl("softmax_backward", &glue::softmax_backward<Kernels>);
+  m.impl("rotary_embedding", &glue::rotary_embedding<Kernels>);
+  m.impl("rotary_embedding_backward", &glue::rotary_embedding_backward<Kernels>);
 }
 
 }  // namespace op_ext::glue

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "../../kernel/cuda/cuda_kernels.h"
+#include "../../kernel/cuda/rotary_embedding.cuh"
 #include "../../torch_ext/ops_glue.h"
 #include "cuda_sim/runtime.h"
 #include "op_ext_schemas.h"
@@ -107,6 +108,14 @@ class SimKernels {
   void softmax_backward(cpu::DType d, const cpu::SoftmaxBackwardArgs& a) const {
     poison(a.grad_input, a.outer * a.dim_size * a.inner, d);
     cuda::softmax_backward(d, a, nullptr);
+  }
+  void rotary_embedding_forward(cpu::DType d, const cpu::RotaryEmbeddingArgs& a) const {
+    poison(a.output, a.rows * a.dim, d);
+    cuda::rotary_embedding_forward(d, a, nullptr);
+  }
+  void rotary_embedding_backward(cpu::DType d, const cpu::RotaryEmbeddingArgs& a) const {
+    poison(a.output, a.rows * a.dim, d);
+    cuda::rotary_embedding_backward(d, a, nullptr);
   }
 
  private:

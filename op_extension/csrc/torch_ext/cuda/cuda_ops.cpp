@@ -15,6 +15,7 @@
 #include <torch/library.h>
 
 #include "../../kernel/cuda/cuda_kernels.h"
+#include "../../kernel/cuda/rotary_embedding.cuh"
 #include "../ops_glue.h"
 
 namespace op_ext {
@@ -69,6 +70,12 @@ class CudaKernels {
   }
   void softmax_backward(cpu::DType d, const cpu::SoftmaxBackwardArgs& a) const {
     launch([&](cudaStream_t s) { cuda::softmax_backward(d, a, s); });
+  }
+  void rotary_embedding_forward(cpu::DType d, const cpu::RotaryEmbeddingArgs& a) const {
+    launch([&](cudaStream_t s) { cuda::rotary_embedding_forward(d, a, s); });
+  }
+  void rotary_embedding_backward(cpu::DType d, const cpu::RotaryEmbeddingArgs& a) const {
+    launch([&](cudaStream_t s) { cuda::rotary_embedding_backward(d, a, s); });
   }
 
  private:
