@@ -196,11 +196,11 @@ def rotary_embedding(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
     and sin unsqueezed at `unsqueeze_dim` (1 for q of [batch, heads, seq, dim],
     2 for [batch, seq, heads, dim]) and rotate_half(x) = cat(-x2, x1) of x's two
     halves. position_ids is accepted and unused, as there. Computed in float
-    with one rounding per output. cos and sin get no gradient."""
+    with one rounding per output; q, k, cos and sin are all differentiable."""
     del position_ids  # deprecated and unused in Hugging Face's function too
     if not isinstance(unsqueeze_dim, int) or isinstance(unsqueeze_dim, bool):
         raise TypeError(f"custom::rotary_embedding: unsqueeze_dim must be an int, got {type(unsqueeze_dim).__name__}")
-    return _ops.rotary_embedding(q, k, cos, sin, unsqueeze_dim)
+    return _ops.rotary_embedding.default(q, k, cos, sin, unsqueeze_dim)
 
 
 # ---------------------------------------------------------------------------

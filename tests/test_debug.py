@@ -47,9 +47,9 @@ def has_backend_select_kernel(op: str) -> bool:
 
 
 def test_every_custom_op_has_a_reference():
-    exposed = {n for n in dir(torch.ops.custom) if not n.startswith("_") and n != "name"}
+    exposed = {s.name.removeprefix("custom::") for s in torch._C._jit_get_all_schemas() if s.name.startswith("custom::")}
     assert exposed == set(_reference.REFERENCES) == set(debug.OPS)
-    assert len(exposed) == 16
+    assert len(exposed) == 18
 
 
 def test_off_by_default_leaves_the_dispatcher_untouched():
@@ -67,7 +67,7 @@ def test_op_selectors():
     with debug.settings(force_fallback="rms_norm, softmax"):
         assert debug.current().force_fallback == {"rms_norm", "softmax"}
     with debug.settings(autocompare=".*_backward"):
-        assert debug.current().autocompare == backward and len(backward) == 8
+        assert debug.current().autocompare == backward and len(backward) == 9
     with debug.settings(autocompare=".*"):
         assert debug.current().autocompare == set(debug.OPS)
     with debug.settings(force_fallback=["custom::gelu"], autocompare="1"):
@@ -109,7 +109,8 @@ def test_environment_variables_are_read_at_import():
     assert result.returncode == 0, result.stderr
     out = result.stdout.splitlines()
     assert out[0] == ("['add_backward', 'fused_add_rms_norm_backward', 'geglu_backward', 'gelu_backward', "
-                      "'layer_norm_backward', 'rms_norm_backward', 'softmax_backward', 'swiglu_backward'] True 2 1 True")
+                      "'layer_norm_backward', 'rms_norm_backward', 'rotary_embedding_backward', 'softmax_backward', "
+                      "'swiglu_backward'] True 2 1 True")
     assert out[1] == "1"
     assert f"[op_extension.debug] custom::gelu -> cpu kernel ({op_extension._C.cpu_isa()})" in result.stderr
     assert "[op_extension.debug] autocompare custom::gelu([2, 3] float32 cpu) output [2, 3] float32 cpu: allclose" \
@@ -158,7 +159,8 @@ def test_forcing_every_op_keeps_every_result_and_gradient():
         w = torch.randn(16, requires_grad=True)
         out, res = ops.fused_add_rms_norm(x, torch.randn(3, 16), (16,), w)
         y = ops.geglu(ops.layer_norm(out, (16,), w), ops.add(ops.softmax(res, 0), x, 0.5), "tanh")
-        torch.autograd.backward([y.sum(), ops.swiglu(y, ops.gelu(x)).sum()])
+        qe, ke = ops.rotary_embedding(y.view(1, 3, 1, 16), x.view(1, 3, 1, 16), torch.ones(1, 16), torch.ones(1, 16))
+        torch.autograd.backward([y.sum(), ops.swiglu(y, ops.gelu(x)).sum(), (qe * ke).sum()])
         return y.detach(), x.grad, w.grad
 
     kernels = step()
@@ -184,7 +186,7 @@ def test_autocompare_reports_a_planted_error_with_its_index(capsys):
 
 
 def _all_ops_forward_backward(dtype=torch.float32):
-    """Every forward op with inputs that require grad, then backward: all 16 ops run."""
+    """Every forward op with inputs that require grad, then backward: all 18 ops run."""
     def leaf(*shape):
         return torch.randn(shape, dtype=dtype).requires_grad_()
     x, r, g, u = leaf(3, 16), leaf(3, 16), leaf(3, 16), leaf(3, 16)
@@ -193,6 +195,8 @@ def _all_ops_forward_backward(dtype=torch.float32):
         ops.add(x, leaf(16), 2.0), ops.gelu(x, "tanh"), ops.rms_norm(x, (16,), w, 1e-6),
         *ops.fused_add_rms_norm(x, r, (16,), w), ops.layer_norm(x, (16,), w, b), ops.softmax(x, -1),
         ops.swiglu(g, u), ops.geglu(g, u, "none"),
+        *ops.rotary_embedding(g.view(1, 3, 1, 16), u.view(1, 3, 1, 16), torch.randn(1, 16, dtype=dtype),
+                              torch.randn(1, 16, dtype=dtype), unsqueeze_dim=0),
     ]
     torch.autograd.backward([o.float().sum() for o in outs])
 

@@ -261,6 +261,9 @@ def sample_args(op: str, dtype: torch.dtype, device: str = "cpu") -> tuple:
         "swiglu_backward": lambda: (x(), x(), x()),
         "geglu": lambda: (x(), x(), "none"),
         "geglu_backward": lambda: (x(), x(), x(), "none"),
+        # q [1, 2, 3, 4] (batch, heads, seq, head dim), k with one head, cos/sin [1, 3, 4]
+        "rotary_embedding": lambda: (x((1, 2, 3, 4)), x((1, 1, 3, 4)), x((1, 3, 4)), x((1, 3, 4)), 1),
+        "rotary_embedding_backward": lambda: (x((1, 2, 3, 4)), x((1, 1, 3, 4)), x((1, 3, 4)), x((1, 3, 4)), 1),
     }[op]()
 
 
@@ -296,7 +299,8 @@ def dtype_mismatches(obj: dict, device: str = "cpu", dtypes=ALL_PROBED_DTYPES) -
 
 def test_prototype_dir_holds_every_op():
     assert PROTO_FILES, f"no prototypes found in {PROTO_DIR}"
-    assert set(FORWARD_OPS) == {"add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu"}
+    assert set(FORWARD_OPS) == {"add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu",
+                                "rotary_embedding"}
     assert set(BACKWARD_OPS) == {f"{op}_backward" for op in FORWARD_OPS}
 
 

@@ -130,13 +130,15 @@ def test_only_k_requires_grad():
     torch.testing.assert_close(k.grad.double(), k64.grad)
 
 
-def test_cos_and_sin_gradients_are_refused_not_zero():
-    q, k = torch.randn(1, 2, 3, 8, requires_grad=True), torch.randn(1, 2, 3, 8)
-    cos, sin = torch.randn(1, 3, 8, requires_grad=True), torch.randn(1, 3, 8)
-    with pytest.raises(RuntimeError, match="custom::rotary_embedding: gradients with respect to cos and sin"):
-        ops.rotary_embedding(q, k, cos, sin)
-    with torch.no_grad():  # no graph, no gradient: fine
-        ops.rotary_embedding(q, k, cos, sin)
+def test_gradients_of_cos_and_sin_too():
+    q = torch.randn(2, 3, 4, 8, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 1, 4, 8, dtype=torch.float64, requires_grad=True)
+    cos = torch.randn(1, 4, 8, dtype=torch.float64, requires_grad=True)  # broadcast over batch and heads
+    sin = torch.randn(1, 4, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda q, k, c, s: ops.rotary_embedding(q, k, c, s), (q, k, cos, sin))
+    q2 = q.detach().transpose(1, 2).contiguous().requires_grad_()
+    k2 = k.detach().transpose(1, 2).contiguous().requires_grad_()
+    assert torch.autograd.gradcheck(lambda c, s: ops.rotary_embedding(q2, k2, c, s, unsqueeze_dim=2), (cos, sin))
 
 
 def test_forward_mode_ad_is_refused_with_the_op_name():

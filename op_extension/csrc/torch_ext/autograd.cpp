@@ -163,13 +163,19 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   }
 };
 
-// cos and sin come from the model's rotary buffers and get no gradient: a call
-// where they require one is refused (rotary_embedding_autograd), never zero-filled.
+// q and k get their gradients from the backward op. cos and sin usually come
+// from a model's rotary buffers and need none; when they do, their gradients are
+// the composite sums over what they broadcast over (q and k are kept for it only then).
 class RotaryEmbeddingFunction : public torch::autograd::Function<RotaryEmbeddingFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& cos,
                                const Tensor& sin, int64_t unsqueeze_dim) {
-    save_for_backward(ctx, {cos, sin});
+    const bool table_grads = cos.requires_grad() || sin.requires_grad();
+    if (table_grads) {
+      save_for_backward(ctx, {cos, sin, q, k});
+    } else {
+      save_for_backward(ctx, {cos, sin});
+    }
     ctx->saved_data["unsqueeze_dim"] = unsqueeze_dim;
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [q_embed, k_embed] = rotary_embedding_op().call(q, k, cos, sin, unsqueeze_dim);
@@ -178,9 +184,25 @@ class RotaryEmbeddingFunction : public torch::autograd::Function<RotaryEmbedding
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    auto [grad_q, grad_k] = rotary_embedding_backward_op().call(grads[0], grads[1], saved[0], saved[1],
-                                                                ctx->saved_data["unsqueeze_dim"].toInt());
-    return {grad_q, grad_k, Tensor(), Tensor(), Tensor()};
+    const int64_t dim = ctx->saved_data["unsqueeze_dim"].toInt();
+    auto [grad_q, grad_k] = rotary_embedding_backward_op().call(grads[0], grads[1], saved[0], saved[1], dim);
+    Tensor grad_cos, grad_sin;
+    if (saved.size() == 4 && (ctx->needs_input_grad(2) || ctx->needs_input_grad(3))) {
+      const Tensor& cos = saved[0];
+      const int64_t wrapped = dim < 0 ? dim + cos.dim() + 1 : dim;
+      const auto table_shape = cos.unsqueeze(wrapped).sizes();
+      auto rotate_half = [](const Tensor& x) {
+        const int64_t h = x.size(-1) / 2;
+        return at::cat({at::neg(x.narrow(-1, h, h)), x.narrow(-1, 0, h)}, -1);
+      };
+      auto reduce = [&](const Tensor& t) { return t.sum_to_size(table_shape).squeeze(wrapped); };
+      const Tensor &q = saved[2], &k = saved[3];
+      if (ctx->needs_input_grad(2)) grad_cos = at::add(reduce(at::mul(grads[0], q)), reduce(at::mul(grads[1], k)));
+      if (ctx->needs_input_grad(3)) {
+        grad_sin = at::add(reduce(at::mul(grads[0], rotate_half(q))), reduce(at::mul(grads[1], rotate_half(k))));
+      }
+    }
+    return {grad_q, grad_k, grad_cos, grad_sin, Tensor()};
   }
 };
 
@@ -377,9 +399,6 @@ std::tuple<Tensor, Tensor> rotary_embedding_autograd(const Tensor& q, const Tens
     at::AutoDispatchBelowADInplaceOrView guard;
     return rotary_embedding_op().call(q, k, cos, sin, unsqueeze_dim);
   }
-  TORCH_CHECK(!cos.requires_grad() && !sin.requires_grad(),
-              "custom::rotary_embedding: gradients with respect to cos and sin are not supported (in a model "
-              "they come from the rotary embedding's buffers); pass cos.detach() and sin.detach()");
   check_no_functorch("rotary_embedding");
   auto outs = RotaryEmbeddingFunction::apply(q, k, cos, sin, unsqueeze_dim);
   return {outs[0], outs[1]};
