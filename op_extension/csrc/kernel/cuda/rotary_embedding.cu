@@ -3,10 +3,10 @@
 //
 // A thread owns kVec pairs (i, i + h) of one row: it reads x[i..i+kVec) and
 // x[i+h..i+h+kVec) and the same columns of the row's cos and sin, and writes both
-// halves, so every element is read once and written once. A block is
-// (kThreads / ty) x ty threads: threadIdx.x walks a row's pairs, threadIdx.y one
-// of ty rows, and the blocks walk the rows in a grid-stride loop; the cos/sin row
-// of an input row (a sum over its multi-index, divisions included) is worked out
+// halves, so every element is read once and written once. A block is tx x ty =
+// kRopeThreads threads: threadIdx.x walks a row's pairs, threadIdx.y takes one of
+// ty rows, and the blocks walk the rows in a grid-stride loop; the cos/sin row of
+// an input row (a sum over its multi-index, divisions included) is worked out
 // once per thread and row. 128-bit accesses when h is a multiple of kVec and every
 // pointer is 16-byte aligned (then so is every half row); one element otherwise.
 // The launcher's block shape and grid size depend on dim and rows only, and
@@ -29,56 +29,63 @@ inline constexpr int kRopeThreads = 256;
 // harness reaches the loop (tests/test_cuda_sim_rope.py).
 inline constexpr int64_t kRopeMaxBlocks = 2048;
 
-// The element offset of the cos/sin row of input row `row`.
-__device__ __forceinline__ int64_t cos_row_offset(const RotaryEmbeddingArgs& a, int64_t row) {
+// The cos/sin row of input row `row`: sum_d r_d * cos_row_strides[d] over its multi-index.
+__device__ __forceinline__ int64_t cos_row_of(const RotaryEmbeddingArgs& a, int64_t row) {
   int64_t rem = row, cos_row = 0;
   for (int d = a.ndim - 1; d > 0; --d) {
     const int64_t size = a.sizes[d];
     cos_row += (rem % size) * a.cos_row_strides[d];
     rem /= size;
   }
-  cos_row += rem * a.cos_row_strides[0];
-  return cos_row * a.dim;
+  return cos_row + rem * a.cos_row_strides[0];
 }
 
 // kBackward: out = the gradient of x given the gradient of the forward's output.
+// Memory is indexed in packs of kVec elements (kVec divides h: the launcher
+// checks), so that nvcc sees every access as one aligned 128-bit access; with
+// element pointers it split the store of the second half into scalar stores.
 template <typename T, int kVec, bool kBackward>
 __global__ void __launch_bounds__(kRopeThreads) rotary_embedding_kernel(RotaryEmbeddingArgs a) {
   using Acc = acc_t<T>;
-  const T* x = static_cast<const T*>(a.input);
-  const T* cos_p = static_cast<const T*>(a.cos);
-  const T* sin_p = static_cast<const T*>(a.sin);
-  T* out = static_cast<T*>(a.output);
-  const int64_t h = a.dim / 2;
-  const int64_t pairs = h / kVec;  // kVec divides h (the launcher checks)
+  using P = Pack<T, kVec>;
+  const P* x = static_cast<const P*>(a.input);
+  const P* cos_p = static_cast<const P*>(a.cos);
+  const P* sin_p = static_cast<const P*>(a.sin);
+  P* out = static_cast<P*>(a.output);
+  const int64_t row_packs = a.dim / kVec;
+  const int64_t pairs = row_packs / 2;  // packs per half row
   const int64_t row_stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < a.rows;
        row += row_stride) {
-    const int64_t base = row * a.dim;
-    const int64_t cbase = cos_row_offset(a, row);
+    const int64_t base = row * row_packs;
+    const int64_t cbase = cos_row_of(a, row) * row_packs;
     for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
-      const int64_t i = p * kVec;
-      Acc x1[kVec], x2[kVec], c1[kVec], c2[kVec], s1[kVec], s2[kVec], o1[kVec], o2[kVec];
-      load_acc<kVec>(x + base + i, x1);
-      load_acc<kVec>(x + base + h + i, x2);
-      load_acc<kVec>(cos_p + cbase + i, c1);
-      load_acc<kVec>(cos_p + cbase + h + i, c2);
-      load_acc<kVec>(sin_p + cbase + i, s1);
-      load_acc<kVec>(sin_p + cbase + h + i, s2);
+      Acc x1[kVec], x2[kVec], c1[kVec], c2[kVec], s1[kVec], s2[kVec];
+      // Each pack copied whole first: one 128-bit load.
+      const P px1 = x[base + p], px2 = x[base + pairs + p];
+      const P pc1 = cos_p[cbase + p], pc2 = cos_p[cbase + pairs + p];
+      const P ps1 = sin_p[cbase + p], ps2 = sin_p[cbase + pairs + p];
+      widen(px1, x1);
+      widen(px2, x2);
+      widen(pc1, c1);
+      widen(pc2, c2);
+      widen(ps1, s1);
+      widen(ps2, s2);
+      P o1, o2;
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         if constexpr (kBackward) {
           // dx[i] = g[i] c[i] + g[i + h] s[i + h];  dx[i + h] = g[i + h] c[i + h] - g[i] s[i]
-          o1[e] = x1[e] * c1[e] + x2[e] * s2[e];
-          o2[e] = x2[e] * c2[e] - x1[e] * s1[e];
+          o1.v[e] = from_acc<T>(x1[e] * c1[e] + x2[e] * s2[e]);
+          o2.v[e] = from_acc<T>(x2[e] * c2[e] - x1[e] * s1[e]);
         } else {
           // out[i] = x[i] c[i] - x[i + h] s[i];  out[i + h] = x[i + h] c[i + h] + x[i] s[i + h]
-          o1[e] = x1[e] * c1[e] - x2[e] * s1[e];
-          o2[e] = x2[e] * c2[e] + x1[e] * s2[e];
+          o1.v[e] = from_acc<T>(x1[e] * c1[e] - x2[e] * s1[e]);
+          o2.v[e] = from_acc<T>(x2[e] * c2[e] + x1[e] * s2[e]);
         }
       }
-      store_acc<kVec>(out + base + i, o1);
-      store_acc<kVec>(out + base + h + i, o2);
+      out[base + p] = o1;
+      out[base + pairs + p] = o2;
     }
   }
 }
