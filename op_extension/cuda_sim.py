@@ -17,6 +17,9 @@ accessed out of bounds or raced on between two barriers, a launch beyond the
 GPU's limits) raises RuntimeError naming the kernel, block and thread; so do the
 op's input checks.
 
+``run_rotary_embedding`` calls rotary_embedding's launchers directly, one
+tensor per call (its op glue is not in this module's ops yet).
+
 ``arch`` ("sm_80" or "sm_90") picks the GPU whose launch limits are checked.
 ``block_order`` ("linear" or "reverse") the order a launch's blocks run in: a GPU
 runs them in any order, so a result must not change with it (see
