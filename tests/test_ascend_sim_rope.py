@@ -55,6 +55,8 @@ CASES = [
     ("d80_tail", 2, 9, 3, 2, 80, 2, {"_core_num": 3}),     # half 40: not whole blocks (f32 8, f16 16)
     ("d20_short_half", 2, 6, 2, 1, 20, 1, {}),              # half 10: under one block in 16-bit, 1 f32 block + 2
     ("d4_tiny", 1, 3, 2, 1, 4, 1, {}),                      # half 2: element-wise stores on 310P
+    ("decode_s1", 3, 1, 4, 2, 128, 3, {}),                  # one position per batch: cos rows repeat
+    ("decode_s1_cos1", 2, 1, 8, 2, 64, 1, {"_core_num": 3}),
 ]
 
 

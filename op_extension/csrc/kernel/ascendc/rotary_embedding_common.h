@@ -57,7 +57,7 @@ class KernelRope {
     for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile) {
       const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
       CopyIn(firstRow_ + r, k);
-      Compute(k);
+      Compute(firstRow_ + r, k);
       CopyOut(firstRow_ + r, k);
     }
   }
@@ -70,17 +70,26 @@ class KernelRope {
     return base + (row / t_.seqDiv) % t_.seqLen;
   }
 
-  // x's k rows as 2k half-rows; cos and sin row by row (each its two halves).
+  // x's k rows as 2k half-rows. cos and sin: tile row j's cos row sits in slot j,
+  // except that a row with the same cos row as the row before it (the heads of
+  // [B, S, N, D], or S = 1) reads the earlier slot (see Compute) and loads nothing;
+  // runs of consecutive cos rows (the sequence of [B, N, S, D]) move in one copy.
   __aicore__ inline void CopyIn(uint64_t row, uint32_t k) {
     AscendC::LocalTensor<T> x = inX_.template AllocTensor<T>();
     copier_.RowsIn(x, xGm_[row * t_.dim], 2 * k, t_.half);
     inX_.EnQue(x);
     AscendC::LocalTensor<T> c = inCos_.template AllocTensor<T>();
     AscendC::LocalTensor<T> s = inSin_.template AllocTensor<T>();
-    for (uint32_t j = 0; j < k; ++j) {
-      const uint64_t at = CosRow(row + j) * t_.dim;
-      copier_.RowsIn(c[2 * j * t_.halfStride], cosGm_[at], 2, t_.half);
-      copier_.RowsIn(s[2 * j * t_.halfStride], sinGm_[at], 2, t_.half);
+    uint32_t j = 0;
+    while (j < k) {
+      const uint64_t first = CosRow(row + j);
+      uint32_t len = 1;
+      while (j + len < k && CosRow(row + j + len) == first + len) ++len;
+      copier_.RowsIn(c[2 * j * t_.halfStride], cosGm_[first * t_.dim], 2 * len, t_.half);
+      copier_.RowsIn(s[2 * j * t_.halfStride], sinGm_[first * t_.dim], 2 * len, t_.half);
+      j += len;
+      const uint64_t last = first + len - 1;
+      while (j < k && CosRow(row + j) == last) ++j;
     }
     inCos_.EnQue(c);
     inSin_.EnQue(s);
@@ -108,7 +117,7 @@ class KernelRope {
     }
   }
 
-  __aicore__ inline void Compute(uint32_t k) {
+  __aicore__ inline void Compute(uint64_t row, uint32_t k) {
     AscendC::LocalTensor<T> x = inX_.template DeQue<T>();
     AscendC::LocalTensor<T> c = inCos_.template DeQue<T>();
     AscendC::LocalTensor<T> s = inSin_.template DeQue<T>();
@@ -116,14 +125,22 @@ class KernelRope {
     const uint32_t hs = t_.halfStride;
     const uint32_t h = t_.half;
     const int32_t n = static_cast<int32_t>(h);
+    uint64_t prevCos = 0;
+    uint32_t slot = 0;
     for (uint32_t j = 0; j < k; ++j) {
+      // The slot CopyIn loaded this row's cos row into.
+      const uint64_t cosRow = CosRow(row + j);
+      if (j == 0 || cosRow != prevCos) slot = j;
+      prevCos = cosRow;
       const uint32_t a = 2 * j * hs;
       const uint32_t b = a + hs;
+      const uint32_t ca = 2 * slot * hs;
+      const uint32_t cb = ca + hs;
       if constexpr (kIsFloat) {
         Rotate(y[a].template ReinterpretCast<float>(), y[b].template ReinterpretCast<float>(),
                x[a].template ReinterpretCast<float>(), x[b].template ReinterpretCast<float>(),
-               c[a].template ReinterpretCast<float>(), c[b].template ReinterpretCast<float>(),
-               s[a].template ReinterpretCast<float>(), s[b].template ReinterpretCast<float>(), n);
+               c[ca].template ReinterpretCast<float>(), c[cb].template ReinterpretCast<float>(),
+               s[ca].template ReinterpretCast<float>(), s[cb].template ReinterpretCast<float>(), n);
       } else {
         AscendC::LocalTensor<float> xf = xf_.template Get<float>();
         AscendC::LocalTensor<float> cf = cf_.template Get<float>();
@@ -131,10 +148,12 @@ class KernelRope {
         AscendC::LocalTensor<float> yf = yf_.template Get<float>();
         CastToFloat(xf, x[a], h);
         CastToFloat(xf[hf_], x[b], h);
-        CastToFloat(cf, c[a], h);
-        CastToFloat(cf[hf_], c[b], h);
-        CastToFloat(sf, s[a], h);
-        CastToFloat(sf[hf_], s[b], h);
+        if (slot == j) {  // a new cos row (else cf, sf still hold it)
+          CastToFloat(cf, c[ca], h);
+          CastToFloat(cf[hf_], c[cb], h);
+          CastToFloat(sf, s[ca], h);
+          CastToFloat(sf[hf_], s[cb], h);
+        }
         Rotate(yf, yf[hf_], xf, xf[hf_], cf, cf[hf_], sf, sf[hf_], n);
         CastFromFloat(y[a], yf, h);
         CastFromFloat(y[b], yf[hf_], h);
