@@ -219,3 +219,12 @@ def test_tiling_refuses_a_row_that_does_not_fit():
     with pytest.raises(RuntimeError, match="RotaryEmbeddingCustom: one row of 2048 float32 elements does not fit"):
         ascend_sim.tiling("rotary_embedding", [(1, 1, 1, 2048)] * 2 + [(1, 1, 2048)], torch.float32,
                           _ub_size=16384)
+
+
+@pytest.mark.parametrize("negative,positive", [(-3, 1), (-2, 2)])
+def test_negative_unsqueeze_dim_counts_from_the_end(negative, positive):
+    q, k, cos, sin = make_inputs(2, 5, 3, 1, 64, 2, positive, torch.float32)
+    got = ascend_sim.run("rotary_embedding", q, k, cos, sin, negative)
+    want = ascend_sim.run("rotary_embedding", q, k, cos, sin, positive)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    torch.testing.assert_close(got[0], ref_rope(q, k, cos, sin, negative)[0])
