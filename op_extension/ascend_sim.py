@@ -32,7 +32,8 @@ __all__ = ["SOCS", "run", "run_backward", "tiling"]
 SOCS = ("Ascend910B", "Ascend310P")
 
 # Ops whose Ascend kernels exist: forward and backward (every op).
-_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu")
+_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu",
+        "rotary_embedding")
 _FORWARD_OPS = _OPS
 
 
@@ -103,6 +104,8 @@ def run(op: str, *args, soc: str = "Ascend910B", sat_mode: str | None = None, **
         return _ascend_sim.swiglu(a["gate"], a["up"])
     if op == "geglu":
         return _ascend_sim.geglu(a["gate"], a["up"], a["approximate"])
+    if op == "rotary_embedding":
+        return _ascend_sim.rotary_embedding(a["q"], a["k"], a["cos"], a["sin"], int(a["unsqueeze_dim"]))
     x = a["input"]
     if op == "fused_add_rms_norm":
         return _ascend_sim.fused_add_rms_norm(x, a["residual"], _shape_list(op, a["normalized_shape"]), a["weight"],
@@ -132,6 +135,9 @@ def run_backward(op: str, *args, soc: str = "Ascend910B", sat_mode: str | None =
         return _ascend_sim.softmax_backward(a["grad_output"], a["output"], int(a["dim"]))
     if op == "swiglu":
         return _ascend_sim.swiglu_backward(a["grad_output"], a["gate"], a["up"])
+    if op == "rotary_embedding":
+        return _ascend_sim.rotary_embedding_backward(a["grad_q_embed"], a["grad_k_embed"], a["cos"], a["sin"],
+                                                     int(a["unsqueeze_dim"]))
     if op == "geglu":
         return _ascend_sim.geglu_backward(a["grad_output"], a["gate"], a["up"], a["approximate"])
     x = a["input"]

@@ -41,6 +41,8 @@
 #include "aclnn_op_ext_error.h"
 #include "aclnn_rms_norm_custom.h"
 #include "aclnn_rms_norm_grad_custom.h"
+#include "aclnn_rotary_embedding_backward_custom.h"
+#include "aclnn_rotary_embedding_custom.h"
 #include "aclnn_softmax_custom.h"
 #include "aclnn_softmax_grad_custom.h"
 #include "aclnn_swiglu_custom.h"
@@ -289,6 +291,37 @@ std::tuple<Tensor, Tensor> RmsNormBackward(const Tensor& gradOutput, const Tenso
             },
             [&](void* wsp, uint64_t n, aclOpExecutor* ex) { return aclnnRmsNormGradCustom(wsp, n, ex, nullptr); });
   return {dx, dw};
+}
+
+std::tuple<Tensor, Tensor> RotaryEmbedding(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin,
+                                           int64_t unsqueezeDim) {
+  const Tensor qc = q.contiguous(), kc = k.contiguous(), cc = cos.contiguous(), sc = sin.contiguous();
+  Tensor qOut = Unwritten(qc.sizes(), qc.options());
+  Tensor kOut = Unwritten(kc.sizes(), kc.options());
+  AclTensor aq(qc), ak(kc), ac(cc), as(sc), aqo(qOut), ako(kOut);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
+              return aclnnRotaryEmbeddingCustomGetWorkspaceSize(aq.get(), ak.get(), ac.get(), as.get(), unsqueezeDim,
+                                                                aqo.get(), ako.get(), ws, ex);
+            },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnRotaryEmbeddingCustom(w, n, ex, nullptr); });
+  return {qOut, kOut};
+}
+
+std::tuple<Tensor, Tensor> RotaryEmbeddingBackward(const Tensor& gradQEmbed, const Tensor& gradKEmbed,
+                                                   const Tensor& cos, const Tensor& sin, int64_t unsqueezeDim) {
+  const Tensor gq = gradQEmbed.contiguous(), gk = gradKEmbed.contiguous(), cc = cos.contiguous(),
+               sc = sin.contiguous();
+  Tensor dq = Unwritten(gq.sizes(), gq.options());
+  Tensor dk = Unwritten(gk.sizes(), gk.options());
+  AclTensor agq(gq), agk(gk), ac(cc), as(sc), adq(dq), adk(dk);
+  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
+              return aclnnRotaryEmbeddingBackwardCustomGetWorkspaceSize(agq.get(), agk.get(), ac.get(), as.get(),
+                                                                        unsqueezeDim, adq.get(), adk.get(), ws, ex);
+            },
+            [&](void* w, uint64_t n, aclOpExecutor* ex) {
+              return aclnnRotaryEmbeddingBackwardCustom(w, n, ex, nullptr);
+            });
+  return {dq, dk};
 }
 
 Tensor SwiGlu(const Tensor& gate, const Tensor& up) {
@@ -578,6 +611,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("layer_norm_backward", &LayerNormBackward);
   m.def("softmax", &Softmax);
   m.def("softmax_backward", &SoftmaxBackward);
+  m.def("rotary_embedding", &RotaryEmbedding);
+  m.def("rotary_embedding_backward", &RotaryEmbeddingBackward);
   m.def("tiling", &Tiling);
   m.def("_run_misuse", &RunMisuse);
 }
