@@ -34,7 +34,8 @@ npu_build = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(npu_build)
 
 OP_NAMES = sorted(PROTOS)  # every op and backward op
-FORWARD_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu")
+FORWARD_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu",
+               "rotary_embedding")
 
 
 # ---- the compile check ------------------------------------------------------------
@@ -181,6 +182,10 @@ def _forward_call(op: str, make):
         return torch.ops.custom.softmax(x, -1)
     if op == "swiglu":
         return torch.ops.custom.swiglu(x, make(4, 8))
+    if op == "rotary_embedding":
+        q, k = make(1, 2, 4, 8), make(1, 1, 4, 8)
+        cos, sin = torch.randn(1, 4, 8), torch.randn(1, 4, 8)
+        return torch.ops.custom.rotary_embedding(q, k, cos, sin, 1)[0]
     return torch.ops.custom.geglu(x, make(4, 8), "none")
 
 

@@ -190,7 +190,7 @@ class RotaryEmbeddingFunction : public torch::autograd::Function<RotaryEmbedding
     if (saved.size() == 4 && (ctx->needs_input_grad(2) || ctx->needs_input_grad(3))) {
       const Tensor& cos = saved[0];
       const int64_t wrapped = dim < 0 ? dim + cos.dim() + 1 : dim;
-      const auto table_shape = cos.unsqueeze(wrapped).sizes();
+      const std::vector<int64_t> table_shape = cos.unsqueeze(wrapped).sizes().vec();
       auto rotate_half = [](const Tensor& x) {
         const int64_t h = x.size(-1) / 2;
         return at::cat({at::neg(x.narrow(-1, h, h)), x.narrow(-1, 0, h)}, -1);

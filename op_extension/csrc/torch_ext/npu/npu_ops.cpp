@@ -40,6 +40,8 @@
 #include "aclnn_rms_norm_grad_custom.h"
 #include "aclnn_softmax_custom.h"
 #include "aclnn_softmax_grad_custom.h"
+#include "aclnn_rotary_embedding_backward_custom.h"
+#include "aclnn_rotary_embedding_custom.h"
 #include "aclnn_swiglu_custom.h"
 #include "aclnn_swiglu_grad_custom.h"
 #include "op_ext_schemas.h"
@@ -374,6 +376,42 @@ Tensor softmax_backward_npu(const Tensor& grad_output, const Tensor& output, int
 
 }  // namespace
 
+// The kernel takes q and k of [batch, heads, seq, dim] (unsqueeze_dim 1) or
+// [batch, seq, heads, dim] (2) with cos/sin of [batch or 1, seq, dim]; the aclnn
+// entry refuses other layouts with its own message (docs/ascend.md).
+std::tuple<Tensor, Tensor> rotary_embedding_npu(const Tensor& q, const Tensor& k, const Tensor& cos,
+                                                const Tensor& sin, int64_t unsqueeze_dim) {
+  constexpr const char* op = "custom::rotary_embedding";
+  glue::check_rotary(op, q, "q", k, "k", cos, sin, unsqueeze_dim, gen::kRotaryEmbeddingDtypes);
+  check_npu_dtype(op, q, "q");
+  const c10::DeviceGuard guard(q.device());
+  const Tensor qd = dense(q), kd = dense(k), c = dense(cos), s = dense(sin);
+  Tensor q_embed = at::empty(qd.sizes(), qd.options());
+  Tensor k_embed = at::empty(kd.sizes(), kd.options());
+  if (q_embed.numel() == 0 && k_embed.numel() == 0) return {q_embed, k_embed};
+  call_aclnn(op, "aclnnRotaryEmbeddingCustom", qd.device(), aclnnRotaryEmbeddingCustomGetWorkspaceSize,
+             aclnnRotaryEmbeddingCustom, qd, kd, c, s, unsqueeze_dim, q_embed, k_embed);
+  return {q_embed, k_embed};
+}
+
+std::tuple<Tensor, Tensor> rotary_embedding_backward_npu(const Tensor& grad_q_embed, const Tensor& grad_k_embed,
+                                                         const Tensor& cos, const Tensor& sin,
+                                                         int64_t unsqueeze_dim) {
+  constexpr const char* op = "custom::rotary_embedding_backward";
+  glue::check_rotary(op, grad_q_embed, "grad_q_embed", grad_k_embed, "grad_k_embed", cos, sin, unsqueeze_dim,
+                     gen::kRotaryEmbeddingBackwardDtypes);
+  check_npu_dtype(op, grad_q_embed, "grad_q_embed");
+  const c10::DeviceGuard guard(grad_q_embed.device());
+  const Tensor gq = dense(grad_q_embed), gk = dense(grad_k_embed), c = dense(cos), s = dense(sin);
+  Tensor grad_q = at::empty(gq.sizes(), gq.options());
+  Tensor grad_k = at::empty(gk.sizes(), gk.options());
+  if (grad_q.numel() == 0 && grad_k.numel() == 0) return {grad_q, grad_k};
+  call_aclnn(op, "aclnnRotaryEmbeddingBackwardCustom", gq.device(),
+             aclnnRotaryEmbeddingBackwardCustomGetWorkspaceSize, aclnnRotaryEmbeddingBackwardCustom, gq, gk, c, s,
+             unsqueeze_dim, grad_q, grad_k);
+  return {grad_q, grad_k};
+}
+
 TORCH_LIBRARY_IMPL(custom, PrivateUse1, m) {
   m.impl("add", &add_npu);
   m.impl("add_backward", &add_backward_npu);
@@ -391,6 +429,8 @@ TORCH_LIBRARY_IMPL(custom, PrivateUse1, m) {
   m.impl("layer_norm_backward", &layer_norm_backward_npu);
   m.impl("softmax", &softmax_npu);
   m.impl("softmax_backward", &softmax_backward_npu);
+  m.impl("rotary_embedding", &rotary_embedding_npu);
+  m.impl("rotary_embedding_backward", &rotary_embedding_backward_npu);
 }
 
 }  // namespace op_ext::npu
