@@ -136,8 +136,12 @@ def compute_eps(dtype: torch.dtype) -> float:
 
 CPU_TARGETS = [f"cpu-{isa}" for isa in supported_isas()]
 ASCEND_TARGETS = [f"ascend-{soc}" for soc in ascend_sim.SOCS]
-ASCEND_BACKWARD_OPS = ascend_sim._OPS
-assert set(ascend_sim._FORWARD_OPS) == set(OPS)
+# rotary_embedding has no fuzz model yet (its own tests cover every backend:
+# test_rotary_embedding.py, test_cuda_sim_rope.py, test_ascend_sim_rope.py); the
+# ops fuzzed here are every other op of the simulator.
+NOT_FUZZED = {"rotary_embedding"}
+ASCEND_BACKWARD_OPS = [op for op in ascend_sim._OPS if op.removesuffix("_backward") not in NOT_FUZZED]
+assert set(ascend_sim._FORWARD_OPS) - NOT_FUZZED == set(OPS)
 
 
 def forward_params():
