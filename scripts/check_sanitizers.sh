@@ -22,7 +22,7 @@
 # reference in every dtype and CPU kernel variant, gradients, opcheck, every
 # bad-input case, the modules), test_ascend_sim*.py and test_ascend_tiling*.py (the
 # Ascend C kernels, tilings and aclnn entry points on the simulator),
-# test_cuda_sim.py, whole (the CUDA kernels on the CPU harness: ASan sees their
+# test_cuda_sim*.py, whole (the CUDA kernels on the CPU harness: ASan sees their
 # global-memory accesses, torch's tensors having redzones; about 2 minutes here,
 # its shared-memory traps being as slow as unsanitized), and test_fuzz.py and
 # test_edge_regressions.py when they exist. ASan warns once per process that it
@@ -229,7 +229,7 @@ phase "self-test"
 # --- the tests -----------------------------------------------------------------
 
 tests=(tests/test_ops.py tests/test_bad_input.py tests/test_modules.py
-  tests/test_ascend_sim*.py tests/test_ascend_tiling*.py tests/test_cuda_sim.py)
+  tests/test_ascend_sim*.py tests/test_ascend_tiling*.py tests/test_cuda_sim*.py)
 # Added on main since: run them when present.
 for optional in tests/test_fuzz.py tests/test_edge_regressions.py; do
   if [ -f "$TREE/$optional" ]; then
