@@ -65,7 +65,7 @@ inline RopeArgs ReadRopeArgs(const char* op, const RopeTensors& r, int64_t unsqu
       Invalid(op, std::string(name) + " has shape " + ShapeString(x.shape) + " (the Ascend kernel takes a 4-D " +
                       layout + " tensor with unsqueeze_dim " + std::to_string(unsqueezeDim) + ")");
     }
-    const int64_t b = x.shape[0], s = x.shape[dim == 1 ? 2 : 1], n = x.shape[dim == 1 ? 1 : 2], d = x.shape[3];
+    const int64_t b = x.shape[0], s = x.shape[dim == 1 ? 2 : 1], d = x.shape[3];
     if (a.cos.shape[1] != s || a.cos.shape[2] != d || (a.cos.shape[0] != 1 && a.cos.shape[0] != b)) {
       Invalid(op, std::string(r.names[2]) + " has shape " + ShapeString(a.cos.shape) + " but " + name + " " +
                       layout + " has shape " + ShapeString(x.shape) + " (cos and sin must be [" +
@@ -75,14 +75,7 @@ inline RopeArgs ReadRopeArgs(const char* op, const RopeTensors& r, int64_t unsqu
     CheckSameShape(op, name, x, r.names[4 + i], a.out[i]);
     CheckContiguous(op, name, x);
     CheckContiguous(op, r.names[4 + i], a.out[i]);
-    ascend::RopeShape& rs = a.shape[i];
-    rs.rows = uint64_t(b) * uint64_t(n) * uint64_t(s);
-    rs.dim = uint64_t(d);
-    rs.seqLen = uint64_t(s);
-    rs.seqDiv = dim == 1 ? 1 : uint64_t(n);
-    rs.batchRows = uint64_t(n) * uint64_t(s);
-    rs.cosRows = uint64_t(a.cos.shape[0]) * uint64_t(s);
-    rs.cosBatched = a.cos.shape[0] != 1;
+    a.shape[i] = ascend::RopeShapeOf(x.shape, a.cos.shape[0], dim);
   }
   if (a.in[0].shape[0] != a.in[1].shape[0] || a.in[0].shape[3] != a.in[1].shape[3]) {
     Invalid(op, std::string(r.names[1]) + " has shape " + ShapeString(a.in[1].shape) + " but " + r.names[0] +

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "elementwise_tiling.h"
 #include "row_tiling.h"
@@ -45,6 +46,21 @@ struct RopeShape {
   uint64_t cosRows = 0;    // rows of cos (1 or B) * S
   bool cosBatched = false; // cos has x's batch (else batch 1, broadcast)
 };
+
+// The RopeShape of x, 4-D [B, N, S, D] (unsqueeze_dim 1) or [B, S, N, D] (2), with
+// cos/sin of batch cosBatch (1 or B). The caller has checked the layout.
+inline RopeShape RopeShapeOf(const std::vector<int64_t>& x, int64_t cosBatch, int64_t unsqueezeDim) {
+  const uint64_t n = uint64_t(x.at(unsqueezeDim == 1 ? 1 : 2));
+  RopeShape s;
+  s.seqLen = uint64_t(x.at(unsqueezeDim == 1 ? 2 : 1));
+  s.dim = uint64_t(x.at(3));
+  s.rows = uint64_t(x.at(0)) * n * s.seqLen;
+  s.seqDiv = unsqueezeDim == 1 ? 1 : n;
+  s.batchRows = n * s.seqLen;
+  s.cosRows = uint64_t(cosBatch) * s.seqLen;
+  s.cosBatched = cosBatch != 1;
+  return s;
+}
 
 inline uint64_t RopeScratchFloats(uint32_t dtype, uint64_t half) {
   const uint64_t hf = RoundUp(half, 8);
@@ -101,6 +117,22 @@ template <typename TilingData>
 uint64_t RopeTilingUbBytes(const TilingData& t) {
   if (t.rows == 0 || t.dim == 0) return 0;
   return RopeUbBytes(t.dataType, t.rowsPerTile, t.halfStride, t.half);
+}
+
+// The tiling inspector of a rotary entry: shapes q, k, cos (4-D, 4-D, 3-D), attr
+// unsqueeze_dim (1 or 2); one TilingData per launch (q, then k). `compute` is the
+// entry's tiling function.
+template <typename Compute>
+std::vector<TilingFields> InspectRope(const TilingQuery& q, const SocSpec& soc, const Compute& compute) {
+  const int64_t unsqueeze = q.attrs.count("unsqueeze_dim") ? int64_t(q.attrs.at("unsqueeze_dim")) : 1;
+  std::vector<TilingFields> out;
+  for (int i = 0; i < 2; ++i) {
+    const auto t = compute(RopeShapeOf(q.shapes.at(i), q.shapes.at(2).at(0), unsqueeze), q.dtype, soc);
+    TilingFields fields = DumpTiling(t);
+    fields.emplace_back("_ubBytes", double(RopeTilingUbBytes(t)));
+    out.push_back(fields);
+  }
+  return out;
 }
 
 }  // namespace op_ext::ascend
