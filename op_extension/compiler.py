@@ -346,8 +346,9 @@ class _Rewriter:
             if not _same_tensor_type(a, b, total):
                 continue
             weight = norm.args[2]
-            first_user = min(total.users, key=_position(self.graph))
-            if weight is not None and _position(self.graph)(weight) > _position(self.graph)(first_user):
+            position = _position(self.graph)  # the graph changes between norms: once per norm
+            first_user = min(total.users, key=position)
+            if weight is not None and position(weight) > position(first_user):
                 continue
             with self.graph.inserting_before(first_user):
                 fused = self.graph.call_function(torch.ops.custom.fused_add_rms_norm.default,
