@@ -1,7 +1,11 @@
 """Builds op_extension._C: the custom ops' schemas, glue and kernels.
 
 Sources are found by folder, so adding an op adds files, never a line here:
-  op_extension/csrc/torch_ext/*.cpp     torch glue (schemas, CPU glue, autograd)
+  op_extension/csrc/torch_ext/*.cpp     torch glue (schemas, CPU glue, fast path); each
+                                        op's glue is ops/<op>.h, registered for every
+                                        device by the generated op_ext_glue.h
+  op_extension/csrc/torch_ext/autograd/*.cpp   autograd written by hand (the rest is
+                                        derived from the prototypes: _cpp_gen.py)
   op_extension/csrc/kernel/cpu/*.cpp    CPU kernels; each file that registers kernels
                                         is compiled once per instruction set
   op_extension/csrc/kernel/cuda/*.cu    CUDA kernels (when CUDA is built)
@@ -153,14 +157,6 @@ def build_config() -> BuildConfig:
     )
 
 
-def load_protos_module():
-    spec = importlib.util.spec_from_file_location("_op_ext_protos", ROOT / "op_extension" / "_protos.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def write_if_changed(path: Path, text: str) -> None:
     # Unchanged files keep their timestamps, so ninja rebuilds nothing.
     if not path.exists() or path.read_text() != text:
@@ -168,9 +164,15 @@ def write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def generate_schema_header() -> None:
-    protos = load_protos_module()
-    write_if_changed(GENERATED / "op_ext_schemas.h", protos.generate_cpp_header(protos.load_protos(ROOT / "op_protos")))
+def generate_sources() -> list[str]:
+    """Writes what the prototypes determine into build/generated: the schemas and
+    dtype lists, the typed handles, the registration of every op's glue and the
+    derived autograd (op_extension/_cpp_gen.py). Returns the generated sources."""
+    spec = importlib.util.spec_from_file_location("_op_ext_cpp_gen", ROOT / "op_extension" / "_cpp_gen.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return [p.as_posix() for p in module.generate_all(GENERATED, ROOT)]
 
 
 def isa_variant_sources(isas: tuple[str, ...]) -> list[str]:
@@ -211,8 +213,10 @@ def isa_variant_sources(isas: tuple[str, ...]) -> list[str]:
 
 
 def extensions(config: BuildConfig):
-    generate_schema_header()
-    sources = sorted(p.as_posix() for p in (CSRC / "torch_ext").glob("*.cpp"))
+    sources = generate_sources()
+    # The torch glue, and the autograd of the ops whose derivative is written by hand.
+    sources += sorted(p.as_posix() for p in (CSRC / "torch_ext").glob("*.cpp"))
+    sources += sorted(p.as_posix() for p in (CSRC / "torch_ext" / "autograd").glob("*.cpp"))
     sources.append((CSRC / "kernel" / "cpu" / "dispatch.cpp").as_posix())
     sources += isa_variant_sources(config.cpu_isas)
     opt = config.optimisation("-O3")
@@ -293,7 +297,7 @@ def cuda_sim_extension(config: BuildConfig):
     CPU harness (csrc/cuda_sim/include stands in for the CUDA headers, -DOP_EXT_CUDA_SIM),
     the shared op glue, and the harness's misuse test kernels. Built in every
     configuration: it needs neither a GPU nor nvcc."""
-    generate_schema_header()
+    generate_sources()
     sources = []
     # One wrapper per .cu, so that g++ (not nvcc) compiles it: a new kernel file is
     # picked up without touching this file.

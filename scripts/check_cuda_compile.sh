@@ -224,16 +224,8 @@ EOF
 )
 mkdir -p "$tmp/stub/c10/cuda/impl" "$tmp/generated"
 printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' > "$tmp/stub/c10/cuda/impl/cuda_cmake_macros.h"
-# The schema header setup.py generates from the prototypes.
-"$PYTHON" - "$tmp/generated/op_ext_schemas.h" <<'EOF'
-import importlib.util, sys
-from pathlib import Path
-spec = importlib.util.spec_from_file_location("_op_ext_protos", "op_extension/_protos.py")
-protos = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = protos
-spec.loader.exec_module(protos)
-Path(sys.argv[1]).write_text(protos.generate_cpp_header(protos.load_protos(Path("op_protos"))))
-EOF
+# What setup.py generates from the prototypes (schemas, handles, every op's glue).
+"$PYTHON" op_extension/_cpp_gen.py "$tmp/generated"
 for cpp in "${glue[@]}"; do
   echo "   g++ -fsyntax-only ($torch_std, torch headers + CUDA runtime): $cpp"
   g++ -std="$torch_std" -fsyntax-only -Wall -Werror -Wno-unknown-pragmas \

@@ -109,20 +109,10 @@ fi
 npu_include="$CACHE_DIR/torch_npu/$(cat "$marker")/include"
 npu_exports="$CACHE_DIR/torch_npu/$(cat "$marker")/libtorch_npu.exports"
 
-# The generated schema header, as setup.py writes it (op_extension/_protos.py
-# imports only the standard library).
+# What setup.py generates from the prototypes (schemas, handles, every op's glue;
+# op_extension/_cpp_gen.py imports only the standard library).
 mkdir -p "$tmp/generated"
-"$PY" - "$tmp/generated/op_ext_schemas.h" <<'EOF'
-import importlib.util
-import sys
-
-spec = importlib.util.spec_from_file_location("_op_ext_protos", "op_extension/_protos.py")
-protos = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = protos
-spec.loader.exec_module(protos)
-with open(sys.argv[1], "w") as f:
-    f.write(protos.generate_cpp_header(protos.load_protos()))
-EOF
+"$PY" op_extension/_cpp_gen.py "$tmp/generated"
 
 # torch's include paths and the C++ standard its BuildExtension compiles with.
 mapfile -t torch_flags < <("$PY" - <<'EOF'

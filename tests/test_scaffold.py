@@ -47,6 +47,7 @@ EXPECTED = {
     "op_extension/csrc/kernel/cpu/scale_shift.cpp",
     "op_extension/csrc/kernel/cuda/scale_shift.cuh",
     "op_extension/csrc/kernel/cuda/scale_shift.cu",
+    "op_extension/csrc/torch_ext/ops/scale_shift.h",
     *(f"op_extension/csrc/{f}" for op in ("scale_shift", "scale_shift_backward") for f in (
         f"kernel/ascendc/{op}_custom.cpp", f"host/tiling/{op}_custom_tiling.h",
         f"host/tiling/{op}_custom_tiling.cpp", f"host/aclnn/aclnn_{op}_custom.h",
@@ -177,6 +178,48 @@ def test_ascend_files_compile_under_the_simulator(tree, tmp_path):
                     f"host/aclnn/aclnn_{op}_custom.cpp"):
             syntax_check(f'#include "{tree / "op_extension/csrc" / rel}"\n', includes, ["OP_EXT_ASCEND_SIM=1"],
                          tmp_path)
+
+
+def test_the_op_is_registered_and_differentiable_without_a_shared_file_edit(tree, tmp_path):
+    """The repository's C++ plus the scaffolded files, with nothing else edited:
+    the build's generated registration (every op's glue under a device key),
+    typed handles and derived autograd compile with the new op in them."""
+    from op_extension import _cpp_gen
+
+    csrc = tmp_path / "csrc"
+    shutil.copytree(CSRC, csrc, ignore=shutil.ignore_patterns("*.o", "*.so"))
+    protos_dir = tmp_path / "op_protos"
+    shutil.copytree(ROOT / "op_protos", protos_dir)
+    shutil.copy(tree / "op_protos/scale_shift.json", protos_dir)
+    for rel in EXPECTED:  # the scaffold's files, as it wrote them
+        source, target = tree / rel, tmp_path / rel.replace("op_extension/csrc", "csrc")
+        if rel.startswith("tests/"):
+            continue
+        assert not target.exists(), f"the scaffold's {rel} exists in the repository"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, target)
+    protos = _protos.load_protos(protos_dir)
+    assert {"scale_shift", "scale_shift_backward"} <= set(protos)
+    generated = tmp_path / "generated"
+    generated.mkdir()
+    (generated / "op_ext_schemas.h").write_text(_protos.generate_cpp_header(protos))
+    _cpp_gen.write_all(protos, csrc, generated, lambda path, text: path.write_text(text))
+    glue = (generated / "op_ext_glue.h").read_text()
+    assert 'm.impl("scale_shift", &glue::scale_shift<Kernels>);' in glue
+    assert 'm.impl("scale_shift_backward", &glue::scale_shift_backward<Kernels>);' in glue
+    autograd = (generated / "op_ext_autograd.cpp").read_text()
+    assert "class ScaleShiftFunction" in autograd and 'm.impl("scale_shift", &scale_shift_autograd);' in autograd
+    assert "scale_shift_op()" in (generated / "op_ext_handles.h").read_text()
+    includes = [generated, csrc / "torch_ext"]
+    syntax_check('#include "op_ext_glue.h"\n'
+                 "struct AnyKernels {\n"
+                 "  explicit AnyKernels(const at::Tensor&) {}\n"
+                 "  template <typename Args>\n"
+                 "  void operator()(const op_ext::cpu::KernelStub<Args>& k, op_ext::cpu::DType d, const Args& a) const { k(d, a); }\n"
+                 "};\n"
+                 "TORCH_LIBRARY_IMPL(custom, CPU, m) { op_ext::glue::register_ops<AnyKernels>(m); }\n",
+                 includes, [], tmp_path)
+    syntax_check((generated / "op_ext_autograd.cpp").read_text(), includes, [], tmp_path)
 
 
 def test_the_scaffold_module_plans_without_writing(tmp_path):

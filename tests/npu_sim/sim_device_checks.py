@@ -60,16 +60,12 @@ def has_aclnn(op: str) -> bool:
 def _build() -> None:
     from torch.utils.cpp_extension import load
 
-    spec = importlib.util.spec_from_file_location("_protos_for_npu_sim", ROOT / "op_extension" / "_protos.py")
-    protos = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = protos
-    spec.loader.exec_module(protos)
+    spec = importlib.util.spec_from_file_location("_cpp_gen_for_npu_sim", ROOT / "op_extension" / "_cpp_gen.py")
+    cpp_gen = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = cpp_gen
+    spec.loader.exec_module(cpp_gen)
     generated = BUILD_DIR / "generated"
-    generated.mkdir(parents=True, exist_ok=True)
-    header = generated / "op_ext_schemas.h"
-    text = protos.generate_cpp_header(protos.load_protos(ROOT / "op_protos"))
-    if not header.exists() or header.read_text() != text:
-        header.write_text(text)
+    cpp_gen.generate_all(generated, ROOT)  # rewrites only what changed
 
     sources = [CSRC / "torch_ext" / "npu" / "npu_ops.cpp", CSRC / "torch_ext" / "npu" / "aclnn_call.cpp",
                CSRC / "torch_ext" / "checks.cpp", HERE / "sim_npu_device.cpp", HERE / "missing_aclnn_entries.cpp"]

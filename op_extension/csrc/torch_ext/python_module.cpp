@@ -26,11 +26,14 @@
 #include <vector>
 
 #include "../kernel/cpu/cpu_kernels.h"
-#include "op_handles.h"
+#include "op_ext_handles.h"
 #include "transforms.h"
 
 namespace op_ext {
 namespace {
+
+using at::Tensor;
+using OptTensor = std::optional<at::Tensor>;
 
 // ---- argument unpacking: each raises a Python TypeError naming the op ----------
 

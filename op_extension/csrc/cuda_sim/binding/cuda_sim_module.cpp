@@ -1,12 +1,13 @@
 // op_extension._cuda_sim: the CUDA kernels (kernel/cuda/*.cu, compiled by g++
 // with OP_EXT_CUDA_SIM) run on the CPU harness, for CPU tensors.
 //
-// The ops are the real ones: the shared glue (torch_ext/ops_glue.h: checks,
+// The ops are the real ones: every op's glue (torch_ext/ops/<op>.h: checks,
 // dense inputs, outputs, args structs) with a Kernels type that calls the CUDA
-// launchers, registered as torch.ops.cuda_sim.<op> with the schemas of
-// torch.ops.custom.<op>. So the sim runs exactly what cuda_ops.cpp runs on a
-// GPU; only the memory is the host's. Every output (and workspace) is filled with
-// NaN bits before the launch, so an element a kernel forgets to write shows.
+// launchers registered in the kernels' stubs, registered as
+// torch.ops.cuda_sim.<op> with the schemas of torch.ops.custom.<op> (both
+// generated from the prototypes). So the sim runs exactly what cuda_ops.cpp runs
+// on a GPU; only the memory is the host's. Every output (and workspace) is filled
+// with NaN bits before the launch, so an element a kernel forgets to write shows.
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -14,10 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "../../kernel/cuda/cuda_kernels.h"
+#include <c10/core/CPUAllocator.h>
+
 #include "../../kernel/cuda/rotary_embedding.cuh"
-#include "../../torch_ext/ops_glue.h"
 #include "cuda_sim/runtime.h"
+#include "op_ext_glue.h"
 #include "op_ext_schemas.h"
 
 extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name);
@@ -26,108 +28,56 @@ extern "C" float op_ext_cuda_sim_order_dependent_sum();
 namespace op_ext {
 namespace {
 
-size_t element_size(cpu::DType d) {
-  switch (d) {
-    case cpu::DType::Float64:
-      return 8;
-    case cpu::DType::Float32:
-      return 4;
-    default:
-      return 2;
-  }
-}
+// Every CPU allocation made while one of this module's ops runs (its outputs,
+// the CUDA launchers' workspaces) is filled with NaN bits first, so an element
+// a kernel forgets to write shows in the tests, whatever the op. The module's
+// ops run on the CPU, so their allocations come from torch's CPU allocator,
+// which this one wraps; outside an op it passes allocations through untouched.
+thread_local int poisoning_depth = 0;
 
-class SimKernels {
+class PoisoningAllocator final : public c10::Allocator {
  public:
-  explicit SimKernels(const Tensor&) {}
+  explicit PoisoningAllocator(c10::Allocator* base) : base_(base) {}
 
-  void add(cpu::DType d, const cpu::AddArgs& a) const {
-    int64_t n = 1;
-    for (int i = 0; i < a.ndim; ++i) n *= a.sizes[i];
-    poison(a.out, n, d);
-    cuda::add_forward(d, a, nullptr);
+  c10::DataPtr allocate(size_t bytes) override {
+    c10::DataPtr data = base_->allocate(bytes);
+    // All-ones bits: NaN in every floating dtype.
+    if (poisoning_depth > 0 && bytes > 0) std::memset(data.get(), 0xff, bytes);
+    return data;
   }
-  void reduce_to(cpu::DType d, const cpu::ReduceToArgs& a) const {
-    int64_t n = 1;
-    for (int i = 0; i < a.ndim; ++i) n *= a.reduced[i] ? 1 : a.sizes[i];
-    poison(a.out, n, d);
-    const Tensor ws = workspace(cuda::reduce_to_workspace_bytes(d, a));
-    cuda::reduce_to(d, a, ws.data_ptr(), nullptr);
-  }
-  void gelu_forward(cpu::DType d, const cpu::GeluArgs& a) const {
-    poison(a.output, a.n, d);
-    cuda::gelu_forward(d, a, nullptr);
-  }
-  void gelu_backward(cpu::DType d, const cpu::GeluBackwardArgs& a) const {
-    poison(a.grad_input, a.n, d);
-    cuda::gelu_backward(d, a, nullptr);
-  }
-  void swiglu_forward(cpu::DType d, const cpu::GluArgs& a) const {
-    poison(a.output, a.n, d);
-    cuda::swiglu_forward(d, a, nullptr);
-  }
-  void swiglu_backward(cpu::DType d, const cpu::GluBackwardArgs& a) const {
-    poison(a.grad_gate, a.n, d);
-    poison(a.grad_up, a.n, d);
-    cuda::swiglu_backward(d, a, nullptr);
-  }
-  void geglu_forward(cpu::DType d, const cpu::GluArgs& a) const {
-    poison(a.output, a.n, d);
-    cuda::geglu_forward(d, a, nullptr);
-  }
-  void geglu_backward(cpu::DType d, const cpu::GluBackwardArgs& a) const {
-    poison(a.grad_gate, a.n, d);
-    poison(a.grad_up, a.n, d);
-    cuda::geglu_backward(d, a, nullptr);
-  }
-  void rms_norm_forward(cpu::DType d, const cpu::RmsNormArgs& a) const {
-    poison(a.output, a.rows * a.cols, d);
-    poison(a.residual_out, a.rows * a.cols, d);
-    cuda::rms_norm_forward(d, a, nullptr);
-  }
-  void rms_norm_backward(cpu::DType d, const cpu::RmsNormBackwardArgs& a) const {
-    poison(a.grad_input, a.rows * a.cols, d);
-    poison(a.grad_weight, a.cols, d);
-    const Tensor ws = workspace(cuda::rms_norm_backward_workspace_bytes(d, a));
-    cuda::rms_norm_backward(d, a, ws.data_ptr(), nullptr);
-  }
-  void layer_norm_forward(cpu::DType d, const cpu::LayerNormArgs& a) const {
-    poison(a.output, a.rows * a.cols, d);
-    cuda::layer_norm_forward(d, a, nullptr);
-  }
-  void layer_norm_backward(cpu::DType d, const cpu::LayerNormBackwardArgs& a) const {
-    poison(a.grad_input, a.rows * a.cols, d);
-    poison(a.grad_weight, a.cols, d);
-    poison(a.grad_bias, a.cols, d);
-    const Tensor ws = workspace(cuda::layer_norm_backward_workspace_bytes(d, a));
-    cuda::layer_norm_backward(d, a, ws.data_ptr(), nullptr);
-  }
-  void softmax_forward(cpu::DType d, const cpu::SoftmaxArgs& a) const {
-    poison(a.output, a.outer * a.dim_size * a.inner, d);
-    cuda::softmax_forward(d, a, nullptr);
-  }
-  void softmax_backward(cpu::DType d, const cpu::SoftmaxBackwardArgs& a) const {
-    poison(a.grad_input, a.outer * a.dim_size * a.inner, d);
-    cuda::softmax_backward(d, a, nullptr);
-  }
-  void rotary_embedding_forward(cpu::DType d, const cpu::RotaryEmbeddingArgs& a) const {
-    poison(a.output, a.rows * a.dim, d);
-    cuda::rotary_embedding_forward(d, a, nullptr);
-  }
-  void rotary_embedding_backward(cpu::DType d, const cpu::RotaryEmbeddingArgs& a) const {
-    poison(a.output, a.rows * a.dim, d);
-    cuda::rotary_embedding_backward(d, a, nullptr);
+  c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
+  bool is_simple_data_ptr(const c10::DataPtr& data) const override { return base_->is_simple_data_ptr(data); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    base_->copy_data(dest, src, count);
   }
 
  private:
-  // All-ones bits: NaN in every floating dtype.
-  static void poison(void* p, int64_t n, cpu::DType d) {
-    if (p != nullptr && n > 0) std::memset(p, 0xff, static_cast<size_t>(n) * element_size(d));
-  }
-  static Tensor workspace(size_t bytes) {
-    Tensor t = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
-    if (bytes > 0) std::memset(t.data_ptr(), 0xff, bytes);
-    return t;
+  c10::Allocator* base_;
+};
+
+void install_poisoning_allocator() {
+  static PoisoningAllocator allocator(c10::GetCPUAllocator());
+  // Priority 1: above torch's default CPU allocator (0).
+  c10::SetCPUAllocator(&allocator, 1);
+}
+
+// Runs each kernel's CUDA launcher (registered in its stub by the .cu file,
+// compiled here by g++) on the harness, with the workspace it asks for.
+class SimKernels {
+ public:
+  explicit SimKernels(const Tensor&) { ++poisoning_depth; }
+  ~SimKernels() { --poisoning_depth; }
+  SimKernels(const SimKernels&) = delete;
+  SimKernels& operator=(const SimKernels&) = delete;
+
+  template <typename Args>
+  void operator()(const cpu::KernelStub<Args>& kernel, cpu::DType dtype, const Args& args) const {
+    TORCH_CHECK(kernel.cuda_fn != nullptr, "cuda_sim: the kernel ", kernel.name,
+                " has no CUDA launcher (its .cu file registers none with OP_EXT_REGISTER_CUDA_KERNEL)");
+    const Tensor workspace = kernel.cuda_workspace_bytes != nullptr
+                                 ? at::empty({static_cast<int64_t>(kernel.cuda_workspace_bytes(dtype, args))}, at::kByte)
+                                 : Tensor();
+    kernel.cuda_fn(dtype, args, {nullptr, workspace.defined() ? workspace.data_ptr() : nullptr});
   }
 };
 
@@ -232,6 +182,7 @@ TORCH_LIBRARY_IMPL(cuda_sim, CPU, m) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "CUDA kernels on the CPU harness; see op_extension.cuda_sim";
+  op_ext::install_poisoning_allocator();
   m.def("set_arch", &op_ext::set_arch);
   m.def("set_block_order", &op_ext::set_block_order);
   m.def("_run_misuse", &op_ext_cuda_sim_run_misuse_kernel);

@@ -7,6 +7,7 @@
 // otherwise; outputs never alias inputs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace op_ext::cpu {
@@ -143,14 +144,37 @@ struct GluBackwardArgs {
 template <typename Args>
 using KernelFn = void (*)(DType, const Args&);
 
-// Variants of one kernel, one per instruction set, filled in by static
-// registration from each variant's translation unit.
+// Where a device kernel runs: the stream (a cudaStream_t) and the workspace the
+// device glue allocated for it (nullptr when the kernel asks for none). Opaque
+// here, so that this header stays free of CUDA as well as of torch.
+struct DeviceLaunch {
+  void* stream;
+  void* workspace;
+};
+
+// One kernel, as the glue names it (torch_ext/ops/<op>.h calls
+// kernels(cpu::<kernel>, dtype, args)): its CPU variants, one per instruction
+// set, filled in by static registration from each variant's translation unit
+// (register_kernel.h), and its CUDA launcher, registered by the kernel's .cu file
+// (kernel/cuda/cuda_kernels.h), as ATen's DispatchStub keeps its CPU and CUDA
+// slots. Declared `inline` in the kernel's own header, so a new kernel adds no
+// line to a shared file; constant-initialised, so the registrations may run in
+// any order.
 template <typename Args>
 struct KernelStub {
+  using ArgsType = Args;
+
+  constexpr explicit KernelStub(const char* kernel_name) : name(kernel_name) {}
+
+  const char* name;
   KernelFn<Args> default_fn = nullptr;
   KernelFn<Args> avx2_fn = nullptr;
   KernelFn<Args> avx512_fn = nullptr;
+  void (*cuda_fn)(DType, const Args&, const DeviceLaunch&) = nullptr;
+  // Bytes of workspace the CUDA launcher needs; nullptr: none.
+  size_t (*cuda_workspace_bytes)(DType, const Args&) = nullptr;
 
+  // Runs the best CPU variant.
   void operator()(DType dtype, const Args& args) const;
 };
 
@@ -177,19 +201,19 @@ void KernelStub<Args>::operator()(DType dtype, const Args& args) const {
   fn(dtype, args);
 }
 
-extern KernelStub<AddArgs> add_forward;
-extern KernelStub<ReduceToArgs> reduce_to;
-extern KernelStub<GeluArgs> gelu_forward;
-extern KernelStub<GeluBackwardArgs> gelu_backward;
-extern KernelStub<GluArgs> swiglu_forward;
-extern KernelStub<GluBackwardArgs> swiglu_backward;
-extern KernelStub<GluArgs> geglu_forward;
-extern KernelStub<GluBackwardArgs> geglu_backward;
-extern KernelStub<RmsNormArgs> rms_norm_forward;
-extern KernelStub<RmsNormBackwardArgs> rms_norm_backward;
-extern KernelStub<LayerNormArgs> layer_norm_forward;
-extern KernelStub<LayerNormBackwardArgs> layer_norm_backward;
-extern KernelStub<SoftmaxArgs> softmax_forward;
-extern KernelStub<SoftmaxBackwardArgs> softmax_backward;
+inline KernelStub<AddArgs> add_forward{"add_forward"};
+inline KernelStub<ReduceToArgs> reduce_to{"reduce_to"};
+inline KernelStub<GeluArgs> gelu_forward{"gelu_forward"};
+inline KernelStub<GeluBackwardArgs> gelu_backward{"gelu_backward"};
+inline KernelStub<GluArgs> swiglu_forward{"swiglu_forward"};
+inline KernelStub<GluBackwardArgs> swiglu_backward{"swiglu_backward"};
+inline KernelStub<GluArgs> geglu_forward{"geglu_forward"};
+inline KernelStub<GluBackwardArgs> geglu_backward{"geglu_backward"};
+inline KernelStub<RmsNormArgs> rms_norm_forward{"rms_norm_forward"};
+inline KernelStub<RmsNormBackwardArgs> rms_norm_backward{"rms_norm_backward"};
+inline KernelStub<LayerNormArgs> layer_norm_forward{"layer_norm_forward"};
+inline KernelStub<LayerNormBackwardArgs> layer_norm_backward{"layer_norm_backward"};
+inline KernelStub<SoftmaxArgs> softmax_forward{"softmax_forward"};
+inline KernelStub<SoftmaxBackwardArgs> softmax_backward{"softmax_backward"};
 
 }  // namespace op_ext::cpu

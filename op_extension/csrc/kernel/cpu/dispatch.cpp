@@ -1,6 +1,6 @@
-// Storage for the kernel stubs and the choice of instruction set.
-// Compiled once, without ISA flags: the variants register themselves into the
-// stubs from their own translation units (see register_kernel.h).
+// The choice of instruction set for the kernel stubs (cpu_kernels.h). Compiled
+// once, without ISA flags: the variants register themselves into the stubs from
+// their own translation units (see register_kernel.h).
 #include "cpu_kernels.h"
 
 #include <atomic>
@@ -8,21 +8,6 @@
 #include <cstring>
 
 namespace op_ext::cpu {
-
-KernelStub<AddArgs> add_forward;
-KernelStub<ReduceToArgs> reduce_to;
-KernelStub<GeluArgs> gelu_forward;
-KernelStub<GeluBackwardArgs> gelu_backward;
-KernelStub<GluArgs> swiglu_forward;
-KernelStub<GluBackwardArgs> swiglu_backward;
-KernelStub<GluArgs> geglu_forward;
-KernelStub<GluBackwardArgs> geglu_backward;
-KernelStub<RmsNormArgs> rms_norm_forward;
-KernelStub<RmsNormBackwardArgs> rms_norm_backward;
-KernelStub<LayerNormArgs> layer_norm_forward;
-KernelStub<LayerNormBackwardArgs> layer_norm_backward;
-KernelStub<SoftmaxArgs> softmax_forward;
-KernelStub<SoftmaxBackwardArgs> softmax_backward;
 
 namespace {
 

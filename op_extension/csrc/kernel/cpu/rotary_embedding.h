@@ -35,7 +35,7 @@ struct RotaryEmbeddingArgs {
 };
 
 // Filled by rotary_embedding.cpp, once per instruction set (register_kernel.h).
-inline KernelStub<RotaryEmbeddingArgs> rotary_embedding_forward;
-inline KernelStub<RotaryEmbeddingArgs> rotary_embedding_backward;
+inline KernelStub<RotaryEmbeddingArgs> rotary_embedding_forward{"rotary_embedding_forward"};
+inline KernelStub<RotaryEmbeddingArgs> rotary_embedding_backward{"rotary_embedding_backward"};
 
 }  // namespace op_ext::cpu

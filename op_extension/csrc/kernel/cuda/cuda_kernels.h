@@ -4,8 +4,11 @@
 //
 // The args structs are the torch-free contract of kernel/cpu/cpu_kernels.h
 // (same fields, same meaning: dense row-major tensors unless a stride says
-// otherwise, outputs never alias inputs), so one glue (torch_ext/ops_glue.h)
-// fills them for every device. Pointers here point to device memory.
+// otherwise, outputs never alias inputs), so one glue (torch_ext/ops/<op>.h)
+// fills them for every device. Pointers here point to device memory. Each .cu
+// file registers its launchers in the kernels' stubs (OP_EXT_REGISTER_CUDA_KERNEL
+// below), where the device glue (torch_ext/cuda/cuda_ops.cpp, the CUDA harness)
+// finds them: a new kernel adds no line to a shared file.
 //
 // Every launcher returns without launching when there is nothing to compute,
 // launches on `stream` only, and never synchronises or allocates, so that it can
@@ -68,3 +71,32 @@ void softmax_forward(DType dtype, const SoftmaxArgs& args, cudaStream_t stream);
 void softmax_backward(DType dtype, const SoftmaxBackwardArgs& args, cudaStream_t stream);
 
 }  // namespace op_ext::cuda
+
+#define OP_EXT_CUDA_CONCAT_INNER(a, b) a##b
+#define OP_EXT_CUDA_CONCAT(a, b) OP_EXT_CUDA_CONCAT_INNER(a, b)
+
+// In namespace op_ext::cuda of a .cu file: `launcher(dtype, args, stream)` becomes
+// the CUDA launcher of the stub cpu::<stub>, run at load time of the extension.
+#define OP_EXT_REGISTER_CUDA_KERNEL(stub, launcher)                                                     \
+  static const bool OP_EXT_CUDA_CONCAT(op_ext_cuda_registered_, stub) = [] {                            \
+    using StubArgs = decltype(::op_ext::cpu::stub)::ArgsType;                                           \
+    ::op_ext::cpu::stub.cuda_fn = [](::op_ext::cpu::DType d, const StubArgs& a,                         \
+                                     const ::op_ext::cpu::DeviceLaunch& l) {                            \
+      launcher(d, a, static_cast<cudaStream_t>(l.stream));                                              \
+    };                                                                                                  \
+    return true;                                                                                        \
+  }()
+
+// The same for a launcher that takes a workspace, `launcher(dtype, args,
+// workspace, stream)`, of `workspace_bytes(dtype, args)` bytes that the device
+// glue allocates on the stream.
+#define OP_EXT_REGISTER_CUDA_KERNEL_WITH_WORKSPACE(stub, launcher, workspace_bytes)                     \
+  static const bool OP_EXT_CUDA_CONCAT(op_ext_cuda_registered_, stub) = [] {                            \
+    using StubArgs = decltype(::op_ext::cpu::stub)::ArgsType;                                           \
+    ::op_ext::cpu::stub.cuda_fn = [](::op_ext::cpu::DType d, const StubArgs& a,                         \
+                                     const ::op_ext::cpu::DeviceLaunch& l) {                            \
+      launcher(d, a, l.workspace, static_cast<cudaStream_t>(l.stream));                                 \
+    };                                                                                                  \
+    ::op_ext::cpu::stub.cuda_workspace_bytes = &workspace_bytes;                                        \
+    return true;                                                                                        \
+  }()

@@ -1,6 +1,6 @@
-// CUDA implementations of the custom ops: the shared glue (../ops_glue.h:
-// checks, dense inputs, outputs) running the CUDA launchers of
-// kernel/cuda/cuda_kernels.h.
+// CUDA implementations of the custom ops: every op's glue (../ops/<op>.h:
+// checks, dense inputs, outputs) running the CUDA launchers that the .cu files
+// registered in the kernels' stubs (kernel/cuda/cuda_kernels.h).
 //
 // Every launch happens under a device guard for the tensors' device, on that
 // device's current stream (so user streams, CUDA graphs and
@@ -14,9 +14,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include "../../kernel/cuda/cuda_kernels.h"
-#include "../../kernel/cuda/rotary_embedding.cuh"
-#include "../ops_glue.h"
+#include "op_ext_glue.h"
 
 namespace op_ext {
 namespace {
@@ -26,56 +24,17 @@ class CudaKernels {
   // Only remembers where the op's tensors are; the glue's checks run next.
   explicit CudaKernels(const Tensor& ref) : options_(ref.options()) {}
 
-  void add(cpu::DType d, const cpu::AddArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::add_forward(d, a, s); });
-  }
-  void reduce_to(cpu::DType d, const cpu::ReduceToArgs& a) const {
-    const Tensor workspace = allocate(cuda::reduce_to_workspace_bytes(d, a));
-    launch([&](cudaStream_t s) { cuda::reduce_to(d, a, workspace.data_ptr(), s); });
-  }
-  void gelu_forward(cpu::DType d, const cpu::GeluArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::gelu_forward(d, a, s); });
-  }
-  void gelu_backward(cpu::DType d, const cpu::GeluBackwardArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::gelu_backward(d, a, s); });
-  }
-  void swiglu_forward(cpu::DType d, const cpu::GluArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::swiglu_forward(d, a, s); });
-  }
-  void swiglu_backward(cpu::DType d, const cpu::GluBackwardArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::swiglu_backward(d, a, s); });
-  }
-  void geglu_forward(cpu::DType d, const cpu::GluArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::geglu_forward(d, a, s); });
-  }
-  void geglu_backward(cpu::DType d, const cpu::GluBackwardArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::geglu_backward(d, a, s); });
-  }
-  void rms_norm_forward(cpu::DType d, const cpu::RmsNormArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::rms_norm_forward(d, a, s); });
-  }
-  void rms_norm_backward(cpu::DType d, const cpu::RmsNormBackwardArgs& a) const {
-    const Tensor workspace = allocate(cuda::rms_norm_backward_workspace_bytes(d, a));
-    launch([&](cudaStream_t s) { cuda::rms_norm_backward(d, a, workspace.data_ptr(), s); });
-  }
-  void layer_norm_forward(cpu::DType d, const cpu::LayerNormArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::layer_norm_forward(d, a, s); });
-  }
-  void layer_norm_backward(cpu::DType d, const cpu::LayerNormBackwardArgs& a) const {
-    const Tensor workspace = allocate(cuda::layer_norm_backward_workspace_bytes(d, a));
-    launch([&](cudaStream_t s) { cuda::layer_norm_backward(d, a, workspace.data_ptr(), s); });
-  }
-  void softmax_forward(cpu::DType d, const cpu::SoftmaxArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::softmax_forward(d, a, s); });
-  }
-  void softmax_backward(cpu::DType d, const cpu::SoftmaxBackwardArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::softmax_backward(d, a, s); });
-  }
-  void rotary_embedding_forward(cpu::DType d, const cpu::RotaryEmbeddingArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::rotary_embedding_forward(d, a, s); });
-  }
-  void rotary_embedding_backward(cpu::DType d, const cpu::RotaryEmbeddingArgs& a) const {
-    launch([&](cudaStream_t s) { cuda::rotary_embedding_backward(d, a, s); });
+  // Runs the CUDA launcher that the kernel's .cu file registered in its stub,
+  // with the workspace it asks for.
+  template <typename Args>
+  void operator()(const cpu::KernelStub<Args>& kernel, cpu::DType dtype, const Args& args) const {
+    TORCH_CHECK(kernel.cuda_fn != nullptr, "op_extension: the kernel ", kernel.name,
+                " has no CUDA launcher (its .cu file registers none with OP_EXT_REGISTER_CUDA_KERNEL)");
+    const Tensor workspace =
+        kernel.cuda_workspace_bytes != nullptr ? allocate(kernel.cuda_workspace_bytes(dtype, args)) : Tensor();
+    launch([&](cudaStream_t s) {
+      kernel.cuda_fn(dtype, args, {s, workspace.defined() ? workspace.data_ptr() : nullptr});
+    });
   }
 
  private:

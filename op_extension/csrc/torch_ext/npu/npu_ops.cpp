@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "../checks.h"
-#include "../ops_glue.h"
+#include "op_ext_glue.h"
 #include "aclnn_add_custom.h"
 #include "aclnn_add_grad_custom.h"
 #include "aclnn_call.h"

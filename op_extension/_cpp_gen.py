@@ -1,0 +1,418 @@
+"""The C++ that the prototypes determine, generated into build/generated at build time.
+
+setup.py calls these with the parsed prototypes (``_protos.load_protos``); nothing
+here is hand-maintained per op:
+
+    op_ext_handles.h    a typed dispatcher handle per op (``<name>_op()``), its C++
+                        signature derived from the schema
+    op_ext_glue.h       includes each op's glue header (csrc/torch_ext/ops/<forward>.h)
+                        and registers ``glue::<name><Kernels>`` for every op under a
+                        device's key (``glue::register_ops<Kernels>``)
+    op_ext_autograd.cpp the Autograd-key kernels: for every forward op whose
+                        gradients its backward prototype names, a torch autograd
+                        Function derived from the names (see ``autograd_plan``);
+                        ops whose derivative is more than that write theirs in
+                        csrc/torch_ext/autograd/<name>.cpp and are left out here;
+                        backward ops refuse double backward
+
+Like _protos.py, this module imports only the standard library (setup.py loads it
+before the package is importable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+HEADER = [
+    "// Generated from op_protos/*.json by op_extension/_cpp_gen.py at build time.",
+    "// Do not edit: change the prototype (or the op's own files) and rebuild.",
+]
+
+# Schema argument types -> the C++ parameter types of a typed dispatcher handle
+# (what c10::TypedOperatorHandle<...> expects for that schema type).
+_CPP_PARAM = {
+    "Tensor": "const at::Tensor&",
+    "Tensor?": "const std::optional<at::Tensor>&",
+    "SymInt[]": "c10::SymIntArrayRef",
+    "int[]": "at::IntArrayRef",
+    "float": "double",
+    "float?": "std::optional<double>",
+    "int": "int64_t",
+    "int?": "std::optional<int64_t>",
+    "bool": "bool",
+    "bool?": "std::optional<bool>",
+    "str": "c10::string_view",
+}
+
+
+@dataclass(frozen=True)
+class SchemaArg:
+    type: str
+    name: str
+
+
+def schema_args(proto) -> list[SchemaArg]:
+    """The schema's arguments, in order: (type, name) of each."""
+    args = []
+    for text in proto._schema_args():
+        typ, rest = text.split(" ", 1)
+        args.append(SchemaArg(typ, rest.split("=", 1)[0]))
+    return args
+
+
+def cpp_param(arg: SchemaArg) -> str:
+    try:
+        return _CPP_PARAM[arg.type]
+    except KeyError:
+        raise ValueError(f"{arg.name}: no C++ type for schema type {arg.type!r}") from None
+
+
+def cpp_return(proto) -> str:
+    if len(proto.outputs) == 1:
+        return "at::Tensor"
+    return "std::tuple<" + ", ".join(["at::Tensor"] * len(proto.outputs)) + ">"
+
+
+def cpp_signature(proto) -> str:
+    return f"{cpp_return(proto)}({', '.join(cpp_param(a) for a in schema_args(proto))})"
+
+
+def generate_handles(protos: dict) -> str:
+    lines = HEADER + [
+        "#pragma once",
+        "#include <ATen/core/Tensor.h>",
+        "#include <ATen/core/dispatch/Dispatcher.h>",
+        "",
+        "#include <optional>",
+        "#include <tuple>",
+        "",
+        "namespace op_ext {",
+        "",
+        "// Looked up once per process: the dispatcher's handles are stable.",
+    ]
+    for p in protos.values():
+        sig = cpp_signature(p)
+        lines += [
+            f"inline const c10::TypedOperatorHandle<{sig}>& {p.name}_op() {{",
+            f"  static const auto handle = c10::Dispatcher::singleton()",
+            f'      .findSchemaOrThrow("custom::{p.name}", "")',
+            f"      .typed<{sig}>();",
+            "  return handle;",
+            "}",
+        ]
+    lines += ["", "}  // namespace op_ext", ""]
+    return "\n".join(lines)
+
+
+def forward_ops(protos: dict) -> list:
+    return [p for p in protos.values() if p.backward_of is None]
+
+
+def generate_glue_registry(protos: dict, csrc: Path) -> str:
+    """Every op's glue header, and register_ops<Kernels>: one m.impl per op."""
+    lines = HEADER + [
+        "#pragma once",
+        "#include <torch/library.h>",
+        "",
+    ]
+    for p in forward_ops(protos):
+        header = csrc / "torch_ext" / "ops" / f"{p.name}.h"
+        if not header.exists():
+            raise FileNotFoundError(
+                f"{p.path.name}: the op {p.name} has no glue header {header.as_posix()} "
+                f"(python -m op_extension.scaffold {p.path.as_posix()} writes one)"
+            )
+        lines.append(f'#include "{header.resolve().as_posix()}"')
+    lines += [
+        "",
+        "namespace op_ext::glue {",
+        "",
+        "// Registers every op, implemented with `Kernels`, in a TORCH_LIBRARY_IMPL block.",
+        "template <typename Kernels>",
+        "void register_ops(torch::Library& m) {",
+    ]
+    lines += [f'  m.impl("{p.name}", &glue::{p.name}<Kernels>);' for p in protos.values()]
+    lines += ["}", "", "}  // namespace op_ext::glue", ""]
+    return "\n".join(lines)
+
+
+# ---- autograd ---------------------------------------------------------------------
+
+
+class AutogradPlanError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class BackwardArg:
+    """Where one argument of the backward op comes from."""
+
+    kind: str  # "grad" (of forward output `index`), "input", "output" (saved), "attr"
+    index: int  # position among the forward's schema args / outputs
+    arg: SchemaArg
+
+
+@dataclass(frozen=True)
+class AutogradPlan:
+    forward: object
+    backward: object
+    backward_args: tuple[BackwardArg, ...]
+    # For each forward schema arg: the backward output giving its gradient, or None.
+    input_grads: tuple[int | None, ...]
+
+
+def autograd_plan(forward, backward) -> AutogradPlan:
+    """Wires a forward op to its backward op by the prototypes' names alone:
+
+    - a backward argument ``grad_<out>`` is the incoming gradient of the forward
+      output ``<out>``;
+    - any other backward argument is the forward argument or output of that name,
+      saved at forward time (tensors with save_for_backward, the rest by value);
+    - a backward output ``grad_<in>`` is the gradient of the forward input ``<in>``,
+      left undefined where an optional input was absent;
+    - every forward tensor input must get a gradient that way.
+
+    Raises AutogradPlanError when the names do not say it all (the op then writes
+    its autograd by hand in csrc/torch_ext/autograd/<name>.cpp)."""
+    f_args = schema_args(forward)
+    f_names = [a.name for a in f_args]
+    out_names = [o.name for o in forward.outputs]
+    b_args = []
+    for arg in schema_args(backward):
+        if arg.name.startswith("grad_") and arg.name[5:] in out_names:
+            b_args.append(BackwardArg("grad", out_names.index(arg.name[5:]), arg))
+        elif arg.name in f_names:
+            i = f_names.index(arg.name)
+            if f_args[i].type != arg.type:
+                raise AutogradPlanError(f"{backward.name}: {arg.name} is {arg.type}, but {f_args[i].type} in {forward.name}")
+            kind = "input" if arg.type in ("Tensor", "Tensor?") else "attr"
+            b_args.append(BackwardArg(kind, i, arg))
+        elif arg.name in out_names:
+            b_args.append(BackwardArg("output", out_names.index(arg.name), arg))
+        else:
+            raise AutogradPlanError(f"{backward.name}: argument {arg.name} is neither grad_<output> nor a {forward.name} argument or output")
+    input_grads: list[int | None] = [None] * len(f_args)
+    for j, out in enumerate(backward.outputs):
+        name = out.name[5:] if out.name.startswith("grad_") else None
+        if name not in f_names:
+            raise AutogradPlanError(f"{backward.name}: output {out.name} is not grad_<input of {forward.name}>")
+        input_grads[f_names.index(name)] = j
+    for i, a in enumerate(f_args):
+        if a.type in ("Tensor", "Tensor?") and input_grads[i] is None:
+            raise AutogradPlanError(f"{backward.name}: no output gives the gradient of {forward.name}'s {a.name}")
+    return AutogradPlan(forward, backward, tuple(b_args), tuple(input_grads))
+
+
+def hand_written_autograd(csrc: Path) -> set[str]:
+    return {p.stem for p in (csrc / "torch_ext" / "autograd").glob("*.cpp")}
+
+
+def _saved_value(arg: SchemaArg, value: str) -> str:
+    """C++ that stores a forward attribute in ctx->saved_data."""
+    if arg.type == "str":
+        return f"std::string({value})"
+    return value
+
+
+def _read_saved(arg: SchemaArg, key: str) -> str:
+    item = f'ctx->saved_data["{key}"]'
+    return {
+        "SymInt[]": f"{item}.toSymIntVector()",
+        "int[]": f"{item}.toIntVector()",
+        "float": f"{item}.toDouble()",
+        "float?": f"{item}.toOptional<double>()",
+        "int": f"{item}.toInt()",
+        "int?": f"{item}.toOptional<int64_t>()",
+        "bool": f"{item}.toBool()",
+        "bool?": f"{item}.toOptional<bool>()",
+        "str": f"{item}.toStringRef()",
+    }[arg.type]
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _autograd_function(plan: AutogradPlan) -> list[str]:
+    f, b = plan.forward, plan.backward
+    f_args = schema_args(f)
+    cls = f"{_camel(f.name)}Function"
+    params = ", ".join(f"{cpp_param(a)} {a.name}" for a in f_args)
+    call_args = ", ".join(a.name for a in f_args)
+    multi = len(f.outputs) > 1
+    saved_inputs = [ba for ba in plan.backward_args if ba.kind == "input"]
+    saved_outputs = [ba for ba in plan.backward_args if ba.kind == "output"]
+    attrs = [ba for ba in plan.backward_args if ba.kind == "attr"]
+    slot = {}  # (kind, index) -> position in the saved variables
+    for ba in saved_inputs + saved_outputs:
+        slot[(ba.kind, ba.index)] = len(slot)
+
+    def as_tensor(ba: BackwardArg) -> str:
+        return f"{ba.arg.name}.value_or(at::Tensor())" if ba.arg.type == "Tensor?" else ba.arg.name
+
+    lines = [
+        f"class {cls} : public torch::autograd::Function<{cls}> {{",
+        " public:",
+        f"  static {'variable_list' if multi else 'at::Tensor'} forward(AutogradContext* ctx, {params}) {{",
+    ]
+    for ba in attrs:
+        lines.append(f'    ctx->saved_data["{ba.arg.name}"] = {_saved_value(ba.arg, ba.arg.name)};')
+    lines.append("    at::AutoDispatchBelowADInplaceOrView guard;")
+    result = f"{f.name}_op().call({call_args})"
+    out_names = [o.name for o in f.outputs]
+    if multi:
+        lines.append(f"    auto [{', '.join(out_names)}] = {result};")
+    else:
+        lines.append(f"    at::Tensor {out_names[0]} = {result};")
+    saved = [as_tensor(ba) for ba in saved_inputs] + [out_names[ba.index] for ba in saved_outputs]
+    if saved:
+        lines.append(f"    save_for_backward(ctx, {{{', '.join(saved)}}});")
+    lines.append(f"    return {{{', '.join(out_names)}}};" if multi else f"    return {out_names[0]};")
+    lines += ["  }", "", "  static variable_list backward(AutogradContext* ctx, variable_list grads) {"]
+    if saved:
+        lines.append("    const auto saved = ctx->get_saved_variables();")
+    b_call = []
+    for ba in plan.backward_args:
+        if ba.kind == "grad":
+            b_call.append(f"saved_optional(grads[{ba.index}])" if ba.arg.type == "Tensor?" else f"grads[{ba.index}]")
+        elif ba.kind in ("input", "output"):
+            s = f"saved[{slot[(ba.kind, ba.index)]}]"
+            b_call.append(f"saved_optional({s})" if ba.arg.type == "Tensor?" else s)
+        else:
+            b_call.append(_read_saved(ba.arg, ba.arg.name))
+    call = f"{b.name}_op().call({', '.join(b_call)})"
+    grad_names = [o.name for o in b.outputs]
+    if len(grad_names) == 1:
+        lines.append(f"    const at::Tensor {grad_names[0]} = {call};")
+    else:
+        lines.append(f"    auto [{', '.join(grad_names)}] = {call};")
+    returns = []
+    for i, a in enumerate(f_args):
+        j = plan.input_grads[i]
+        if j is None:
+            returns.append("at::Tensor()")
+        elif a.type == "Tensor?":
+            # The backward op returns an empty placeholder for an absent parameter.
+            ba = next((x for x in saved_inputs if x.index == i), None)
+            if ba is None:
+                raise AutogradPlanError(f"{b.name}: {a.name} is optional, so {b.name} must take it to say whether it was given")
+            returns.append(f"param_grad(saved[{slot[('input', i)]}], {grad_names[j]})")
+        else:
+            returns.append(grad_names[j])
+    lines += [f"    return {{{', '.join(returns)}}};", "  }", "};", ""]
+
+    # The Autograd-key kernel.
+    tensors = [a.name for a in f_args if a.type in ("Tensor", "Tensor?")]
+    ret = cpp_return(f)
+    lines += [
+        f"{ret} {f.name}_autograd({params}) {{",
+        f'  check_no_tangent("{f.name}", {", ".join(tensors)});',
+        f"  if (!records_graph({', '.join(tensors)})) {{",
+        "    at::AutoDispatchBelowADInplaceOrView guard;",
+        f"    return {result};",
+        "  }",
+        f'  check_no_functorch("{f.name}");',
+    ]
+    if multi:
+        lines += [f"  auto outs = {cls}::apply({call_args});",
+                  f"  return {{{', '.join(f'outs[{i}]' for i in range(len(out_names)))}}};"]
+    else:
+        lines.append(f"  return {cls}::apply({call_args});")
+    lines += ["}", ""]
+    return lines
+
+
+def generate_autograd(protos: dict, csrc: Path) -> str:
+    by_hand = hand_written_autograd(csrc)
+    derived = []
+    for p in forward_ops(protos):
+        if p.name in by_hand:
+            continue
+        if p.backward is None:
+            raise AutogradPlanError(f"{p.path.name}: {p.name} names no backward op and has no csrc/torch_ext/autograd/{p.name}.cpp")
+        try:
+            derived.append(autograd_plan(p, protos[p.backward]))
+        except AutogradPlanError as e:
+            raise AutogradPlanError(f"{e}; write csrc/torch_ext/autograd/{p.name}.cpp by hand, or rename to the convention") from None
+    lines = HEADER + [
+        "//",
+        "// Each forward op redispatches below the Autograd key to the device kernel;",
+        "// its backward calls the op's backward op through the dispatcher, so tracing",
+        "// (torch.compile, export) sees the backward op too. The helpers are in",
+        "// csrc/torch_ext/autograd_util.h, shared with the hand-written ones.",
+        '#include "' + (csrc / "torch_ext" / "autograd_util.h").resolve().as_posix() + '"',
+        "",
+        "namespace op_ext {",
+        "namespace {",
+        "",
+    ]
+    for plan in derived:
+        lines += _autograd_function(plan)
+    lines += ["}  // namespace", "", "TORCH_LIBRARY_IMPL(custom, Autograd, m) {"]
+    lines += [f'  m.impl("{plan.forward.name}", &{plan.forward.name}_autograd);' for plan in derived]
+    lines += [
+        "  // The backward ops are not differentiable (no double backward): say so",
+        "  // clearly instead of silently dropping the graph.",
+    ]
+    lines += [
+        f'  m.impl("{p.name}", torch::autograd::autogradNotImplementedFallback());'
+        for p in protos.values()
+        if p.backward_of is not None
+    ]
+    lines += ["}", "", "}  // namespace op_ext", ""]
+    return "\n".join(lines)
+
+
+def write_all(protos: dict, csrc: Path, out_dir: Path, write) -> list[Path]:
+    """Writes every generated file with `write(path, text)`; returns the .cpp sources."""
+    write(out_dir / "op_ext_handles.h", generate_handles(protos))
+    write(out_dir / "op_ext_glue.h", generate_glue_registry(protos, csrc))
+    autograd = out_dir / "op_ext_autograd.cpp"
+    write(autograd, generate_autograd(protos, csrc))
+    return [autograd]
+
+
+
+
+def _load_protos_module():
+    """op_extension/_protos.py, loaded by path: the callers (setup.py, the CI
+    scripts, the tests' npu build) may run before the package is importable."""
+    import importlib.util
+    import sys
+
+    name = "_op_ext_protos"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "_protos.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    # Unchanged files keep their timestamps, so ninja rebuilds nothing.
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def generate_all(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """Writes every generated file for the source tree `root` (default: this
+    one) into `out_dir`: the schema header (_protos.py) and the files above.
+    Returns the generated .cpp sources."""
+    protos_module = _load_protos_module()
+    root = Path(root) if root is not None else Path(__file__).resolve().parent.parent
+    out_dir = Path(out_dir)
+    parsed = protos_module.load_protos(root / "op_protos")
+    _write_if_changed(out_dir / "op_ext_schemas.h", protos_module.generate_cpp_header(parsed))
+    return write_all(parsed, root / "op_extension" / "csrc", out_dir, _write_if_changed)
+
+
+if __name__ == "__main__":
+    # python op_extension/_cpp_gen.py OUT_DIR: what setup.py generates, for the
+    # checks that compile the glue without it (scripts/check_cuda_compile.sh,
+    # scripts/check_npu_glue.sh).
+    import sys
+
+    generate_all(Path(sys.argv[1]))
