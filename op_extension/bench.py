@@ -7,7 +7,8 @@ For every op, direction (forward, forward+backward), dtype and token count it
 times four implementations in the same process, on the same tensors:
 
 * ``ours``      -- ``op_extension.ops.<name>`` (the custom C++ op, with autograd)
-* ``native``    -- the PyTorch built-in (``F.rms_norm``, ``F.gelu``, ...)
+* ``native``    -- the PyTorch built-in (``F.rms_norm``, ``F.gelu``, ...), where
+  there is one (none for rotary_embedding)
 * ``composite`` -- the eager code models actually contain (e.g. HF LlamaRMSNorm)
 * ``compiled``  -- ``torch.compile`` (Inductor, default mode, dynamic=False)
   of that same composite
@@ -27,6 +28,7 @@ Layout, loosely after Liger-Kernel's benchmark scripts:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import gc
 import json
@@ -62,9 +64,14 @@ LN_EPS = 1e-5          # nn.LayerNorm default
 # gelu and geglu rows use the tanh approximation (GPT-2 NewGELU, Gemma
 # gelu_pytorch_tanh), so the written-out composite computes the same function.
 GELU_APPROX = "tanh"
+# rotary_embedding: the attention of LLaMA-3-8B, 32 q heads of 128 (= HIDDEN) and
+# 8 k/v heads (grouped-query attention), one sequence of `tokens` positions.
+ROPE_HEAD_DIM = 128
+ROPE_Q_PER_KV = 4
+ROPE_THETA = 500000.0
 
 ALL_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm",
-           "softmax", "swiglu", "geglu")
+           "softmax", "swiglu", "geglu", "rotary_embedding")
 DEFAULT_TOKENS = (1, 16, 128, 512, 2048)
 QUICK_TOKENS = (16, 512)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
@@ -134,6 +141,21 @@ def composite_geglu(gate, up):
     return F.gelu(gate, approximate=GELU_APPROX) * up
 
 
+def composite_rotate_half(x):
+    # Hugging Face rotate_half.
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def composite_rotary_embedding(q, k, cos, sin):
+    # Hugging Face apply_rotary_pos_emb (Llama, Mistral, Qwen2/3, Gemma 1/2/3),
+    # unsqueeze_dim=1: q, k [batch, heads, seq, head_dim], cos, sin [batch, seq, head_dim].
+    cos = cos.unsqueeze(1)
+    sin = sin.unsqueeze(1)
+    return (q * cos) + (composite_rotate_half(q) * sin), (k * cos) + (composite_rotate_half(k) * sin)
+
+
 # --------------------------------------------------------------------------
 # 2. Setup factories.  Each returns an OpSetup for (tokens, dtype, device):
 #    the input tensors (passed positionally to every implementation), which of
@@ -146,11 +168,18 @@ def composite_geglu(gate, up):
 class OpSetup:
     inputs: list            # tensors, passed positionally to every impl
     grad_inputs: list       # indices of inputs that get .grad in fwd+bwd
-    impls: dict             # "ours" / "native" / "composite" -> callable
+    impls: dict             # "ours" / "native" (where torch has the op) / "composite" -> callable
     num_outputs: int = 1
     shape: tuple = ()       # activation shape, for reports
-    numel: int = 0          # N: elements of one activation tensor
+    numel: int = 0          # N: elements of one activation tensor (0: prod(shape))
     weight_numel: int = 0   # H: elements of one weight / bias vector
+    output_shapes: list | None = None  # per output, where they differ from `shape`
+
+
+def reference_impl(setup: OpSetup) -> str:
+    """What ours is checked against, and timed against in the dispatch section:
+    the native op, or the composite where torch has no such op."""
+    return "native" if "native" in setup.impls else "composite"
 
 
 def _randn(shape, dtype, device, scale=1.0):
@@ -244,6 +273,27 @@ def setup_geglu(ops, tokens, dtype, device, hidden=INTERMEDIATE):
     }, shape=shape)
 
 
+def setup_rotary_embedding(ops, tokens, dtype, device, hidden=HIDDEN):
+    # q, k as the attention makes them: projections viewed [1, seq, heads, head_dim]
+    # and transposed to [1, heads, seq, head_dim] (not contiguous); cos, sin as the
+    # rotary embedding module makes them ([1, seq, head_dim], halves repeated).
+    # `hidden` = q heads x head_dim (the dispatch section's 8: one head of 8).
+    head_dim = min(ROPE_HEAD_DIM, hidden)
+    q_heads = hidden // head_dim
+    kv_heads = max(1, q_heads // ROPE_Q_PER_KV)
+    q = _randn((1, tokens, q_heads, head_dim), dtype, device).transpose(1, 2)
+    k = _randn((1, tokens, kv_heads, head_dim), dtype, device).transpose(1, 2)
+    inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    freqs = torch.arange(tokens, dtype=torch.float32, device=device)[None, :, None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+    return OpSetup([q, k, cos, sin], [0, 1], {
+        "ours": lambda q, k, c, s: ops.rotary_embedding(q, k, c, s),
+        "composite": composite_rotary_embedding,
+    }, num_outputs=2, shape=tuple(q.shape), numel=q.numel() + k.numel(), weight_numel=cos.numel(),
+        output_shapes=[tuple(q.shape), tuple(k.shape)])
+
+
 SETUPS = {
     "add": setup_add,
     "gelu": setup_gelu,
@@ -253,20 +303,22 @@ SETUPS = {
     "softmax": setup_softmax,
     "swiglu": setup_swiglu,
     "geglu": setup_geglu,
+    "rotary_embedding": setup_rotary_embedding,
 }
 
 
 def make_setup(ops, name, tokens, dtype, device, hidden=None):
     kwargs = {} if hidden is None else {"hidden": hidden}
     s = SETUPS[name](ops, tokens, dtype, device, **kwargs)
-    s.numel = math.prod(s.shape)
+    s.numel = s.numel or math.prod(s.shape)
     return s
 
 
 # --------------------------------------------------------------------------
 # 3. Minimum bytes moved.  N = elements of one activation tensor
-#    (tokens * hidden; tokens * 11008 for swiglu/geglu), H = elements of one
-#    weight/bias vector, s = bytes per element.  Each entry gives the
+#    (tokens * hidden; tokens * 11008 for swiglu/geglu; rotary_embedding: q and
+#    k together), H = elements of one weight/bias vector (rotary_embedding: of
+#    one of the cos/sin tables), s = bytes per element.  Each entry gives the
 #    coefficients (of N*s, of H*s) for the forward pass and for the backward
 #    pass; fwd+bwd = fwd + bwd.  Tiny per-row statistics (rstd, mean: tokens*4
 #    bytes) that an implementation may save are not counted.  Backward assumes
@@ -289,6 +341,9 @@ BYTE_FORMULAS = {
     # fwd: read gate, up; write out.        bwd: read dout, gate, up; write dgate, dup.
     "swiglu": {"fwd": (3, 0), "bwd": (5, 0)},
     "geglu": {"fwd": (3, 0), "bwd": (5, 0)},
+    # N = q + k, H = one table. fwd: read q, k, cos, sin; write q_embed, k_embed.
+    # bwd: read dq_embed, dk_embed, cos, sin; write dq, dk (q and k are not needed).
+    "rotary_embedding": {"fwd": (2, 2), "bwd": (2, 2)},
 }
 
 
@@ -490,7 +545,7 @@ def with_grad(setup: OpSetup) -> OpSetup:
     inputs = [t.detach().requires_grad_(i in setup.grad_inputs)
               for i, t in enumerate(setup.inputs)]
     return OpSetup(inputs, setup.grad_inputs, setup.impls, setup.num_outputs,
-                   setup.shape, setup.numel, setup.weight_numel)
+                   setup.shape, setup.numel, setup.weight_numel, setup.output_shapes)
 
 
 _COMPILED: dict = {}
@@ -882,7 +937,8 @@ def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy: CopyBa
     grads = None
     if direction == "fwd+bwd":
         setup = with_grad(setup)
-        grads = [_randn(setup.shape, dtype, cfg.device) for _ in range(setup.num_outputs)]
+        grads = [_randn(shape, dtype, cfg.device)
+                 for shape in setup.output_shapes or [setup.shape] * setup.num_outputs]
 
     elem = torch.empty((), dtype=dtype).element_size()
     nbytes = bytes_moved(name, direction, setup.numel, setup.weight_numel, elem)
@@ -901,12 +957,13 @@ def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy: CopyBa
 
     if direction == "fwd":
         # Sanity check: a fast wrong answer is not a result.
+        ref = reference_impl(setup)
         try:
             err, ok = check_close(impls["ours"](*setup.inputs),
-                                  impls["native"](*setup.inputs), dtype)
-            row["max_abs_err_vs_native"] = err
+                                  impls[ref](*setup.inputs), dtype)
+            row[f"max_abs_err_vs_{ref}"] = err
             if not ok:
-                row["errors"]["check"] = f"ours differs from native (max abs err {err:.3g})"
+                row["errors"]["check"] = f"ours differs from {ref} (max abs err {err:.3g})"
         except Exception as e:  # reported; the timings still run
             row["errors"]["check"] = _err(e)
 
@@ -970,6 +1027,8 @@ def dispatch_overhead(ops, cfg: RunConfig, progress: Progress):
 
     At this size the kernel does nothing, so the time is the Python wrapper +
     dispatcher (+ autograd checks) -- what a model with many small calls pays.
+    An op without a native form (rotary_embedding: q, k, cos, sin of one head
+    of 8) is timed alone: its composite is many ops, not a dispatch cost.
     Inputs do not require grad, so no graph is recorded.  Timed with the host
     timer even on CUDA (torch's Timer synchronises per block, so per call this
     is the launch-bound wall time), since CUDA events would time the kernel.
@@ -979,9 +1038,11 @@ def dispatch_overhead(ops, cfg: RunConfig, progress: Progress):
         progress.show(f"dispatch {name}")
         s = make_setup(ops, name, 1, torch.float32, cfg.device, hidden=8)
         row = {"op": name, "shape": list(s.shape)}
+        if "native" not in s.impls:
+            row["note"] = "no native op"
         steps = {}
         with torch.enable_grad():
-            for impl in ("ours", "native"):
+            for impl in ("ours", "native") if "native" in s.impls else ("ours",):
                 fn, inputs = s.impls[impl], s.inputs
                 step = (lambda fn=fn, inputs=inputs: fn(*inputs))
                 try:
@@ -1033,10 +1094,12 @@ def _hf_model(family, transformers, dtype):
 
 def hf_models(cfg: RunConfig, progress: Progress):
     """Rows: family, dtype, unpatched and patched fwd+bwd ms, speed-up, and how
-    the logits compare: the max |difference| with the default patch (fused MLP),
-    and, for 16-bit dtypes, whether they are bit for bit equal with the Hugging
-    Face casting modes (mlp_casting_mode="hf"), as tests/test_transformers.py
-    asserts (docs/transformers.md)."""
+    the logits compare: the max |difference| with the default patch (fused MLP,
+    RoPE rounded once), and, for 16-bit dtypes, whether they are bit for bit
+    equal with the Hugging Face casting modes (mlp_casting_mode="hf",
+    rope_casting_mode="hf"), as tests/test_transformers.py asserts
+    (docs/transformers.md). patch replaces a family's RoPE function
+    process-wide: the unpatched model runs under oxt.unpatched()."""
     import copy
 
     import transformers
@@ -1049,26 +1112,33 @@ def hf_models(cfg: RunConfig, progress: Progress):
         for dtype in cfg.dtypes:
             progress.show(f"hf {family} {str(dtype).replace('torch.', '')}")
             model = _hf_model(family, transformers, dtype)
+            with torch.no_grad(), oxt.unpatched():
+                want = model(ids).logits
+            # The RoPE function's casting mode is per process: the "hf" patch first,
+            # then the default one, which is timed.
+            exact = copy.deepcopy(model)
+            oxt.patch(exact, mlp_casting_mode="hf", rope_casting_mode="hf")
+            with torch.no_grad():
+                identical = bool(torch.equal(exact(ids).logits, want))
+            del exact
             patched = copy.deepcopy(model)
             report = oxt.patch(patched)
-            exact = copy.deepcopy(model)
-            oxt.patch(exact, mlp_casting_mode="hf")
             with torch.no_grad():
-                want = model(ids).logits
                 diff = (patched(ids).logits.float() - want.float()).abs().max().item()
-                identical = bool(torch.equal(exact(ids).logits, want))
             steps = {}
-            for name, m in (("hf", model), ("patched", patched)):
-                def step(m=m):
+            for name, m, rope in (("hf", model, oxt.unpatched), ("patched", patched, contextlib.nullcontext)):
+                def step(m=m, rope=rope):
                     m.zero_grad(set_to_none=True)
-                    m(ids, labels=ids).loss.backward()
+                    with rope():
+                        loss = m(ids, labels=ids).loss
+                    loss.backward()
                 warm_up(step, cfg.device, min_calls=2)
                 steps[name] = step
             (timings, errors), others, attempts = until_quiet(
                 lambda: measure(cfg.host_timer, steps), cfg.other_load, ROW_TRIES)
             row = {"family": family, "dtype": str(dtype).replace("torch.", ""), "replaced": dict(report),
-                   "max_abs_logit_diff": diff, "logits_identical_hf_casting": identical,
-                   "errors": errors}
+                   "rope": dict(report.rope), "max_abs_logit_diff": diff,
+                   "logits_identical_hf_casting": identical, "errors": errors}
             for name, t in timings.items():
                 row[f"{name}_ms"] = t.median_s * 1e3
             if "hf_ms" in row and "patched_ms" in row:
@@ -1077,6 +1147,7 @@ def hf_models(cfg: RunConfig, progress: Progress):
                        in_doubt=section_doubt(row, others, ("hf_ms", "patched_ms"), "speedup"))
             rows.append(row)
             progress.advance(_with_doubt(f"hf {family}", row))
+    oxt.unpatch_classes()
     return rows
 
 
@@ -1089,7 +1160,8 @@ MODEL_WAYS = ("eager", "inductor", "op_extension", "patched")
 
 def model_ways(cfg: RunConfig, progress: Progress):
     """Rows: dtype, ms per way, speed-up of each way over eager, the compile
-    seconds of the two compiled ways, and what the backend rewrote."""
+    seconds of the two compiled ways, and what the backend rewrote. The ways
+    other than "patched" run under oxt.unpatched() (Hugging Face's RoPE)."""
     import copy
 
     import transformers
@@ -1108,9 +1180,11 @@ def model_ways(cfg: RunConfig, progress: Progress):
                   "op_extension": torch.compile(copy.deepcopy(model), backend=oc.BACKEND_NAME), "patched": patched}
         steps, compile_s, replaced = {}, {}, {}
         for name, m in models.items():
-            def step(m=m):
+            def step(m=m, rope=contextlib.nullcontext if name == "patched" else oxt.unpatched):
                 m.zero_grad(set_to_none=True)
-                m(ids, labels=ids).loss.backward()
+                with rope():
+                    loss = m(ids, labels=ids).loss
+                loss.backward()
             t0 = time.perf_counter()
             step()  # compiles the compiled ways
             compile_s[name] = time.perf_counter() - t0
@@ -1131,6 +1205,7 @@ def model_ways(cfg: RunConfig, progress: Progress):
                    in_doubt=section_doubt(row, others, tuple(f"{w}_ms" for w in MODEL_WAYS), "op_extension_speedup"))
         rows.append(row)
         progress.advance(_with_doubt("model llama", row))
+    oxt.unpatch_classes()
     return rows
 
 
@@ -1262,7 +1337,8 @@ def print_dispatch(rows, file=sys.stdout):
     header = ("op", "ours us", "native us", "ours/native", "note")
     table = [(r["op"], _fmt_marked(r, "ours_us", ".2f"), _fmt_marked(r, "native_us", ".2f"),
               _fmt_marked(r, "ratio_ours_over_native", ".2f", "x"),
-              doubt_note(r) if r.get("in_doubt") else "") for r in rows]
+              "; ".join(n for n in (r.get("note"), doubt_note(r) if r.get("in_doubt") else None) if n))
+             for r in rows]
     _print_aligned(header, table, file, right=range(1, 4))
     print_section_legend(rows, file)
 
@@ -1438,7 +1514,8 @@ def parse_args(argv=None):
                         "[default: float32,bfloat16]")
     p.add_argument("--tokens", default=None,
                    help="comma-separated token counts (rows); hidden is 4096, "
-                        "11008 for swiglu/geglu [default: "
+                        "11008 for swiglu/geglu; rotary_embedding: q [1, 32, tokens, 128], "
+                        "k [1, 8, tokens, 128] [default: "
                         f"{','.join(map(str, DEFAULT_TOKENS))}]")
     p.add_argument("--device", default="cpu", help="cpu or cuda [default: cpu]")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(),
@@ -1612,6 +1689,8 @@ def main(argv=None):
         "config": {
             "ops": cfg.ops, "dtypes": [str(d).replace("torch.", "") for d in cfg.dtypes],
             "tokens": cfg.tokens, "hidden": HIDDEN, "intermediate": INTERMEDIATE,
+            "rope": {"q_heads": HIDDEN // ROPE_HEAD_DIM, "kv_heads": HIDDEN // ROPE_HEAD_DIM // ROPE_Q_PER_KV,
+                     "head_dim": ROPE_HEAD_DIM, "theta": ROPE_THETA, "batch": 1},
             "directions": cfg.directions, "compile": cfg.compile, "quick": args.quick,
             "min_run_time_s": args.min_run_time, "reps": args.reps,
             "rounds": args.rounds,
@@ -1620,8 +1699,9 @@ def main(argv=None):
             "liger": sorted(cfg.liger) if cfg.liger else f"skipped: {no_liger}",
         },
         "byte_formulas": {
-            "legend": "N = elements of one activation tensor, H = elements of one "
-                      "weight/bias vector, s = bytes per element; fwd+bwd = fwd + bwd",
+            "legend": "N = elements of one activation tensor (rotary_embedding: q and k), H = elements "
+                      "of one weight/bias vector (rotary_embedding: one cos/sin table), s = bytes per "
+                      "element; fwd+bwd = fwd + bwd",
             **{k: {"fwd": formula_text(k, "fwd"), "fwd+bwd": formula_text(k, "fwd+bwd")}
                for k in BYTE_FORMULAS},
         },

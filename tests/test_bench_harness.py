@@ -280,6 +280,46 @@ def test_run_benchmarks_on_a_busy_machine_measures_again_and_flags_every_row():
         assert "copy busy: others 60%" in r["in_doubt"]["pct_copy_bw"]
 
 
+# ---- per-op declarations: rotary_embedding ----------------------------------------
+
+def test_rotary_embedding_is_declared_as_hugging_face_attention_computes_it():
+    from transformers.models.llama import modeling_llama
+
+    s = bench.make_setup(ops, "rotary_embedding", 16, torch.float32, torch.device("cpu"))
+    q, k, cos, sin = s.inputs
+    # LLaMA-3-8B attention: 32 q heads, 8 k/v heads of 128; q and k transposed views of the projections.
+    assert (q.shape, k.shape, cos.shape, sin.shape) == ((1, 32, 16, 128), (1, 8, 16, 128), (1, 16, 128), (1, 16, 128))
+    assert not q.is_contiguous() and not k.is_contiguous()
+    assert s.output_shapes == [(1, 32, 16, 128), (1, 8, 16, 128)] and s.grad_inputs == [0, 1]
+    assert s.numel == q.numel() + k.numel() and s.weight_numel == cos.numel()
+    # No torch op: ours is checked against the composite, which is Hugging Face's function.
+    assert "native" not in s.impls and bench.reference_impl(s) == "composite"
+    for got, want in zip(s.impls["composite"](*s.inputs), modeling_llama.apply_rotary_pos_emb(*s.inputs)):
+        assert torch.equal(got, want)
+    assert bench.check_close(s.impls["ours"](*s.inputs), s.impls["composite"](*s.inputs), torch.float32)[1]
+    # Read q, k, cos, sin and write q_embed, k_embed; the backward moves as much (q and k are not read).
+    assert bench.bytes_moved("rotary_embedding", "fwd", s.numel, s.weight_numel, 4) == (2 * s.numel + 2 * cos.numel()) * 4
+    assert bench.formula_text("rotary_embedding", "fwd+bwd") == "(4*N + 4*H) * s"
+
+
+def test_rotary_embedding_rows_run_both_directions_and_the_dispatch_row_says_there_is_no_native_op():
+    cfg = bench.RunConfig(ops=["rotary_embedding"], dtypes=[torch.bfloat16], tokens=[3], device=torch.device("cpu"),
+                          threads=1, directions=["fwd", "fwd+bwd"], compile=False, compile_filter=lambda d, t: False,
+                          timer=FakeTimer(), host_timer=FakeTimer(), other_load=ScriptedLoad(QUIET))
+    rows = bench.run_benchmarks(ops, cfg, bench.Progress(2, stream=io.StringIO()))
+    assert [r["direction"] for r in rows] == ["fwd", "fwd+bwd"]
+    for r in rows:
+        assert r["errors"] == {} and set(r["impls"]) == {"ours", "composite"}, r["errors"]
+        assert "speedup_vs_composite" in r and "speedup_vs_native" not in r
+    assert rows[0]["max_abs_err_vs_composite"] < 0.05  # bfloat16: an ulp or so
+    (row,) = bench.dispatch_overhead(ops, cfg, bench.Progress(1, stream=io.StringIO()))
+    assert row["shape"] == [1, 1, 1, 8] and row["note"] == "no native op"
+    assert "ours_us" in row and "native_us" not in row and "ratio_ours_over_native" not in row
+    out = io.StringIO()
+    bench.print_dispatch([row], file=out)
+    assert out.getvalue().splitlines()[2].split()[2:] == ["-", "-", "no", "native", "op"]
+
+
 # ---- the plot and the output files ----------------------------------------------
 
 def test_json_and_plot_of_a_run_share_its_stamp():

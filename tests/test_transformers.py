@@ -4,13 +4,21 @@ replaced, the parameters kept, float32 logits close, bfloat16 logits bit for bit
 with the families' casting modes, gradients of every parameter, 10 AdamW steps,
 greedy generate, torch.compile(fullgraph=True), autocast, DDP; the class-level
 form; the modules' Hugging Face constructors and casting modes against the
-Hugging Face modules themselves.
+Hugging Face modules themselves; the RoPE functions against Hugging Face's, and
+their fallback to Hugging Face's for what the op does not take.
+
+patch(model) replaces a family's apply_rotary_pos_emb process-wide: the unpatched
+model of each comparison runs under oxt.unpatched(), and every test ends with
+oxt.unpatch_classes() (nothing leaks into the next test or test file).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -60,13 +68,60 @@ def ids(batch=2, length=9, seed=1):
     return torch.randint(3, VOCAB, (batch, length), generator=g)
 
 
+def rope_name(family):
+    return f"modeling_{family}.apply_rotary_pos_emb"
+
+
+def modeling(family):
+    return importlib.import_module(oxt.FAMILIES[family].module)
+
+
+@pytest.fixture(autouse=True)
+def hugging_face_after_each_test():
+    yield
+    oxt.unpatch_classes()
+
+
+def unpatched(model, *args, **kwargs):
+    """The unpatched model's output: with Hugging Face's RoPE functions."""
+    with oxt.unpatched():
+        return model(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def counting_rope_calls():
+    """Lists the q shapes of the calls of op_extension.ops.rotary_embedding that
+    the RoPE functions make."""
+    calls = []
+    real = oxt.ops.rotary_embedding
+
+    def counted(*args, **kwargs):
+        calls.append(tuple(args[0].shape))
+        return real(*args, **kwargs)
+
+    oxt.ops.rotary_embedding = counted
+    try:
+        yield calls
+    finally:
+        oxt.ops.rotary_embedding = real
+
+
 @pytest.fixture(scope="module", params=NAMES)
-def pair(request):
-    """(family, unpatched float32 model, patched copy, report)."""
+def built_pair(request):
     model = build(request.param)
     patched = copy.deepcopy(model)
     report = oxt.patch(patched)
+    oxt.unpatch_classes()
     return request.param, model, patched, report
+
+
+@pytest.fixture
+def pair(built_pair):
+    """(family, unpatched float32 model, patched copy, report), with the family's
+    RoPE function patched for the test (patching again puts it back; the modules
+    are replaced already)."""
+    oxt.patch(built_pair[2])
+    return built_pair
 
 
 def test_patch_reports_what_it_replaced_and_keeps_the_parameters(pair):
@@ -75,6 +130,7 @@ def test_patch_reports_what_it_replaced_and_keeps_the_parameters(pair):
     before = {name: p for name, p in patched.named_parameters()}
     report = oxt.patch(patched)
     assert dict(report) == FAMILIES[family][3] and report.unknown == {}
+    assert report.rope == {rope_name(family): 2}  # one attention module per layer calls it
     after = dict(patched.named_parameters())
     # Same names (state_dict keys unchanged), the very same Parameter objects.
     assert after.keys() == before.keys()
@@ -82,30 +138,39 @@ def test_patch_reports_what_it_replaced_and_keeps_the_parameters(pair):
     kinds = {type(m) for m in patched.modules()}
     assert CustomRMSNorm in kinds and (CustomSwiGLUMLP in kinds or CustomGEGLUMLP in kinds)
     assert not any(type(m).__name__ in report for m in patched.modules())
-    # Patching again finds nothing left to replace.
-    assert dict(oxt.patch(patched)) == {}
+    # Patching again finds nothing left to replace; the RoPE function stays the same one.
+    function = modeling(family).apply_rotary_pos_emb
+    again = oxt.patch(patched)
+    assert dict(again) == {} and again.rope == {rope_name(family): 2}
+    assert modeling(family).apply_rotary_pos_emb is function
 
 
 def test_float32_logits_close(pair):
     _, model, patched, _ = pair
     x = ids()
     with torch.no_grad():
-        torch.testing.assert_close(patched(x).logits, model(x).logits, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(patched(x).logits, unpatched(model, x).logits, atol=2e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("family", NAMES)
 def test_bfloat16_logits_bit_identical_with_hf_casting(family):
     model = build(family).bfloat16()
-    exact = copy.deepcopy(model)
-    oxt.patch(exact, mlp_casting_mode="hf")  # the norms' casting mode is the family's (default)
-    fused = copy.deepcopy(model)
-    oxt.patch(fused)
     x = ids(length=16)
     with torch.no_grad():
-        want = model(x).logits
+        want = unpatched(model, x).logits
+    # The norms' casting mode is the family's (default); the MLP and RoPE round as the model.
+    exact = copy.deepcopy(model)
+    oxt.patch(exact, mlp_casting_mode="hf", rope_casting_mode="hf")
+    with torch.no_grad(), counting_rope_calls() as calls:
         assert torch.equal(exact(x).logits, want)
-        # The fused MLP rounds once where the model rounds twice: close, not equal.
+    assert len(calls) == 2 * 2  # two layers, two calls each ("hf": the cos and the sin products)
+    # The fused MLP and RoPE round once where the model rounds twice (three times):
+    # close, not equal. The RoPE function is shared: this sets its mode to "none".
+    fused = copy.deepcopy(model)
+    oxt.patch(fused)
+    with torch.no_grad(), counting_rope_calls() as calls:
         torch.testing.assert_close(fused(x).logits, want, atol=0.05, rtol=0.02)
+    assert len(calls) == 2
 
 
 # The benchmark's decoder size: 512 hidden, 128 tokens x 4. With a sum of squares
@@ -128,9 +193,9 @@ def test_16_bit_logits_bit_identical_at_hidden_512(family):
     for dtype in (torch.bfloat16, torch.float16):
         model = model.to(dtype)
         exact = copy.deepcopy(model)
-        oxt.patch(exact, mlp_casting_mode="hf")
+        oxt.patch(exact, mlp_casting_mode="hf", rope_casting_mode="hf")
         with torch.no_grad():
-            want, got = model(x).logits, exact(x).logits
+            want, got = unpatched(model, x).logits, exact(x).logits
         assert torch.equal(got, want), (dtype, (got != want).sum().item())
 
 
@@ -143,7 +208,8 @@ def test_gradients_of_every_parameter(pair):
     x = ids()
     model.zero_grad()
     patched.zero_grad()
-    _loss(model, x).backward()
+    with oxt.unpatched():
+        _loss(model, x).backward()
     _loss(patched, x).backward()
     for (name, p), q in zip(model.named_parameters(), patched.parameters()):
         assert q.grad is not None, name
@@ -155,12 +221,13 @@ def test_ten_adamw_steps_give_the_same_losses(pair):
     model, patched = build(family).train(), build(family).train()
     oxt.patch(patched)
     losses = []
-    for m in (model, patched):
+    for m, rope in ((model, oxt.unpatched), (patched, contextlib.nullcontext)):
         opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
         run = []
         for step in range(10):
             opt.zero_grad()
-            loss = _loss(m, ids(seed=7))  # one batch: the loss must fall
+            with rope():
+                loss = _loss(m, ids(seed=7))  # one batch: the loss must fall
             loss.backward()
             opt.step()
             run.append(loss.item())
@@ -174,7 +241,9 @@ def test_generate_gives_the_same_tokens(pair):
     x = ids(batch=1, length=5)
     kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
     with torch.no_grad():
-        assert torch.equal(patched.generate(x, **kwargs), model.generate(x, **kwargs))
+        with oxt.unpatched():
+            want = model.generate(x, **kwargs)
+        assert torch.equal(patched.generate(x, **kwargs), want)
 
 
 def test_compile_fullgraph_captures_the_patched_model(pair):
@@ -186,7 +255,7 @@ def test_compile_fullgraph_captures_the_patched_model(pair):
     compiled = torch.compile(patched, fullgraph=True, backend="aot_eager")
     x = ids()
     with torch.no_grad():
-        torch.testing.assert_close(compiled(x).logits, model(x).logits, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(compiled(x).logits, unpatched(model, x).logits, atol=2e-5, rtol=1e-5)
     counts = {}
     def count_ops(gm, example_inputs):
         for node in gm.graph.nodes:
@@ -198,6 +267,7 @@ def test_compile_fullgraph_captures_the_patched_model(pair):
         torch.compile(patched, fullgraph=True, backend=count_ops)(x)
     assert counts.get("custom.rms_norm.default", 0) >= 5
     assert counts.get("custom.swiglu.default", 0) + counts.get("custom.geglu.default", 0) == 2
+    assert counts.get("custom.rotary_embedding.default", 0) == 2
 
 
 def test_autocast_bfloat16(pair):
@@ -206,16 +276,19 @@ def test_autocast_bfloat16(pair):
     _, model, patched, _ = pair
     x = ids()
     with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
-        want = model(x).logits
+        want = unpatched(model, x).logits
         got = patched(x).logits
     assert got.dtype == want.dtype
     torch.testing.assert_close(got.float(), want.float(), atol=0.1, rtol=0.05)
 
 
 def test_class_level_patch_builds_patched_models():
+    originals = {f: modeling(f).apply_rotary_pos_emb for f in ("llama", "gemma3", "phi3")}
     try:
         replaced = oxt.patch_classes(["llama", "gemma3", "phi3"])
         assert "modeling_llama.LlamaRMSNorm" in replaced and "modeling_phi3.Phi3MLP" in replaced
+        assert {rope_name(f) for f in originals} <= set(replaced)
+        assert all(modeling(f).apply_rotary_pos_emb is not fn for f, fn in originals.items())
         for family in ("llama", "gemma3", "phi3"):
             model = build(family)
             kinds = {type(m) for m in model.modules()}
@@ -225,17 +298,20 @@ def test_class_level_patch_builds_patched_models():
             assert all(m.casting_mode == ("gemma" if family.startswith("gemma") else "llama") for m in norms)
     finally:
         oxt.unpatch_classes()
-    # Restored: a model built now has Hugging Face's classes, and computes the same.
+    # Restored: a model built now has Hugging Face's classes and functions, and computes the same.
+    assert all(modeling(f).apply_rotary_pos_emb is fn for f, fn in originals.items())
     plain = build("gemma3")
     assert not any(isinstance(m, CustomRMSNorm) for m in plain.modules())
+    x = ids()
     oxt.patch_classes(["gemma3"])
     try:
         patched = build("gemma3")
+        with torch.no_grad():
+            got = patched(x).logits  # with op_extension's RoPE too
     finally:
         oxt.unpatch_classes()
-    x = ids()
     with torch.no_grad():
-        torch.testing.assert_close(patched(x).logits, plain(x).logits, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(got, plain(x).logits, atol=2e-5, rtol=1e-5)
 
 
 def test_unknown_classes_are_left_alone_and_listed():
@@ -257,6 +333,7 @@ def test_unknown_classes_are_left_alone_and_listed():
     model = torch.nn.Sequential(FooRMSNorm(), ReluMLP(), torch.nn.GELU(approximate="tanh"))
     report = oxt.patch(model)
     assert dict(report) == {"GELU": 1} and report.unknown == {"FooRMSNorm": 1, "LlamaMLP": 1}
+    assert report.rope == {}
     assert type(model[0]) is FooRMSNorm and type(model[1]).__name__ == "LlamaMLP"
 
 
@@ -410,3 +487,196 @@ def test_class_level_patch_keeps_hugging_face_for_arguments_it_cannot_honour():
     finally:
         oxt.unpatch_classes()
     assert T.models.llama.modeling_llama.LlamaRMSNorm is original
+
+
+# ---- rotary position embedding ----------------------------------------------------
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_rope_function_is_replaced_once_and_restored_exactly(family):
+    module = modeling(family)
+    original = module.apply_rotary_pos_emb
+    model = build(family)
+    report = oxt.patch(model, rms_norm=False, mlp=False, activation=False)
+    assert dict(report) == {} and report.rope == {rope_name(family): 2} and report.unknown == {}
+    ours = module.apply_rotary_pos_emb
+    assert ours is not original and ours.__wrapped__ is original
+    # Idempotent, for this model and any other of the family: the function stays the same one.
+    assert oxt.patch(model).rope == oxt.patch(build(family, seed=1)).rope == {rope_name(family): 2}
+    assert module.apply_rotary_pos_emb is ours
+    with oxt.unpatched():
+        assert module.apply_rotary_pos_emb is original
+    assert module.apply_rotary_pos_emb is ours
+    # Another casting mode replaces it again, still around Hugging Face's function.
+    oxt.patch(model, rope_casting_mode="hf")
+    assert module.apply_rotary_pos_emb is not ours and module.apply_rotary_pos_emb.__wrapped__ is original
+    oxt.unpatch_classes()
+    assert module.apply_rotary_pos_emb is original
+    assert oxt.patch(model, rope=False).rope == {} and module.apply_rotary_pos_emb is original
+
+
+def test_rope_casting_mode_is_checked_before_anything_is_replaced():
+    model = build("llama")
+    with pytest.raises(ValueError, match="patch: rope_casting_mode must be one of \\('none', 'hf'\\), got 'llama'"):
+        oxt.patch(model, rope_casting_mode="llama")
+    with pytest.raises(ValueError, match="patch_classes: rope_casting_mode must be one of"):
+        oxt.patch_classes(["llama"], rope_casting_mode="fast")
+    assert oxt._ORIGINALS == {} and not any(isinstance(m, CustomRMSNorm) for m in model.modules())
+
+
+def rope_inputs(dtype, head=64, rot=None, batch=2, seq=5, heads=(4, 2), seed=0):
+    """q, k as the attention makes them ([batch, heads, seq, head], a transposed
+    view) and cos, sin as the rotary embedding makes them (halves repeated)."""
+    g = torch.Generator().manual_seed(seed)
+    rot = head if rot is None else rot
+    q = torch.randn(batch, seq, heads[0], head, generator=g).to(dtype).transpose(1, 2)
+    k = torch.randn(batch, seq, heads[1], head, generator=g).to(dtype).transpose(1, 2)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rot, 2, dtype=torch.float) / rot))
+    pos = torch.arange(seq, dtype=torch.float)[None, :, None] + torch.randint(0, 100, (batch, 1, 1), generator=g)
+    emb = torch.cat([pos * inv_freq, pos * inv_freq], dim=-1)
+    return q, k, emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _forward_backward(fn, q, k, cos, sin, unsqueeze_dim=1):
+    q, k = q.detach().requires_grad_(), k.detach().requires_grad_()
+    q_embed, k_embed = fn(q, k, cos, sin, unsqueeze_dim)
+    g = torch.Generator().manual_seed(5)
+    grads = [torch.randn(t.shape, generator=g).to(t.dtype) for t in (q_embed, k_embed)]
+    torch.autograd.backward((q_embed, k_embed), grads)
+    return q_embed, k_embed, q.grad, k.grad
+
+
+@pytest.mark.parametrize("family,rot", [("llama", 64), ("gemma3", 64), ("phi3", 64), ("phi3", 48)],
+                         ids=["llama", "gemma3", "phi3", "phi3-partial"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_rope_functions_against_hugging_face_forward_and_backward(family, rot, dtype):
+    original = modeling(family).apply_rotary_pos_emb
+    q, k, cos, sin = rope_inputs(dtype, rot=rot)
+    want = _forward_backward(original, q, k, cos, sin)
+    # "hf": the model's three roundings, bit for bit, gradients too, in every dtype.
+    oxt.patch_classes([family], rms_norm=False, mlp=False, rope_casting_mode="hf")
+    with counting_rope_calls() as calls:
+        got = _forward_backward(modeling(family).apply_rotary_pos_emb, q, k, cos, sin)
+    assert calls == [(2, 4, 5, rot)] * 2
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w)
+    # "none": one rounding per output (16-bit: the products are exact in float32),
+    # not the model's in the last bit; in 16-bit dtypes no less accurate than the
+    # model's (against float64). In float32 both are a few roundings of float32.
+    oxt.patch_classes([family], rms_norm=False, mlp=False)
+    with counting_rope_calls() as calls:
+        got = _forward_backward(modeling(family).apply_rotary_pos_emb, q, k, cos, sin)
+    assert len(calls) == 1
+    exact = _forward_backward(original, *(t.double() for t in (q, k, cos, sin)))
+    tol = {torch.float32: 1e-6, torch.bfloat16: 2 ** -7, torch.float16: 2 ** -10}[dtype]
+    for g, w, e in zip(got, want, exact):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, atol=4 * tol, rtol=2 * tol)
+        if dtype != torch.float32:
+            assert (g.double() - e).abs().max() <= (w.double() - e).abs().max()
+
+
+def test_rope_function_takes_the_bshd_layout():
+    # [batch, seq, heads, head] with unsqueeze_dim=2 goes to the op too.
+    q, k, cos, sin = rope_inputs(torch.bfloat16)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
+    original = modeling("llama").apply_rotary_pos_emb
+    oxt.patch_classes(["llama"], rms_norm=False, mlp=False, rope_casting_mode="hf")
+    with counting_rope_calls() as calls:
+        got = modeling("llama").apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)
+    assert len(calls) == 2
+    for g, w in zip(got, original(q, k, cos, sin, unsqueeze_dim=2)):
+        assert torch.equal(g, w)
+
+
+def _q_k_cos_sin(q_shape, k_shape, cos_shape, dtype=torch.float32, cos_dtype=None):
+    g = torch.Generator().manual_seed(3)
+    make = lambda shape, dt: torch.randn(shape, generator=g).to(dt)  # noqa: E731
+    return (make(q_shape, dtype), make(k_shape, dtype), make(cos_shape, cos_dtype or dtype),
+            make(cos_shape, cos_dtype or dtype))
+
+
+FALLBACKS = {
+    # What the op refuses, or would compute otherwise: Hugging Face's function runs.
+    "dtype-mix (autocast)": (_q_k_cos_sin((2, 4, 5, 8), (2, 2, 5, 8), (2, 5, 8), torch.bfloat16, torch.float32), 1),
+    "table-narrower-than-head": (_q_k_cos_sin((2, 4, 5, 8), (2, 2, 5, 8), (2, 5, 1)), 1),
+    "odd-head-dim": (_q_k_cos_sin((2, 4, 5, 7), (2, 2, 5, 7), (2, 5, 7)), 1),
+    "tables-broadcast-q-up": (_q_k_cos_sin((1, 4, 5, 8), (1, 2, 5, 8), (3, 5, 8)), 1),
+    "integer": (tuple(t.mul(4).int() for t in _q_k_cos_sin((2, 4, 5, 8), (2, 2, 5, 8), (2, 5, 8))), 1),
+    "unsqueeze-dim-last": (_q_k_cos_sin((2, 5, 8, 1), (2, 5, 8, 1), (2, 5, 8)), -1),
+    # Where Hugging Face's function raises, the same error: never one of the op's.
+    "unsqueeze-dim-out-of-range": (_q_k_cos_sin((2, 4, 5, 8), (2, 2, 5, 8), (2, 5, 8)), 5),
+    "k-head-dim-differs": (_q_k_cos_sin((2, 4, 5, 8), (2, 2, 5, 6), (2, 5, 8)), 1),
+}
+
+
+@pytest.mark.parametrize("case", FALLBACKS)
+@pytest.mark.parametrize("family", ["llama", "phi3"])
+def test_rope_function_falls_back_to_hugging_face_for_what_the_op_does_not_take(family, case):
+    (q, k, cos, sin), unsqueeze_dim = FALLBACKS[case]
+    original = modeling(family).apply_rotary_pos_emb
+    oxt.patch_classes([family], rms_norm=False, mlp=False)
+    ours = modeling(family).apply_rotary_pos_emb
+    try:
+        want = original(q, k, cos, sin, unsqueeze_dim)
+    except Exception as e:  # then the same error, Hugging Face's
+        with counting_rope_calls() as calls, pytest.raises(type(e), match=re.escape(str(e))):
+            ours(q, k, cos, sin, unsqueeze_dim)
+    else:
+        with counting_rope_calls() as calls:
+            got = ours(q, k, cos, sin, unsqueeze_dim)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w)
+    assert calls == []
+
+
+def test_rope_function_falls_back_under_torch_func_and_forward_mode_ad():
+    import torch.autograd.forward_ad as fwAD
+
+    original = modeling("llama").apply_rotary_pos_emb
+    oxt.patch_classes(["llama"], rms_norm=False, mlp=False)
+    ours = modeling("llama").apply_rotary_pos_emb
+    q, k, cos, sin = rope_inputs(torch.float32)
+    with counting_rope_calls() as calls:
+        # vmap over a leading dim, and grad of a sum (the op has no functorch support)
+        for fn in (original, ours):
+            stacked = torch.func.vmap(fn)(*(torch.stack([t, 2 * t]) for t in (q, k, cos, sin)))
+            grad = torch.func.grad(lambda q_: fn(q_, k, cos, sin)[0].pow(2).sum())(q)
+            if fn is original:
+                want = (*stacked, grad)
+        for g, w in zip((*stacked, grad), want):
+            assert torch.equal(g, w)
+        tangent = torch.randn_like(q)
+        results = []
+        for fn in (original, ours):
+            with fwAD.dual_level():
+                q_embed, _ = fn(fwAD.make_dual(q, tangent), k, cos, sin)
+                results.append(fwAD.unpack_dual(q_embed))
+        assert torch.equal(results[0].primal, results[1].primal) and torch.equal(results[0].tangent,
+                                                                                 results[1].tangent)
+    assert calls == []
+
+
+@pytest.mark.compile
+def test_rope_function_compiles_fullgraph_with_dynamic_shapes():
+    oxt.patch_classes(["phi3"], rms_norm=False, mlp=False)
+    fn = modeling("phi3").apply_rotary_pos_emb
+    original = fn.__wrapped__
+
+    def f(q, k, cos, sin):
+        q_embed, k_embed = fn(q, k, cos, sin)
+        return q_embed.sum(-1), k_embed.sum(-1)
+
+    counts = []
+
+    def backend(gm, example_inputs):
+        counts.append(sum(1 for n in gm.graph.nodes if n.target is torch.ops.custom.rotary_embedding.default))
+        return gm
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend=backend, fullgraph=True, dynamic=True)
+    for seq, rot in ((5, 48), (9, 48), (7, 64)):
+        q, k, cos, sin = rope_inputs(torch.float32, rot=rot, seq=seq)
+        for g, w in zip(compiled(q, k, cos, sin), (t.sum(-1) for t in original(q, k, cos, sin))):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    assert counts and all(c == 1 for c in counts)
