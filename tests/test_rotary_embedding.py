@@ -162,12 +162,13 @@ def test_forward_mode_ad_is_refused_with_the_op_name():
 @pytest.mark.parametrize("call", [
     "ops.rotary_embedding(q, q, cos, cos)",
     "torch.ops.custom.rotary_embedding_backward(q, q, cos, cos, 1)",
-])
+    "torch.ops.cuda_sim.rotary_embedding(q, q, cos, cos, 1)",  # the CUDA kernels' glue, on the harness
+], ids=["cpu", "cpu-backward", "cuda-sim"])
 def test_head_dim_zero_gives_empty_results(call):
     """q [1, 2, 3, 0] with cos [1, 3, 0]: empty results of q's shape, as Hugging
     Face's formula (and the Ascend path) gives them. Run in a child process: the
     bug kills the interpreter."""
-    code = ("import torch, op_extension; from op_extension import ops; "
+    code = ("import torch, op_extension; from op_extension import ops, cuda_sim; "
             "q, cos = torch.empty(1, 2, 3, 0), torch.empty(1, 3, 0); "
             f"out = {call}; assert [tuple(t.shape) for t in out] == [(1, 2, 3, 0)] * 2; print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
