@@ -10,7 +10,9 @@ rows whose squares overflow float, constant rows). The op's output must have
 NaN/+inf/-inf exactly where the float64 reference (cast to the output dtype)
 has them; every other element must satisfy |a - e| <= atol + rtol * m, where
 m >= |e| is the magnitude of the terms the result is computed from (see
-"Tolerances"). Inputs must be left unmodified.
+"Tolerances"). Inputs must be left unmodified. Half of rotary_embedding's
+backward examples on the CPU go through torch.autograd instead, so that the
+gradients of cos and sin, which its autograd composes, are checked too.
 
     OP_EXT_FUZZ_EXAMPLES=500 python -m pytest tests/test_fuzz.py   # more examples
 
@@ -25,7 +27,7 @@ import math
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -38,6 +40,7 @@ import op_extension
 from fuzz_strategies import DTYPE_NAMES, DTYPES, TSpec
 from op_extension import ascend_sim
 from reference import OPS, supported_isas
+from test_ascend_sim_rope import rope_ub_bytes
 
 custom = torch.ops.custom
 
@@ -108,12 +111,18 @@ def examples_independent_of_loaded_modules(monkeypatch):
 # * ascend add.forward in float16: AddCustom computes in float16 itself, Muls
 #   then Add, each rounded to float16 (test_ascend_sim.py checks that exact
 #   behaviour): out_ulps 2 relative to m = |input| + |alpha * other|.
+# * rotary_embedding.table_grads (the gradients of cos and sin, which the op's
+#   autograd composes from ATen ops in the dtype: dy * q rounded to the dtype,
+#   summed (in float) and rounded once for q and once for k, the two sums added
+#   and rounded): out_ulps 2, three roundings of half an ulp of the dtype each,
+#   relative to m = sum |dy * q| + sum |dy * k|, and the reference's own rounding.
 DEFAULT_TOL = {"out_ulps": 1, "pointwise": 16, "per_sqrt_n": 4}
 FLOAT64_TOL = {"out_ulps": 1, "pointwise": 32, "per_sqrt_n": 8}
 TOLERANCE_OVERRIDES = {
     # (target kind or "*", dtype or "*", key) -> changes to the default
     ("*", "*", "fused_add_rms_norm.forward"): {"out_ulps": 2},
     ("ascend", torch.float16, "add.forward"): {"out_ulps": 2},
+    ("*", "*", "rotary_embedding.table_grads"): {"out_ulps": 2},
 }
 
 
@@ -136,20 +145,19 @@ def compute_eps(dtype: torch.dtype) -> float:
 
 CPU_TARGETS = [f"cpu-{isa}" for isa in supported_isas()]
 ASCEND_TARGETS = [f"ascend-{soc}" for soc in ascend_sim.SOCS]
-# rotary_embedding has no fuzz model yet (its own tests cover every backend:
-# test_rotary_embedding.py, test_cuda_sim_rope.py, test_ascend_sim_rope.py); the
-# ops fuzzed here are every other op of the simulator.
-NOT_FUZZED = {"rotary_embedding"}
-ASCEND_BACKWARD_OPS = [op for op in ascend_sim._OPS if op.removesuffix("_backward") not in NOT_FUZZED]
-assert set(ascend_sim._FORWARD_OPS) - NOT_FUZZED == set(OPS)
+# Every op: those of the sample tables (reference.OPS) and rotary_embedding, whose
+# q/k/cos/sin layouts those tables do not describe. Every op has Ascend kernels.
+FUZZED_OPS = OPS + ("rotary_embedding",)
+ASCEND_BACKWARD_OPS = ascend_sim._OPS
+assert set(ascend_sim._FORWARD_OPS) == set(FUZZED_OPS)
 
 
 def forward_params():
-    return [pytest.param(op, t, id=f"{op}-{t}") for op in OPS for t in CPU_TARGETS + ASCEND_TARGETS]
+    return [pytest.param(op, t, id=f"{op}-{t}") for op in FUZZED_OPS for t in CPU_TARGETS + ASCEND_TARGETS]
 
 
 def backward_params():
-    return [pytest.param(op, t, id=f"{op}-{t}") for op in OPS for t in CPU_TARGETS] + [
+    return [pytest.param(op, t, id=f"{op}-{t}") for op in FUZZED_OPS for t in CPU_TARGETS] + [
         pytest.param(op, t, id=f"{op}-{t}") for op in ASCEND_BACKWARD_OPS for t in ASCEND_TARGETS]
 
 
@@ -280,6 +288,70 @@ def drop_dims(draw, shape):
     return tuple(out)
 
 
+# rotary_embedding. Head dims: tiny; halves of odd length or not a multiple of
+# the 8/16 vector lanes nor of a 32-byte block (8 float32 / 16 16-bit elements:
+# 2, 34, 80, 130, 514); the usual 64/128/256; rows longer than a CUDA block's
+# threads. Sequence lengths: decode (S = 1) first.
+ROPE_HEAD_DIMS = [2, 4, 8, 6, 16, 20, 34, 64, 80, 128, 130, 256, 514, 2400]
+ROPE_SEQ = [1, 2, 1, 3, 5, 7, 9, 17]
+ROPE_BATCH = [1, 2, 3]
+ROPE_HEADS = [1, 2, 4, 3, 5, 8]
+
+
+@st.composite
+def rope_shapes(draw, target):
+    """(q shape, k shape, cos shape, unsqueeze_dim) of Hugging Face's two layouts,
+    with at most MAX_NUMEL elements in q and in k:
+      [B, H, S, D], cos [B or 1, S, D] and unsqueeze_dim 1 (or -3), or cos [S, D]
+      and 0 (or -3);
+      [B, S, H, D], cos [B or 1, S, D] and 2 (or -2), or cos [S, D] and 1 (or -2).
+    q and k have their own head counts (GQA). One example in eight has one size
+    0: k's heads (q is rotated, k is empty), q's, the batch, the sequence or the
+    head dim. The Ascend kernels take 3-D cos only."""
+    bhsd = draw(st.booleans())
+    cos_2d = not target.startswith("ascend") and draw(st.integers(0, 3)) == 0
+    d = draw(st.sampled_from(ROPE_HEAD_DIMS))
+
+    def size(sizes, *others):
+        budget = MAX_NUMEL // (d * math.prod(others))
+        return draw(st.sampled_from([n for n in sizes if n <= max(1, budget)]))
+
+    seq = size(ROPE_SEQ)
+    batch = size(ROPE_BATCH, seq)
+    hq, hk = size(ROPE_HEADS, seq, batch), size(ROPE_HEADS, seq, batch)
+    if draw(st.integers(0, 7)) == 0:
+        # Known bug: head dim 0 kills the process on the CPU targets (SIGFPE, see
+        # test_rotary_embedding.py's test_head_dim_zero_gives_empty_results, xfail).
+        empty = draw(st.sampled_from(["hk", "batch", "seq", "hq"] + (["d"] if target.startswith("ascend") else [])))
+        seq, batch, hq, hk, d = (0 if empty == name else v for name, v in
+                                 (("seq", seq), ("batch", batch), ("hq", hq), ("hk", hk), ("d", d)))
+    shape = (lambda h: (batch, h, seq, d)) if bhsd else (lambda h: (batch, seq, h, d))
+    if cos_2d:
+        cos = (seq, d)
+        dims = [0, -3] if bhsd else [1, -2]
+    else:
+        cos = (draw(st.sampled_from([batch, 1])), seq, d)
+        dims = [1, -3] if bhsd else [2, -2]
+    return shape(hq), shape(hk), cos, draw(st.sampled_from(dims))
+
+
+@st.composite
+def rope_soc_options(draw, target, dtype, d):
+    """ascend_sim's test-only options, for half the Ascend examples: a few cores
+    and a UB that holds 1 to 3 rows per tile, so that the rows are split
+    unevenly over cores and walked in several tiles, with runs of rows that share
+    a cos row (or take consecutive ones) across tile boundaries."""
+    if not target.startswith("ascend") or not draw(st.booleans()):
+        return {}
+    options = {"_core_num": draw(st.sampled_from([1, 2, 3, 5]))}
+    if d:
+        block = 32 // dtype.itemsize
+        half_stride = -(-(d // 2) // block) * block
+        rows = draw(st.integers(1, 3))
+        options["_ub_size"] = max(1024, rope_ub_bytes(dtype, rows, half_stride, d // 2))
+    return options
+
+
 # ---------------------------------------------------------------------------
 # Cases: one call of an op or backward op, with its reproducer
 # ---------------------------------------------------------------------------
@@ -292,13 +364,32 @@ class Case:
     dtype: torch.dtype
     args: tuple  # TSpec for tensors, plain values otherwise
     row_len: int = 1  # reduction length (norms, softmax), for the tolerance
+    # Passed by name: ops.rotary_embedding has position_ids before unsqueeze_dim,
+    # the schema (and so ascend_sim.run) does not.
+    kwargs: dict = field(default_factory=dict)
+    # Set (backward, CPU targets): the case is torch.autograd.grad of the forward
+    # op ops.<op>(*args, **kwargs) with these output gradients, with respect to
+    # every tensor in args (gradients the op's autograd composes around its
+    # backward op are checked too).
+    grad_outputs: tuple | None = None
 
     def build(self):
         return tuple(a.build() if hasattr(a, "build") else a for a in self.args)
 
+    def build_grad_outputs(self):
+        return tuple(g.build() for g in self.grad_outputs)
+
     def call_text(self, target: str) -> str:
-        args = ", ".join(repr(a) for a in self.args)
+        args = ", ".join([repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()])
         kind, name = target.split("-", 1)
+        if self.grad_outputs is not None:
+            assert kind == "cpu" and all(isinstance(a, TSpec) for a in self.args)
+            xs = ", ".join(f"x{i}" for i in range(len(self.args)))
+            call = ", ".join([xs] + [f"{k}={v!r}" for k, v in self.kwargs.items()])
+            return (f"op_extension._C.set_cpu_isa({name!r}); "
+                    f"{xs}, = (t.requires_grad_() for t in ({', '.join(repr(a) for a in self.args)},)); "
+                    f"print(torch.autograd.grad(ops.{self.op}({call}), ({xs},), "
+                    f"({', '.join(repr(g) for g in self.grad_outputs)},)))")
         if kind == "cpu":
             fn = f"torch.ops.custom.{self.op}_backward" if self.backward else f"ops.{self.op}"
             return f"op_extension._C.set_cpu_isa({name!r}); print({fn}({args}))"
@@ -341,6 +432,18 @@ def forward_case(draw, op, target):
         u = spec(shape)
         extra = (draw(st.sampled_from(["none", "tanh"])),) if op == "geglu" else ()
         return Case(op, False, dtype, (g, u) + extra)
+    if op == "rotary_embedding":
+        qs, ks, cs, dim = draw(rope_shapes(target))
+        # Constraint: q and k's near-max values are max/8 (backward_primal), and
+        # cos/sin have none (|cos|, |sin| < 6: randn of scale <= 1): q * cos does
+        # not overflow in float where the float64 q * cos - q' * sin is finite (or
+        # +-inf where a NaN would come out: -4e38 + inf). No big rows either (a row
+        # scaled twice holds values up to 3e38); the op reduces nothing.
+        q = spec(qs, rows=False, backward_primal=True)
+        k = spec(ks, rows=False, backward_primal=True)
+        cos, sin = (spec(cs, rows=False, near_max=False, scales=(1.0, 0.5, 0.1)) for _ in range(2))
+        return Case(op, False, dtype, (q, k, cos, sin),
+                    kwargs={"unsqueeze_dim": dim, **draw(rope_soc_options(target, dtype, qs[-1]))})
     lead, norm = draw(row_shape(2))
     n = math.prod(norm)
     x = spec(lead + norm, row_len=max(n, 1))
@@ -388,6 +491,22 @@ def backward_case(draw, op, target):
         # output: a softmax of random logits (in the dtype), built by the reproducer too
         y = SoftmaxOf(spec(shape, row_len=shape[-1] if shape else None, scales=(3.0, 0.1, 1.0, 10.0)), dim)
         return Case(op, True, dtype, (dy(shape), y, dim), row_len=max(1, shape[dim] if ndim else 1))
+    if op == "rotary_embedding":
+        qs, ks, cs, dim = draw(rope_shapes(target))
+        cos, sin = (spec(cs, rows=False, near_max=False, scales=(1.0, 0.5, 0.1)) for _ in range(2))
+        if target.startswith("cpu") and draw(st.booleans()):
+            # Through autograd: the backward op for q and k, and the gradients of
+            # cos and sin that the op's autograd composes (sums of dy * q over
+            # what cos broadcasts along). Constraint: q and k have no near-max
+            # values and no big rows: those sums are formed as two partial sums
+            # (q's, k's) in the dtype, which may overflow where their sum does not.
+            q = spec(qs, rows=False, near_max=False)
+            k = spec(ks, rows=False, near_max=False)
+            n = (math.prod(qs) + math.prod(ks)) // max(1, math.prod(cs))
+            return Case(op, True, dtype, (q, k, cos, sin), row_len=max(1, n), kwargs={"unsqueeze_dim": dim},
+                        grad_outputs=(dy(qs), dy(ks)))
+        return Case(op, True, dtype, (dy(qs), dy(ks), cos, sin, dim),
+                    kwargs=draw(rope_soc_options(target, dtype, qs[-1])))
     lead, norm = draw(row_shape(2))
     n = math.prod(norm)
     rows_n = math.prod(lead)
@@ -496,11 +615,53 @@ def _rms_eps(eps, dtype):
     return torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps if eps is None else eps
 
 
-def reference(case: Case, args: tuple):
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def _rope(x, cos_u, sin_u):
+    """Hugging Face's x cos + rotate_half(x) sin, with its magnitude."""
+    a, b = x * cos_u, _rotate_half(x) * sin_u
+    return a + b, a.abs() + b.abs()
+
+
+def _rope_grad(g, cos_u, sin_u):
+    """Its transpose g cos - rotate_half(g sin), with its magnitude."""
+    a, b = g * cos_u, _rotate_half(g * sin_u)
+    return a - b, a.abs() + b.abs()
+
+
+def reference(case: Case, args: tuple, grad_outputs: tuple = ()):
     """[(expected, magnitude, n)] per output, in float64; None for outputs not compared."""
     d = lambda t: None if t is None else t.detach().double()  # noqa: E731
     dtype, n = case.dtype, case.row_len
     op = case.op
+    if op == "rotary_embedding":
+        # cos and sin as Hugging Face unsqueezes them: the op's own dim wrapping is
+        # what is tested, so the reference leaves it to torch. NaN/inf classes are
+        # exact here (no nan_means_undefined): an output is x c -+ x' s, whose
+        # NaN/inf do not depend on how it is grouped, and a table gradient is a
+        # sum of products, NaN where it mixes +inf and -inf in any order.
+        dim = args[4] if case.backward and case.grad_outputs is None else case.kwargs["unsqueeze_dim"]
+        cos, sin = d(args[2]), d(args[3])
+        cos_u, sin_u = cos.unsqueeze(dim), sin.unsqueeze(dim)
+        if not case.backward:
+            return [_rope(d(x), cos_u, sin_u) + (1,) for x in args[:2]]
+        if case.grad_outputs is None:
+            return [_rope_grad(d(g), cos_u, sin_u) + (1,) for g in args[:2]]
+        # autograd: q, k as the backward op gives them; cos and sin: the sums of
+        # dy * q (dy * rotate_half(q)) and of k's over the dims cos broadcasts along.
+        (q, k), (gq, gk) = (d(t) for t in args[:2]), (d(g) for g in grad_outputs)
+
+        def table_grad(f):
+            terms = [g * f(x) for g, x in ((gq, q), (gk, k))]
+            total = sum(t.sum_to_size(cos_u.shape) for t in terms).reshape(cos.shape)
+            mag = sum(t.abs().sum_to_size(cos_u.shape) for t in terms).reshape(cos.shape)
+            return total, mag, n
+
+        return [_rope_grad(gq, cos_u, sin_u) + (1,), _rope_grad(gk, cos_u, sin_u) + (1,),
+                table_grad(lambda x: x), table_grad(_rotate_half)]
     if not case.backward:
         if op == "add":
             x, o, alpha = args
@@ -703,27 +864,38 @@ ROW_OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "softmax")
 SATURATED_16BIT_OPS = ("add", "fused_add_rms_norm")
 
 
-def run_target(case: Case, target: str, args: tuple):
+def run_target(case: Case, target: str, args: tuple, grad_outputs: tuple = ()):
     kind, name = target.split("-", 1)
     if kind == "cpu":
         op_extension._C.set_cpu_isa(name)
         assert op_extension._C.cpu_isa() == name
+        if case.grad_outputs is not None:
+            inputs = tuple(a.detach().requires_grad_() for a in args)
+            outs = getattr(op_extension.ops, case.op)(*inputs, **case.kwargs)
+            return torch.autograd.grad(outs, inputs, grad_outputs)
         if case.backward:
-            return getattr(custom, f"{case.op}_backward")(*args)
-        return getattr(op_extension.ops, case.op)(*args)
+            return getattr(custom, f"{case.op}_backward")(*args, **case.kwargs)
+        return getattr(op_extension.ops, case.op)(*args, **case.kwargs)
     if case.backward:
-        return ascend_sim.run_backward(case.op, *args, soc=name)
-    return ascend_sim.run(case.op, *args, soc=name)
+        return ascend_sim.run_backward(case.op, *args, soc=name, **case.kwargs)
+    return ascend_sim.run(case.op, *args, soc=name, **case.kwargs)
+
+
+# Outputs of autograd cases that the op's autograd composes from ATen ops in the
+# dtype (not the backward op): their tolerance key.
+COMPOSED_GRADS = {("rotary_embedding", 2): "rotary_embedding.table_grads",
+                  ("rotary_embedding", 3): "rotary_embedding.table_grads"}
 
 
 def check_case(case: Case, target: str) -> None:
     repro = case.repro(target)
     note(f"Reproduce: {repro}")
     args = case.build()
-    before = [_bits(a) if isinstance(a, torch.Tensor) else None for a in args]
-    outs = run_target(case, target, args)
+    grad_outputs = case.build_grad_outputs() if case.grad_outputs is not None else ()
+    before = [_bits(a) if isinstance(a, torch.Tensor) else None for a in args + grad_outputs]
+    outs = run_target(case, target, args, grad_outputs)
     outs = outs if isinstance(outs, tuple) else (outs,)
-    refs = reference(case, args)
+    refs = reference(case, args, grad_outputs)
     assert len(outs) == len(refs), f"{len(outs)} outputs, expected {len(refs)}; Reproduce: {repro}"
     key = f"{case.op}.{'backward' if case.backward else 'forward'}"
     tol = tolerance(target, case.dtype, key)
@@ -740,10 +912,12 @@ def check_case(case: Case, target: str) -> None:
         if ref is None:
             continue
         e, m, n = ref
-        compare(f"{key} output {k}", out, e, m, n, case.dtype, tol, repro,
+        composed = COMPOSED_GRADS.get((case.op, k)) if case.grad_outputs is not None else None
+        compare(f"{composed or key} output {k}", out, e, m, n, case.dtype,
+                tolerance(target, case.dtype, composed) if composed else tol, repro,
                 nan_means_undefined=(case.backward and case.op in ROW_OPS) or case.op in ("swiglu", "geglu"),
                 saturated=saturated)
-    for k, (b, a) in enumerate(zip(before, args)):
+    for k, (b, a) in enumerate(zip(before, args + grad_outputs)):
         if b is not None:
             assert torch.equal(b, _bits(a)), f"input {k} was modified; Reproduce: {repro}"
 

@@ -6,6 +6,9 @@ Scaffolded by `python -m op_extension.scaffold op_protos/rotary_embedding.json`,
 then filled in.
 """
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -147,6 +150,29 @@ def test_forward_mode_ad_is_refused_with_the_op_name():
     q, k, cos, sin = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8), torch.randn(1, 3, 8), torch.randn(1, 3, 8)
     with fwAD.dual_level(), pytest.raises(RuntimeError, match="rotary_embedding"):
         ops.rotary_embedding(fwAD.make_dual(q, torch.randn_like(q)), k, cos, sin)
+
+
+# ---- empty tensors ---------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug found by tests/test_fuzz.py: the glue (ops_glue.h rotary_args, shared by the CPU and CUDA "
+    "registrations) computes cos's row strides as cos_u.stride(d) / head before it skips the launch "
+    "of an empty tensor, so head dim 0 with a cos dim larger than 1 divides by zero: SIGFPE"))
+@pytest.mark.parametrize("call", [
+    "ops.rotary_embedding(q, q, cos, cos)",
+    "torch.ops.custom.rotary_embedding_backward(q, q, cos, cos, 1)",
+    "torch.ops.cuda_sim.rotary_embedding(q, q, cos, cos, 1)",  # the CUDA kernels' glue, on the harness
+], ids=["cpu", "cpu-backward", "cuda-sim"])
+def test_head_dim_zero_gives_empty_results(call):
+    """q [1, 2, 3, 0] with cos [1, 3, 0]: empty results of q's shape, as Hugging
+    Face's formula (and the Ascend path) gives them. Run in a child process: the
+    bug kills the interpreter."""
+    code = ("import torch, op_extension; from op_extension import ops, cuda_sim; "
+            "q, cos = torch.empty(1, 2, 3, 0), torch.empty(1, 3, 0); "
+            f"out = {call}; assert [tuple(t.shape) for t in out] == [(1, 2, 3, 0)] * 2; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
 
 
 # ---- bad input ---------------------------------------------------------------------------------
