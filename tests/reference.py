@@ -58,10 +58,19 @@ KERNEL_TARGETS = [(isa, "cpu", isa) for isa in supported_isas()] + [(d, d, None)
 
 
 # The forward references, by op.
-REFERENCES: dict[str, Callable] = {op: getattr(_reference, f"ref_{op}") for op in FORWARD_OPS}
+def _lacking(what: str) -> Callable:
+    def fail(*args, **kwargs):
+        raise AssertionError(f"{what} does not exist")
+
+    return fail
+
+
+REFERENCES: dict[str, Callable] = {
+    op: getattr(_reference, f"ref_{op}", None) or _lacking(f"op_extension._reference.ref_{op}") for op in FORWARD_OPS}
 
 # The functional API under test.
-FUNCTIONS: dict[str, Callable] = {name: getattr(ops, name) for name in FORWARD_OPS}
+FUNCTIONS: dict[str, Callable] = {
+    op: getattr(ops, op, None) or _lacking(f"op_extension.ops.{op}") for op in FORWARD_OPS}
 
 
 def _as_tuple(x) -> tuple:

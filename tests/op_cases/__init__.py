@@ -154,11 +154,11 @@ def get(op: str, name: str, default=_REQUIRED):
     return default
 
 
-def each(name: str, ops=FORWARD_OPS, default=_REQUIRED) -> list[tuple[str, object]]:
-    """[(op, entry)] for every op; a Missing entry where the op has none.
-    Ops whose entry is None (an optional one, absent) are left out."""
+def each(name: str, ops=None, default=_REQUIRED) -> list[tuple[str, object]]:
+    """[(op, entry)] for every op of `ops` (default: FORWARD_OPS); a Missing entry
+    where the op has none. Ops whose entry is None (an optional one, absent) are left out."""
     out = []
-    for op in ops:
+    for op in FORWARD_OPS if ops is None else ops:
         try:
             value = get(op, name, default)
         except OpCasesError as e:
@@ -168,7 +168,7 @@ def each(name: str, ops=FORWARD_OPS, default=_REQUIRED) -> list[tuple[str, objec
     return out
 
 
-def items(name: str, ops=FORWARD_OPS, default=_REQUIRED) -> list[tuple[str, str, object]]:
+def items(name: str, ops=None, default=_REQUIRED) -> list[tuple[str, str, object]]:
     """[(op, key, value)] of a dict entry, for every op; (op, "MISSING", Missing)
     where the op has none."""
     out = []
