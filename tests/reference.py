@@ -57,7 +57,6 @@ DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 KERNEL_TARGETS = [(isa, "cpu", isa) for isa in supported_isas()] + [(d, d, None) for d in DEVICES if d != "cpu"]
 
 
-# The forward references, by op.
 def _lacking(what: str) -> Callable:
     def fail(*args, **kwargs):
         raise AssertionError(f"{what} does not exist")
@@ -65,6 +64,7 @@ def _lacking(what: str) -> Callable:
     return fail
 
 
+# The forward references, by op.
 REFERENCES: dict[str, Callable] = {
     op: getattr(_reference, f"ref_{op}", None) or _lacking(f"op_extension._reference.ref_{op}") for op in FORWARD_OPS}
 

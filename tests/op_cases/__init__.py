@@ -2,14 +2,14 @@
 
 The shared tests (test_ops, test_compile, test_protos, test_bad_input, test_debug,
 test_npu_glue, test_layouts; test_cuda_sim and test_fuzz through reference.py)
-hold no per-op table: they iterate the
-ops of op_protos/ (op_extension._protos.load_protos) and take each op's data from
-its module here, the backward op's from its forward op's module. A new op is
-its prototype, its own files, and tests/op_cases/<name>.py
-(``python -m op_extension.scaffold op_protos/<name>.json`` writes one whose every
-entry fails, naming this file, until it is filled in). An op without the module,
-or without a required entry, fails the shared tests (``Missing`` entries) and
-tests/test_op_cases.py, with a message naming the file to write.
+hold no per-op table: they iterate the ops of op_protos/
+(op_extension._protos.load_protos) and take each op's data from its module here,
+the backward op's from its forward op's module. A new op is its prototype, its
+own files, and tests/op_cases/<name>.py (``python -m op_extension.scaffold
+op_protos/<name>.json`` writes one whose every entry fails, naming the file,
+until it is filled in). An op without the module, or without a required entry,
+fails the shared tests (``Missing`` entries) and tests/test_op_cases.py, with a
+message naming the file to write.
 
 Entries of tests/op_cases/<name>.py (each test file's docstring says how it uses them):
 
