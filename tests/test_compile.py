@@ -1,16 +1,21 @@
 """torch.compile, torch.export and FakeTensor support of the custom ops.
 
+Every forward op of op_protos/ and its backward op, with the data of
+tests/op_cases/<op>.py: CALLS (compiled forward + backward), INFERENCE (the
+all-ops graph and its export), FAKE and BACKWARD_FAKE (FakeTensor, opcheck).
+
 Every op is reached through the functional API (op_extension.ops), which is what
 models call. Compilation is slow on CPU, so each compiled function is built once
 per module and shared by the tests that inspect it:
 
-* one compiled function per op, run forward + backward (inputs requiring grad)
-  for two row counts: results equal eager, one Dynamo frame, no recompilation,
-  the op is a single node of the Dynamo graph and of the AOT forward graph and
-  custom::<op>_backward is a node of the AOT backward graph;
-* one compiled function calling all eight ops in inference (no grad);
+* one compiled function per CALLS case, run forward + backward (inputs requiring
+  grad) for two row counts: results equal eager, one Dynamo frame, no
+  recompilation, the op is a single node of the Dynamo graph and of the AOT
+  forward graph and custom::<op>_backward is a node of the AOT backward graph;
+* one compiled function calling every op's INFERENCE cases (no grad);
 * torch.export of a small model built from op_extension.nn with a dynamic batch,
-  and its save/load round trip;
+  and of a module calling every op's INFERENCE cases with dynamic rows, and their
+  save/load round trips;
 * FakeTensorMode (static and symbolic shapes) and torch.library.opcheck.
 """
 
@@ -27,17 +32,16 @@ from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
+import op_cases
 import op_extension
+from op_cases import BACKWARD_OPS, FORWARD_OPS, H, Fake, rand
 from op_extension import nn as onn
 from op_extension import ops
 from reference import DEVICES
 
 pytestmark = pytest.mark.compile
 
-H = 16  # normalised / hidden size
 ROWS = (5, 9)  # the first call compiles, the second must reuse the graph
-FORWARD_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu",
-               "rotary_embedding")
 custom = torch.ops.custom
 
 
@@ -118,85 +122,45 @@ def assert_same(actual, expected, what=""):
     torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6, msg=lambda m: f"{what}: {m}")
 
 
+def _as_tuple(out):
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
 # ---------------------------------------------------------------------------------
-# One function per op (distinct code objects: Dynamo caches per code object).
+# One compiled function per CALLS case of every op (each a function f_<case id> of
+# tests/op_cases/<op>.py: distinct code objects, as Dynamo caches per code object).
 # ---------------------------------------------------------------------------------
 
-
-def f_add(a, b):
-    return ops.add(a, b, alpha=0.5)  # b broadcasts over the rows: grad_b needs add_backward
-
-
-def f_gelu(x):
-    return ops.gelu(x, "tanh")
-
-
-def f_rms_norm(x, w):
-    return ops.rms_norm(x, (H,), w, 1e-6)
-
-
-def f_fused_add_rms_norm(x, r, w):
-    return ops.fused_add_rms_norm(x, r, H, w)  # eps=None: machine epsilon
-
-
-def f_layer_norm(x, w, b):
-    return ops.layer_norm(x, x.shape[-1:], w, b, eps=1e-5)  # symbolic normalized_shape (SymInt[])
-
-
-def f_fused_add_rms_norm_out_only(x, r, w):
-    return ops.fused_add_rms_norm(x, r, (H,), w, 1e-6)[0]  # no gradient flows into residual_out
-
-
-def f_softmax(x):
-    return ops.softmax(x, -1)
-
-
-def f_swiglu(g, u):
-    return ops.swiglu(g, u)
-
-
-def f_rotary_embedding(q, k):
-    # cos/sin built inside, as a model's rotary module does (they get no gradient).
-    seq, dim = q.shape[-2], q.shape[-1]
-    angle = torch.arange(seq, dtype=q.dtype, device=q.device)[:, None] * torch.arange(
-        1, dim + 1, dtype=q.dtype, device=q.device) / dim
-    return ops.rotary_embedding(q, k, angle.cos()[None], angle.sin()[None])
-
-
-def f_geglu(g, u):
-    return ops.geglu(g, u, "tanh")
-
-
-def _rand(*shape):
-    return torch.randn(*shape, dtype=torch.float32)
 
 
 @dataclass
 class Case:
-    fn: object
+    op: str
+    fn: object  # the Call's function, f_<case id>
     make: object  # rows -> tuple of input tensors
-    backward: str  # the backward op the compiled backward graph must call
+
+    @property
+    def backward(self) -> str:
+        """The backward op the compiled backward graph must call."""
+        return op_cases.PROTOS[self.op].backward
 
 
-CASES = {
-    "add": Case(f_add, lambda n: (_rand(2, n, H), _rand(1, 1, H)), "add_backward"),
-    "gelu": Case(f_gelu, lambda n: (_rand(n, H) * 3,), "gelu_backward"),
-    "rms_norm": Case(f_rms_norm, lambda n: (_rand(n, H), _rand(H)), "rms_norm_backward"),
-    "fused_add_rms_norm": Case(
-        f_fused_add_rms_norm, lambda n: (_rand(n, H), _rand(n, H), _rand(H)), "fused_add_rms_norm_backward"
-    ),
-    "fused_add_rms_norm_out_only": Case(
-        f_fused_add_rms_norm_out_only, lambda n: (_rand(n, H), _rand(n, H), _rand(H)), "fused_add_rms_norm_backward"
-    ),
-    "layer_norm": Case(f_layer_norm, lambda n: (_rand(2, n, H), _rand(H), _rand(H)), "layer_norm_backward"),
-    "softmax": Case(f_softmax, lambda n: (_rand(n, H) * 2,), "softmax_backward"),
-    "swiglu": Case(f_swiglu, lambda n: (_rand(n, H), _rand(n, H)), "swiglu_backward"),
-    "geglu": Case(f_geglu, lambda n: (_rand(n, H), _rand(n, H)), "geglu_backward"),
-    "rotary_embedding": Case(f_rotary_embedding, lambda n: (_rand(2, 4, n, 16), _rand(2, 2, n, 16)),
-                             "rotary_embedding_backward"),
-}
+def _cases() -> dict:
+    cases = {}
+    for op, calls in op_cases.each("CALLS"):
+        if isinstance(calls, op_cases.Missing):
+            cases[f"{op}-MISSING"] = calls
+            continue
+        for call in calls:
+            name = call.fn.__name__.removeprefix("f_")
+            assert call.fn.__name__ == f"f_{name}" and name.startswith(op) and name not in cases, (
+                f"tests/op_cases/{op}.py: CALLS functions are named f_{op}..., once each; got {call.fn.__name__}")
+            cases[name] = Case(op, call.fn, call.make)
+    return cases
+
+
+CASES = _cases()
 CASE_IDS = tuple(CASES)
-assert {CASES[c].fn.__name__ for c in CASES} == {f"f_{c}" for c in CASES}
 
 
 @dataclass
@@ -204,10 +168,6 @@ class FwdBwdRun:
     backend: RecordingBackend
     errors: list  # every comparison with eager that failed
     cache_entries: int  # compiled variants of the function added by both row counts
-
-
-def _as_tuple(out):
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
 def _run_fwd_bwd(op: str, device: str) -> FwdBwdRun:
@@ -278,8 +238,7 @@ def test_compiled_fwd_bwd_one_frame_no_recompile(fwd_bwd, op, device):
 @pytest.mark.parametrize("case", CASE_IDS)
 def test_compiled_graphs_hold_the_custom_ops(fwd_bwd, case, device):
     run = fwd_bwd(case, device)
-    backward = CASES[case].backward
-    op = backward.removesuffix("_backward")
+    op, backward = CASES[case].op, CASES[case].backward
     (dynamo_gm,) = run.backend.dynamo_graphs
     assert getattr(custom, op).default in call_targets(dynamo_gm), _describe([dynamo_gm])
     assert custom_calls(dynamo_gm) == [op], _describe([dynamo_gm])
@@ -308,27 +267,57 @@ def test_compiled_graph_is_dynamic_in_rows(fwd_bwd, op, device):
 
 
 # ---------------------------------------------------------------------------------
-# All eight ops in one inference graph.
+# Every op in one inference graph: each op's INFERENCE cases (default: its CALLS),
+# one after another, each on its own inputs.
 # ---------------------------------------------------------------------------------
 
 
-def f_all_ops(x, y, r, w, b, g, u):
-    s = ops.add(x, y)
-    a = ops.add(x, 2.0, alpha=3)
-    e = ops.gelu(x)
-    n = ops.rms_norm(x, H, w)
-    n_sym = ops.rms_norm(x, x.shape[-1:])
-    f, res = ops.fused_add_rms_norm(x, r, (H,), w, eps=1e-5)
-    ln = ops.layer_norm(x, (H,), w, b)
-    ln_plain = ops.layer_norm(x, (H,))
-    sm = ops.softmax(x, 0)
-    sw = ops.swiglu(g, u)
-    ge = ops.geglu(g, u)
-    return s, a, e, n, n_sym, f, res, ln, ln_plain, sm, sw, ge
+def _inference_cases() -> list:
+    cases = []
+    for op in FORWARD_OPS:
+        try:
+            calls = op_cases.get(op, "INFERENCE", None) or op_cases.get(op, "CALLS")
+        except op_cases.OpCasesError:
+            continue  # the CALLS tests fail for it, saying what to write
+        cases += [(op, call) for call in calls]
+    return cases
+
+
+INFERENCE = _inference_cases()
+
+
+def f_all_ops(*groups):
+    """groups[i]: the inputs of INFERENCE[i]; returns every output, flat."""
+    outs = []
+    for (_, call), group in zip(INFERENCE, groups):
+        outs += list(_as_tuple(call.fn(*group)))
+    return tuple(outs)
 
 
 def _all_ops_inputs(rows):
-    return (_rand(rows, H), _rand(H), _rand(rows, H), _rand(H), _rand(H), _rand(rows, 2 * H), _rand(rows, 2 * H))
+    return tuple(tuple(call.make(rows)) for _, call in INFERENCE)
+
+
+def _on(groups, device):
+    return tuple(tuple(t.to(device) for t in group) for group in groups)
+
+
+class _CustomOpCalls(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "custom":
+            self.names.append(func._schema.name.removeprefix("custom::"))
+        return func(*args, **(kwargs or {}))
+
+
+def _eager_custom_calls(fn, *inputs) -> list[str]:
+    """The custom ops an eager call of fn makes, in order: what its graph must hold."""
+    with torch.no_grad(), _CustomOpCalls() as calls:
+        fn(*inputs)
+    return calls.names
 
 
 @pytest.fixture(scope="module", params=DEVICES)
@@ -340,7 +329,7 @@ def all_ops_run(request):
     torch.manual_seed(0)
     with torch.no_grad():
         for rows in ROWS:
-            inputs = [t.to(request.param) for t in _all_ops_inputs(rows)]
+            inputs = _on(_all_ops_inputs(rows), request.param)
             results.append((rows, compiled(*inputs), f_all_ops(*inputs)))
     return backend, results, cache_entries(f_all_ops) - entries_before
 
@@ -356,7 +345,8 @@ def test_all_ops_inference_single_graph(all_ops_run):
     assert backend.frame_count == 1, _describe(backend.dynamo_graphs)
     assert entries == 1, f"f_all_ops recompiled: {entries} cache entries"
     (gm,) = backend.dynamo_graphs
-    expected = ["add", "add", "gelu", "rms_norm", "rms_norm", "fused_add_rms_norm", "layer_norm", "layer_norm", "softmax", "swiglu", "geglu"]
+    expected = _eager_custom_calls(f_all_ops, *_all_ops_inputs(ROWS[0]))
+    assert set(expected) == set(FORWARD_OPS), f"INFERENCE cases call {sorted(set(expected))}"
     assert custom_calls(gm) == expected, _describe([gm])
     # Inference: one graph, no backward, and the ops survive AOTAutograd as they are.
     assert len(backend.forward_graphs) == 1 and not backend.backward_graphs
@@ -406,7 +396,7 @@ BLOCK_OPS = ["fused_add_rms_norm", "rms_norm", "swiglu", "add", "geglu", "layer_
 
 
 def _block_inputs(batch, seq=3):
-    return _rand(batch, seq, H), _rand(batch, seq, H)
+    return rand(batch, seq, H), rand(batch, seq, H)
 
 
 def test_compiled_model_training_matches_eager(device):
@@ -442,7 +432,51 @@ def test_compiled_model_training_matches_eager(device):
 # ---------------------------------------------------------------------------------
 
 
-EXPORT_PARAMS = [(strict, device) for device in DEVICES for strict in (False, True)]
+class AllOps(torch.nn.Module):
+    """Every op's INFERENCE cases, as f_all_ops: forward(groups), groups[i] the inputs of case i."""
+
+    def forward(self, groups):
+        return f_all_ops(*groups)
+
+
+@dataclass
+class Exported:
+    model: torch.nn.Module
+    ep: object  # the ExportedProgram
+    device: str
+    custom_ops: list  # the custom ops its graph must call, in order
+    inputs: object  # batch -> the model's positional inputs on the device
+    dynamic: list  # (index of the flat user input, dim) that must be symbolic
+
+
+def _export_block(strict, device) -> Exported:
+    model = Block().eval().to(device)
+    batch = torch.export.Dim("batch")
+    inputs = lambda n: _device_inputs(n, device)  # noqa: E731
+    ep = torch.export.export(model, inputs(4), dynamic_shapes=({0: batch}, {0: batch}), strict=strict)
+    return Exported(model, ep, device, BLOCK_OPS, inputs, [(0, 0), (1, 0)])
+
+
+def _row_dims(make) -> list:
+    """Per input of make(rows), the dims that are the row count."""
+    a, b = make(ROWS[0]), make(ROWS[1])
+    return [[d for d, (m, n) in enumerate(zip(x.shape, y.shape)) if m != n] for x, y in zip(a, b)]
+
+
+def _export_all_ops(strict, device) -> Exported:
+    model = AllOps().eval()
+    rows = torch.export.Dim("rows")
+    dims = [_row_dims(call.make) for _, call in INFERENCE]
+    dynamic_shapes = tuple(tuple({d: rows for d in ds} for ds in group) for group in dims)
+    inputs = lambda n: (_on(_all_ops_inputs(n), device),)  # noqa: E731
+    ep = torch.export.export(model, inputs(4), dynamic_shapes=(dynamic_shapes,), strict=strict)
+    flat = [ds for group in dims for ds in group]
+    expected = _eager_custom_calls(model, *inputs(4))
+    return Exported(model, ep, device, expected, inputs, [(i, d) for i, ds in enumerate(flat) for d in ds])
+
+
+# Block: a model of the nn wrappers; all_ops: every op of op_protos/.
+EXPORT_PARAMS = [(model, strict, device) for model in ("block", "all_ops") for device in DEVICES for strict in (False, True)]
 
 
 def _device_inputs(batch, device):
@@ -450,63 +484,63 @@ def _device_inputs(batch, device):
 
 
 @pytest.fixture(scope="module", params=EXPORT_PARAMS,
-                ids=[("strict" if s else "non_strict") + ("" if d == "cpu" else f"-{d}") for s, d in EXPORT_PARAMS])
-def exported(request):
-    """(model, exported program, device)."""
-    strict, device = request.param
+                ids=[("" if m == "block" else f"{m}-") + ("strict" if s else "non_strict") + ("" if d == "cpu" else f"-{d}")
+                     for m, s, d in EXPORT_PARAMS])
+def exported(request) -> Exported:
+    model, strict, device = request.param
     torch.manual_seed(0)
-    model = Block().eval().to(device)
-    batch = torch.export.Dim("batch")
-    ep = torch.export.export(model, _device_inputs(4, device), dynamic_shapes=({0: batch}, {0: batch}), strict=strict)
-    return model, ep, device
+    return (_export_block if model == "block" else _export_all_ops)(strict, device)
 
 
 def test_export_graph_holds_custom_ops_as_single_nodes(exported):
-    _, ep, _ = exported
-    assert custom_calls(ep.graph_module) == BLOCK_OPS, ep.graph_module.print_readable(print_output=False)
-    for op in BLOCK_OPS:
+    ep = exported.ep
+    assert custom_calls(ep.graph_module) == exported.custom_ops, ep.graph_module.print_readable(print_output=False)
+    for op in exported.custom_ops:
         assert getattr(custom, op).default in call_targets(ep.graph_module)
-    # Nothing but the custom ops, the MLPs' linears and tuple unpacking.
-    others = {t for t in call_targets(ep.graph_module) if not (isinstance(t, torch._ops.OpOverload) and t.namespace == "custom")}
-    assert others <= {torch.ops.aten.linear.default, operator.getitem}, others
+    if isinstance(exported.model, Block):
+        # Nothing but the custom ops, the MLPs' linears and tuple unpacking.
+        others = {t for t in call_targets(ep.graph_module) if not (isinstance(t, torch._ops.OpOverload) and t.namespace == "custom")}
+        assert others <= {torch.ops.aten.linear.default, operator.getitem}, others
+    else:
+        assert set(exported.custom_ops) == set(FORWARD_OPS)
 
 
 def test_export_batch_dim_is_dynamic(exported):
-    _, ep, _ = exported
-    x_node = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name == "x"][0]
-    assert isinstance(x_node.meta["val"].shape[0], torch.SymInt)
+    ep = exported.ep
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    user_inputs = [placeholders[name] for name in ep.graph_signature.user_inputs]
+    assert exported.dynamic
+    for index, dim in exported.dynamic:
+        assert isinstance(user_inputs[index].meta["val"].shape[dim], torch.SymInt), (user_inputs[index].name, dim)
     assert len(ep.range_constraints) >= 1
 
 
 @pytest.mark.parametrize("batch", [4, 9, 1])
 def test_exported_module_matches_eager(exported, batch):
-    model, ep, device = exported
     torch.manual_seed(batch)
-    inputs = _device_inputs(batch, device)
+    inputs = exported.inputs(batch)
     with torch.no_grad():
-        assert_same(ep.module()(*inputs), model(*inputs), f"exported batch={batch}")
+        assert_same(exported.ep.module()(*inputs), exported.model(*inputs), f"exported batch={batch}")
 
 
 def test_export_survives_run_decompositions(exported):
-    model, ep, device = exported
-    decomposed = ep.run_decompositions()
+    decomposed = exported.ep.run_decompositions()
     # The custom ops have no decomposition: they stay single nodes.
-    assert custom_calls(decomposed.graph_module) == BLOCK_OPS
-    inputs = _device_inputs(3, device)
+    assert custom_calls(decomposed.graph_module) == exported.custom_ops
+    inputs = exported.inputs(3)
     with torch.no_grad():
-        assert_same(decomposed.module()(*inputs), model(*inputs), "decomposed")
+        assert_same(decomposed.module()(*inputs), exported.model(*inputs), "decomposed")
 
 
 def test_export_save_load_round_trip(exported, tmp_path):
-    model, ep, device = exported
-    path = tmp_path / "block.pt2"
-    torch.export.save(ep, path)
+    path = tmp_path / "model.pt2"
+    torch.export.save(exported.ep, path)
     loaded = torch.export.load(path)
-    assert custom_calls(loaded.graph_module) == BLOCK_OPS
+    assert custom_calls(loaded.graph_module) == exported.custom_ops
     for batch in (4, 7):
-        inputs = _device_inputs(batch, device)
+        inputs = exported.inputs(batch)
         with torch.no_grad():
-            assert_same(loaded.module()(*inputs), model(*inputs), f"loaded batch={batch}")
+            assert_same(loaded.module()(*inputs), exported.model(*inputs), f"loaded batch={batch}")
 
 
 # ---------------------------------------------------------------------------------
@@ -514,78 +548,33 @@ def test_export_save_load_round_trip(exported, tmp_path):
 # ---------------------------------------------------------------------------------
 
 
-def _fwd_call(op):
-    """op -> (callable through the functional API, builder of real inputs in a dtype)."""
-    r = lambda dtype, *shape: torch.randn(*shape).to(dtype)  # noqa: E731
-    return {
-        "add": (lambda a, b: ops.add(a, b, 2.0), lambda d: (r(d, 2, 5, H), r(d, 5, 1))),
-        "gelu": (lambda x: ops.gelu(x, "tanh"), lambda d: (r(d, 5, H),)),
-        "rms_norm": (lambda x, w: ops.rms_norm(x, H, w), lambda d: (r(d, 2, 5, H), r(d, H))),
-        "fused_add_rms_norm": (lambda x, y, w: ops.fused_add_rms_norm(x, y, H, w), lambda d: (r(d, 5, H), r(d, 5, H), r(d, H))),
-        "layer_norm": (lambda x, w, b: ops.layer_norm(x, (3, H), w, b), lambda d: (r(d, 2, 5, 3, H), r(d, 3, H), r(d, 3, H))),
-        "softmax": (lambda x: ops.softmax(x, 1), lambda d: (r(d, 2, 5, H),)),
-        "swiglu": (lambda g, u: ops.swiglu(g, u), lambda d: (r(d, 5, H), r(d, 5, H))),
-        "geglu": (lambda g, u: ops.geglu(g, u, "none"), lambda d: (r(d, 5, H), r(d, 5, H))),
-        "rotary_embedding": (lambda q, k, c, s: ops.rotary_embedding(q, k, c, s),
-                             lambda d: (r(d, 2, 4, 5, H), r(d, 2, 2, 5, H), r(d, 2, 5, H), r(d, 2, 5, H))),
-    }[op]
+def _default_fake(op) -> dict:
+    """An op without FAKE: each of its CALLS, at rows=5, in the dtype asked for."""
+    return {"" if i == 0 else str(i): Fake(call.fn, lambda d, make=call.make: tuple(t.to(d) for t in make(5)))
+            for i, call in enumerate(op_cases.get(op, "CALLS"))}
 
 
-def _bwd_call(op):
-    """backward op -> (callable of torch.ops.custom, builder of real inputs in a dtype)."""
-    r = lambda dtype, *shape: torch.randn(*shape).to(dtype)  # noqa: E731
-    p = lambda dtype, *shape: (torch.rand(*shape) + 0.5).to(dtype)  # noqa: E731
-    c = custom
-    return {
-        # input_size as autograd passes it: sizes of the forward input (symbolic when tracing)
-        "add_backward": (lambda g: c.add_backward(g, [g.shape[1], 1], 0.5), lambda d: (r(d, 2, 5, H),)),
-        "gelu_backward": (lambda g, x: c.gelu_backward(g, x, "tanh"), lambda d: (r(d, 5, H), r(d, 5, H))),
-        "rms_norm_backward": (lambda g, x, w: c.rms_norm_backward(g, x, [H], w, None), lambda d: (r(d, 5, H), r(d, 5, H), r(d, H))),
-        "rms_norm_backward_no_weight": (lambda g, x: c.rms_norm_backward(g, x, [H]), lambda d: (r(d, 5, H), r(d, 5, H))),
-        "fused_add_rms_norm_backward": (
-            lambda g, gr, z, w: c.fused_add_rms_norm_backward(g, gr, z, [H], w, 1e-6),
-            lambda d: (r(d, 5, H), r(d, 5, H), r(d, 5, H), r(d, H)),
-        ),
-        "fused_add_rms_norm_backward_no_residual_grad": (
-            lambda g, z: c.fused_add_rms_norm_backward(g, None, z, [H]),
-            lambda d: (r(d, 5, H), r(d, 5, H)),
-        ),
-        "layer_norm_backward": (
-            lambda g, x, w, b: c.layer_norm_backward(g, x, [H], w, b, 1e-5),
-            lambda d: (r(d, 5, H), r(d, 5, H), r(d, H), r(d, H)),
-        ),
-        "layer_norm_backward_no_affine": (lambda g, x: c.layer_norm_backward(g, x, [H]), lambda d: (r(d, 5, H), r(d, 5, H))),
-        "softmax_backward": (lambda g, y: c.softmax_backward(g, y, 0), lambda d: (r(d, 5, H), p(d, 5, H))),
-        "swiglu_backward": (lambda g, a, b: c.swiglu_backward(g, a, b), lambda d: (r(d, 5, H), r(d, 5, H), r(d, 5, H))),
-        "geglu_backward": (lambda g, a, b: c.geglu_backward(g, a, b, "tanh"), lambda d: (r(d, 5, H), r(d, 5, H), r(d, 5, H))),
-        "rotary_embedding_backward": (
-            lambda gq, gk, cs, sn: c.rotary_embedding_backward(gq, gk, cs, sn, 1),
-            lambda d: (r(d, 2, 4, 5, H), r(d, 2, 2, 5, H), r(d, 2, 5, H), r(d, 2, 5, H)),
-        ),
-    }[op]
+def _fake_table(ops, kind) -> dict:
+    table = {}
+    for op in ops:
+        try:
+            fakes = op_cases.get(op, "FAKE", None) if kind == "fwd" else op_cases.get(op, "FAKE")
+            fakes = _default_fake(op) if fakes is None else fakes
+        except op_cases.OpCasesError as e:
+            fakes = {"MISSING": op_cases.Missing(e)}
+        for key, fake in fakes.items():
+            table[op_cases.case_id(op, key, "_")] = (kind, op, fake)
+    return table
 
 
-FAKE_CASES = [("fwd", op) for op in FORWARD_OPS] + [
-    ("bwd", op)
-    for op in (
-        "add_backward",
-        "gelu_backward",
-        "rms_norm_backward",
-        "rms_norm_backward_no_weight",
-        "fused_add_rms_norm_backward",
-        "fused_add_rms_norm_backward_no_residual_grad",
-        "layer_norm_backward",
-        "layer_norm_backward_no_affine",
-        "softmax_backward",
-        "swiglu_backward",
-        "geglu_backward",
-        "rotary_embedding_backward",
-    )
-]
+# id -> (kind, op, Fake): every forward op's FAKE cases, then every backward op's.
+FAKES = _fake_table(FORWARD_OPS, "fwd") | _fake_table(BACKWARD_OPS, "bwd")
+FAKE_CASES = [(kind, case) for case, (kind, _, _) in FAKES.items()]
 
 
-def _fake_case(kind, op):
-    return _fwd_call(op) if kind == "fwd" else _bwd_call(op)
+def _fake_case(kind, case):
+    fake = FAKES[case][2]
+    return fake.fn, fake.make
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -684,9 +673,12 @@ def test_opcheck(kind, op, device):
 
 
 def test_every_op_is_covered():
+    """Every op of op_protos/ is registered, has a functional API, a compiled case,
+    an INFERENCE case and FakeTensor/opcheck cases (its backward op too)."""
     registered = {s.name.removeprefix("custom::") for s in torch._C._jit_get_all_schemas() if s.name.startswith("custom::")}
-    forward = {op for _, op in FAKE_CASES if not op.count("_backward")}
-    backward = {op[: op.index("_backward")] + "_backward" for _, op in FAKE_CASES if "_backward" in op}
-    compiled = {c.backward.removesuffix("_backward") for c in CASES.values()}
-    assert forward == set(FORWARD_OPS) == compiled == set(op_extension.ops.__all__)
-    assert registered == forward | backward, registered ^ (forward | backward)
+    assert registered == set(op_cases.ALL_OPS), registered ^ set(op_cases.ALL_OPS)
+    assert set(FORWARD_OPS) == set(op_extension.ops.__all__)
+    assert {c.op for c in CASES.values() if isinstance(c, Case)} == set(FORWARD_OPS)
+    assert {op for op, _ in INFERENCE} == set(FORWARD_OPS)
+    faked = {op for _, op, fake in FAKES.values() if not isinstance(fake, op_cases.Missing)}
+    assert faked == set(op_cases.ALL_OPS)

@@ -5,6 +5,9 @@ device in tests/npu_sim/sim_device_debug_checks.py (its own process).
 Faulty kernels are planted with the test-only hooks of op_extension.debug
 (_plant_wrong_kernel, _plant_failing_kernel, _plant_input_write): they act where
 the device kernel is called, so every switch sees them as a faulty kernel.
+
+"Every op" is every op of op_protos/, run through each forward op's CALLS of
+tests/op_cases/<op>.py (whose backward calls the backward op).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import op_cases
 import op_extension
 from op_extension import _reference, debug, ops
 
@@ -48,8 +52,7 @@ def has_backend_select_kernel(op: str) -> bool:
 
 def test_every_custom_op_has_a_reference():
     exposed = {s.name.removeprefix("custom::") for s in torch._C._jit_get_all_schemas() if s.name.startswith("custom::")}
-    assert exposed == set(_reference.REFERENCES) == set(debug.OPS)
-    assert len(exposed) == 18
+    assert exposed == set(_reference.REFERENCES) == set(debug.OPS) == set(op_cases.ALL_OPS)
 
 
 def test_off_by_default_leaves_the_dispatcher_untouched():
@@ -67,7 +70,7 @@ def test_op_selectors():
     with debug.settings(force_fallback="rms_norm, softmax"):
         assert debug.current().force_fallback == {"rms_norm", "softmax"}
     with debug.settings(autocompare=".*_backward"):
-        assert debug.current().autocompare == backward and len(backward) == 9
+        assert debug.current().autocompare == backward == set(op_cases.BACKWARD_OPS)
     with debug.settings(autocompare=".*"):
         assert debug.current().autocompare == set(debug.OPS)
     with debug.settings(force_fallback=["custom::gelu"], autocompare="1"):
@@ -108,9 +111,7 @@ def test_environment_variables_are_read_at_import():
                                 "OP_EXT_AUTOCOMPARE": "gelu,softmax", "OP_EXT_DUMP_OP_ARGS": "1", "OP_EXT_STATS": "1"})
     assert result.returncode == 0, result.stderr
     out = result.stdout.splitlines()
-    assert out[0] == ("['add_backward', 'fused_add_rms_norm_backward', 'geglu_backward', 'gelu_backward', "
-                      "'layer_norm_backward', 'rms_norm_backward', 'rotary_embedding_backward', 'softmax_backward', "
-                      "'swiglu_backward'] True 2 1 True")
+    assert out[0] == f"{sorted(op_cases.BACKWARD_OPS)} True 2 1 True"
     assert out[1] == "1"
     assert f"[op_extension.debug] custom::gelu -> cpu kernel ({op_extension._C.cpu_isa()})" in result.stderr
     assert "[op_extension.debug] autocompare custom::gelu([2, 3] float32 cpu) output [2, 3] float32 cpu: allclose" \
@@ -152,22 +153,30 @@ def test_forced_fallback_of_backward_ops(capsys):
     assert any("custom::rms_norm_backward: forced fallback" in line for line in lines(capsys))
 
 
+def _every_op_forward_backward(dtype=torch.float32):
+    """Every forward op's CALLS (3 rows, inputs in `dtype` requiring grad), then
+    backward through all of them: every op and backward op runs.
+    Returns (outputs, input gradients)."""
+    outs, leaves = [], []
+    for _, calls in op_cases.each("CALLS"):
+        for call in calls:
+            inputs = [t.to(dtype).requires_grad_() for t in call.make(3)]
+            out = call.fn(*inputs)
+            outs += list(out) if isinstance(out, tuple) else [out]
+            leaves += inputs
+    torch.autograd.backward([o.float().sum() for o in outs])
+    return [o.detach() for o in outs], [x.grad for x in leaves]
+
+
 def test_forcing_every_op_keeps_every_result_and_gradient():
     def step():
         torch.manual_seed(1)
-        x = torch.randn(3, 16, requires_grad=True)
-        w = torch.randn(16, requires_grad=True)
-        out, res = ops.fused_add_rms_norm(x, torch.randn(3, 16), (16,), w)
-        y = ops.geglu(ops.layer_norm(out, (16,), w), ops.add(ops.softmax(res, 0), x, 0.5), "tanh")
-        qe, ke = ops.rotary_embedding(y.view(1, 3, 1, 16), x.view(1, 3, 1, 16), torch.ones(1, 16), torch.ones(1, 16))
-        torch.autograd.backward([y.sum(), ops.swiglu(y, ops.gelu(x)).sum(), (qe * ke).sum()])
-        return y.detach(), x.grad, w.grad
+        return _every_op_forward_backward()
 
     kernels = step()
     with debug.settings(force_fallback=".*"):
         references = step()
-    assert debug._logged == {("forced", op) for op in debug.OPS} - {("forced", "rms_norm"),
-                                                                      ("forced", "rms_norm_backward")}
+    assert debug._logged == {("forced", op) for op in debug.OPS}
     for kernel, reference in zip(kernels, references):
         torch.testing.assert_close(reference, kernel, atol=1e-4, rtol=1e-5)
 
@@ -185,26 +194,10 @@ def test_autocompare_reports_a_planted_error_with_its_index(capsys):
     assert line.endswith("(atol 1e-05, rtol 1.3e-06)")
 
 
-def _all_ops_forward_backward(dtype=torch.float32):
-    """Every forward op with inputs that require grad, then backward: all 18 ops run."""
-    def leaf(*shape):
-        return torch.randn(shape, dtype=dtype).requires_grad_()
-    x, r, g, u = leaf(3, 16), leaf(3, 16), leaf(3, 16), leaf(3, 16)
-    w, b = leaf(16), leaf(16)
-    outs = [
-        ops.add(x, leaf(16), 2.0), ops.gelu(x, "tanh"), ops.rms_norm(x, (16,), w, 1e-6),
-        *ops.fused_add_rms_norm(x, r, (16,), w), ops.layer_norm(x, (16,), w, b), ops.softmax(x, -1),
-        ops.swiglu(g, u), ops.geglu(g, u, "none"),
-        *ops.rotary_embedding(g.view(1, 3, 1, 16), u.view(1, 3, 1, 16), torch.randn(1, 16, dtype=dtype),
-                              torch.randn(1, 16, dtype=dtype), unsqueeze_dim=0),
-    ]
-    torch.autograd.backward([o.float().sum() for o in outs])
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_autocompare_every_op_and_backward_op_is_allclose(capsys, dtype):
     with debug.settings(autocompare=True):
-        _all_ops_forward_backward(dtype)
+        _every_op_forward_backward(dtype)
     found = lines(capsys)
     compared = {re.match(r"\[op_extension.debug\] autocompare custom::(\w+)\(", line).group(1) for line in found}
     assert compared == set(debug.OPS)
@@ -322,7 +315,7 @@ def test_stats_count_and_time_each_op_and_device():
 
 def test_every_op_appears_under_its_name_in_the_profiler():
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        _all_ops_forward_backward()
+        _every_op_forward_backward()
     names = {e.key for e in prof.key_averages()}
     assert {f"custom::{op}" for op in debug.OPS} <= names
 

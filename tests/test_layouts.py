@@ -1,7 +1,10 @@
 """Output layouts (issue 14): the elementwise ops and rms_norm keep the input's
 dense layout (channels_last, a transpose) where torch's ops do, on the real
 kernels and in the fake kernels alike; layer_norm, softmax and the fused op
-return row-major outputs, as torch's layer_norm and softmax do."""
+return row-major outputs, as torch's layer_norm and softmax do.
+
+The ops are those whose tests/op_cases/<op>.py has LAYOUT (ours and torch's
+call) and BACKWARD_LAYOUT (the backward op's call)."""
 
 from __future__ import annotations
 
@@ -10,11 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+import op_cases
 import op_extension  # noqa: F401
 from op_extension import ops
-
-custom = torch.ops.custom
-
 
 def channels_last(*shape):
     return torch.randn(*shape).to(memory_format=torch.channels_last)
@@ -27,15 +28,9 @@ def transposed(rows, cols):
 LAYOUTS = {"channels_last": lambda: channels_last(2, 3, 4, 6), "transposed": lambda: transposed(6, 10)}
 
 # op -> (ours, torch's), on one or two tensors of the layout
-CASES = {
-    "gelu": (lambda x, y: ops.gelu(x, "tanh"), lambda x, y: F.gelu(x, approximate="tanh")),
-    "add": (lambda x, y: ops.add(x, y, 0.5), lambda x, y: torch.add(x, y, alpha=0.5)),
-    "swiglu": (lambda x, y: ops.swiglu(x, y), lambda x, y: F.silu(x) * y),
-    "geglu": (lambda x, y: ops.geglu(x, y, "none"), lambda x, y: F.gelu(x) * y),
-    "rms_norm": (lambda x, y: ops.rms_norm(x, [x.shape[-1]], None, 1e-6), lambda x, y: F.rms_norm(x, [x.shape[-1]], None, 1e-6)),
-    "layer_norm": (lambda x, y: ops.layer_norm(x, [x.shape[-1]]), lambda x, y: F.layer_norm(x, [x.shape[-1]])),
-    "softmax": (lambda x, y: ops.softmax(x, -1), lambda x, y: torch.softmax(x, -1)),
-}
+CASES = dict(op_cases.each("LAYOUT", default=None))
+# forward op -> its backward op's call (dy, x, y), whose outputs keep a channels_last layout
+BACKWARD_CASES = {op_cases.forward_of(op): call for op, call in op_cases.each("LAYOUT", op_cases.BACKWARD_OPS, default=None)}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -52,22 +47,21 @@ def test_output_layout_follows_torch(op, layout):
     assert fake.stride() == got.stride()
 
 
-@pytest.mark.parametrize("op", ["gelu", "swiglu", "geglu"])
+def _tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+@pytest.mark.parametrize("op", list(BACKWARD_CASES))
 def test_backward_outputs_keep_the_layout(op):
     x, y = channels_last(2, 3, 4, 6), channels_last(2, 3, 4, 6)
     dy = channels_last(2, 3, 4, 6)
-    if op == "gelu":
-        got = (custom.gelu_backward(dy, x, "none"),)
-    elif op == "swiglu":
-        got = custom.swiglu_backward(dy, x, y)
-    else:
-        got = custom.geglu_backward(dy, x, y, "tanh")
+    call = BACKWARD_CASES[op]
+    got = _tuple(call(dy, x, y))
     for g in got:
         assert g.is_contiguous(memory_format=torch.channels_last)
     with FakeTensorMode() as mode:
         fx, fy, fdy = (mode.from_tensor(t) for t in (x, y, dy))
-        fake = ((custom.gelu_backward(fdy, fx, "none"),) if op == "gelu" else
-                custom.swiglu_backward(fdy, fx, fy) if op == "swiglu" else custom.geglu_backward(fdy, fx, fy, "tanh"))
+        fake = _tuple(call(fdy, fx, fy))
     assert [f.stride() for f in fake] == [g.stride() for g in got]
 
 

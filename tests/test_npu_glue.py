@@ -23,7 +23,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import op_cases
 from cache_dirs import op_ext_cache_dir  # tests/ is on sys.path (conftest.py)
+from op_cases import FORWARD_OPS
 from op_extension._fake import PROTOS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,8 +36,6 @@ npu_build = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(npu_build)
 
 OP_NAMES = sorted(PROTOS)  # every op and backward op
-FORWARD_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu",
-               "rotary_embedding")
 
 
 # ---- the compile check ------------------------------------------------------------
@@ -168,40 +168,16 @@ class _CustomOpCalls(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _forward_call(op: str, make):
-    x = make(4, 8)
-    if op == "add":
-        return torch.ops.custom.add(x, make(8), 2.0)  # broadcast: the gradient of `other` is a reduction
-    if op == "gelu":
-        return torch.ops.custom.gelu(x, "tanh")
-    if op == "rms_norm":
-        return torch.ops.custom.rms_norm(x, [8], make(8), 1e-6)
-    if op == "fused_add_rms_norm":
-        return torch.ops.custom.fused_add_rms_norm(x, make(4, 8), [8], make(8), 1e-6)[0]
-    if op == "layer_norm":
-        return torch.ops.custom.layer_norm(x, [8], make(8), make(8), 1e-5)
-    if op == "softmax":
-        return torch.ops.custom.softmax(x, -1)
-    if op == "swiglu":
-        return torch.ops.custom.swiglu(x, make(4, 8))
-    if op == "rotary_embedding":
-        q, k = make(1, 2, 4, 8), make(1, 1, 4, 8)
-        cos, sin = torch.randn(1, 4, 8), torch.randn(1, 4, 8)
-        return torch.ops.custom.rotary_embedding(q, k, cos, sin, 1)[0]
-    return torch.ops.custom.geglu(x, make(4, 8), "none")
-
-
 @pytest.mark.parametrize("op", FORWARD_OPS)
 def test_backward_goes_through_the_dispatcher(op):
     """Autograd calls custom::<op>_backward as a dispatcher op, so the device of
-    the saved tensors picks its kernel: on npu tensors, the npu registration."""
-
-    def make(*shape):
-        return torch.randn(*shape, dtype=torch.float32, requires_grad=True)
-
-    out = _forward_call(op, make)
+    the saved tensors picks its kernel: on npu tensors, the npu registration.
+    The op as its first CALLS case (tests/op_cases/<op>.py) calls it."""
+    call = op_cases.get(op, "CALLS")[0]
+    out = call.fn(*(t.requires_grad_() for t in call.make(4)))
+    outs = list(out) if isinstance(out, tuple) else [out]
     with _CustomOpCalls() as calls:
-        out.backward(torch.randn_like(out))
+        torch.autograd.backward(outs, [torch.randn_like(o) for o in outs])
     assert f"{op}_backward" in calls.names
 
 

@@ -1,6 +1,10 @@
 """Correctness of the custom ops: opcheck, reference comparisons per dtype and
 CPU ISA (and on CUDA where there is a GPU: the `device` and `kernel_device`
-fixtures), special values, gradcheck, determinism and add's broadcast backward."""
+fixtures), special values, gradcheck, determinism and add's broadcast backward.
+
+Every forward op of op_protos/ and its backward op, with the data of
+tests/op_cases/<op>.py: SAMPLES (opcheck, reference comparisons), GRADCHECK,
+BACKWARD_SAMPLE, EXPANDED_GRAD_SAMPLE, PARTIAL_GRAD_SAMPLE, LOW_PRECISION_OPCHECK."""
 
 from __future__ import annotations
 
@@ -15,13 +19,14 @@ from torch.library import opcheck
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import op_cases
 import op_extension
 from op_extension import ops
 from reference import (
     DTYPE_IDS,
     DTYPES,
+    FORWARD_OPS,
     FUNCTIONS,
-    OPS,
     SAMPLES,
     Maker,
     acc_dtype,
@@ -96,13 +101,13 @@ def test_isa_variants_agree(cpu_isa):
 
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
-@pytest.mark.parametrize("op,sample", sample_params(large=False))
+@pytest.mark.parametrize("op,sample", sample_params(large=False, ops=FORWARD_OPS))
 def test_opcheck(op, sample, requires_grad, device):
     args, kwargs = build(sample, torch.float32, requires_grad, device)
     opcheck(getattr(custom, op).default, args, kwargs)
 
 
-@pytest.mark.parametrize("op,sample", sample_params(large=False))
+@pytest.mark.parametrize("op,sample", sample_params(large=False, ops=FORWARD_OPS))
 def test_opcheck_backward_op(op, sample, device):
     args, kwargs = build(sample, torch.float32, requires_grad=False, device=device)
     name, bw_args = backward_args(op, args, kwargs)
@@ -118,9 +123,18 @@ def test_opcheck_fused_add_rms_norm_backward_without_residual_grad(weight, devic
     opcheck(custom.fused_add_rms_norm_backward.default, (m(3, 769), None, z, [769], w, None))
 
 
-@pytest.mark.parametrize("op,sample", [p for p in sample_params(large=False) if p.values[1].id in {
-    "3x769_weight", "3x769_weight_bias", "same_shape_3x769", "3x769", "none-3x769", "tanh-3x769", "3x769_dim-1",
-}])
+def _low_precision_opcheck_params():
+    params = []
+    for p in sample_params(large=False, ops=FORWARD_OPS):
+        op, sample = p.values
+        if isinstance(sample, op_cases.Missing):
+            params.append(p)
+        elif sample.id in op_cases.get(op, "LOW_PRECISION_OPCHECK", (SAMPLES[op][0].id,)):
+            params.append(p)
+    return params
+
+
+@pytest.mark.parametrize("op,sample", _low_precision_opcheck_params())
 def test_opcheck_float16_bfloat16(op, sample, device):
     for dtype in (torch.float16, torch.bfloat16):
         args, kwargs = build(sample, dtype, requires_grad=True, device=device)
@@ -132,22 +146,25 @@ def test_opcheck_float16_bfloat16(op, sample, device):
 # ---------------------------------------------------------------------------
 
 
-# A sample whose backward calls custom::<op>_backward (for add: a broadcast one;
-# same-shape add with alpha=1 passes the gradient through, which is differentiable).
-FIRST_BACKWARD_SAMPLE = {op: SAMPLES[op][0].id for op in OPS} | {"add": "row_vector_alpha2.5"}
+def _sample(op, entry="BACKWARD_SAMPLE"):
+    """The sample of `op` that its op_cases module names by `entry`:
+    BACKWARD_SAMPLE (one whose backward calls custom::<op>_backward; default
+    the first sample), EXPANDED_GRAD_SAMPLE or PARTIAL_GRAD_SAMPLE (default
+    BACKWARD_SAMPLE)."""
+    backward = op_cases.get(op, "BACKWARD_SAMPLE", SAMPLES[op][0].id)
+    sample_id = backward if entry == "BACKWARD_SAMPLE" else op_cases.get(op, entry, backward)
+    found = [s for s in SAMPLES[op] if s.id == sample_id]
+    assert found, f"tests/op_cases/{op}.py: {entry} {sample_id!r} names none of its SAMPLES"
+    return found[0]
 
 
-def _sample(op, sample_id):
-    return next(s for s in SAMPLES[op] if s.id == sample_id)
-
-
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", FORWARD_OPS)
 def test_double_backward_raises(op, device):
     """The backward ops have no derivative: differentiating a gradient taken
     with create_graph=True must fail loudly, naming the backward op."""
-    args, kwargs = build(_sample(op, FIRST_BACKWARD_SAMPLE[op]), torch.float64, requires_grad=True, device=device)
+    args, kwargs = build(_sample(op), torch.float64, requires_grad=True, device=device)
     outs = _tuple(FUNCTIONS[op](*args, **kwargs))
-    leaves = [args[i] for i in float_tensor_indices(args)]
+    leaves = [args[i] for i in float_tensor_indices(args) if args[i].requires_grad]
     loss = sum((o * o).sum() for o in outs)  # grad_output depends on the inputs too
     first = torch.autograd.grad(loss, leaves, create_graph=True)
     assert any(g.requires_grad for g in first)
@@ -167,7 +184,7 @@ def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @dtype_params
-@pytest.mark.parametrize("op,sample", sample_params(large=True))
+@pytest.mark.parametrize("op,sample", sample_params(large=True, ops=FORWARD_OPS))
 def test_matches_reference(op, sample, dtype, kernel_device):
     args, kwargs = build(sample, dtype, requires_grad=True, device=kernel_device)
     inputs_before = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
@@ -197,23 +214,11 @@ def test_matches_reference(op, sample, dtype, kernel_device):
             assert torch.equal(before, a.detach())
 
 
-EXPANDED_GRAD_SAMPLE = {
-    "add": "middle_channel_1c1",
-    "gelu": "none-strided_3d",
-    "rms_norm": "3x769_weight",
-    "fused_add_rms_norm": "3x769_weight",
-    "layer_norm": "3x769_weight_bias",
-    "softmax": "3d_dim1",
-    "swiglu": "3d",
-    "geglu": "tanh-3d",
-}
-
-
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", FORWARD_OPS)
 def test_backward_with_expanded_and_transposed_grad_output(op, device):
     """Gradients arriving as an expanded (stride-0) or transposed tensor, as
     from .sum() or a transposed consumer."""
-    args, kwargs = build(_sample(op, EXPANDED_GRAD_SAMPLE[op]), torch.float32, requires_grad=True, device=device)
+    args, kwargs = build(_sample(op, "EXPANDED_GRAD_SAMPLE"), torch.float32, requires_grad=True, device=device)
     outs = _tuple(FUNCTIONS[op](*args, **kwargs))
     expanded = [torch.ones((), device=device).expand(o.shape) for o in outs]
     transposed = [_random_like(o.mT).mT if o.dim() >= 2 else _random_like(o) for o in outs]
@@ -496,39 +501,13 @@ def test_rms_norm_inf_in_row_matches_torch(dtype, device):
 # ---------------------------------------------------------------------------
 
 
-GRADCHECK_CASES = {
-    "add_same_shape": lambda m: ("add", (m(3, 7), m(3, 7)), {}),
-    "add_row_alpha": lambda m: ("add", (m(3, 7), m(7), 2.5), {}),
-    "add_column_row": lambda m: ("add", (m(4, 1), m(1, 5), -0.5), {}),
-    "add_1c1": lambda m: ("add", (m(2, 3, 4), m(1, 3, 1)), {}),
-    "add_scalar": lambda m: ("add", (m(3, 4), m(), 3.0), {}),
-    "add_input_broadcast": lambda m: ("add", (m(4), m(2, 3, 4)), {}),
-    "gelu_none": lambda m: ("gelu", (m(3, 7, scale=2), "none"), {}),
-    "gelu_tanh": lambda m: ("gelu", (m(3, 7, scale=2), "tanh"), {}),
-    "swiglu": lambda m: ("swiglu", (m(3, 7, scale=2), m(3, 7)), {}),
-    "geglu_none": lambda m: ("geglu", (m(3, 7, scale=2), m(3, 7), "none"), {}),
-    "geglu_tanh": lambda m: ("geglu", (m(3, 7, scale=2), m(3, 7), "tanh"), {}),
-    "rms_norm_weight": lambda m: ("rms_norm", (m(3, 7), [7], m(7), 1e-5), {}),
-    "rms_norm_no_weight": lambda m: ("rms_norm", (m(3, 7), [7]), {}),
-    "rms_norm_multi_dim": lambda m: ("rms_norm", (m(2, 3, 4), [3, 4], m(3, 4)), {}),
-    "rms_norm_one_element_rows": lambda m: ("rms_norm", (m(4, 1), [1], m(1), 0.1), {}),
-    "fused_add_rms_norm_weight": lambda m: ("fused_add_rms_norm", (m(3, 7), m(3, 7), [7], m(7), 1e-5), {}),
-    "fused_add_rms_norm_no_weight": lambda m: ("fused_add_rms_norm", (m(2, 3, 5), m(2, 3, 5), [5]), {}),
-    "layer_norm_weight_bias": lambda m: ("layer_norm", (m(3, 7), [7], m(7), m(7)), {}),
-    "layer_norm_weight_only": lambda m: ("layer_norm", (m(3, 7), [7], m(7)), {}),
-    "layer_norm_bias_only": lambda m: ("layer_norm", (m(3, 7), [7], None, m(7)), {}),
-    "layer_norm_no_affine": lambda m: ("layer_norm", (m(3, 7), [7]), {}),
-    "layer_norm_multi_dim": lambda m: ("layer_norm", (m(2, 3, 4), [3, 4], m(3, 4), m(3, 4), 1e-3), {}),
-    "softmax_dim-1": lambda m: ("softmax", (m(3, 7), -1), {}),
-    "softmax_dim0": lambda m: ("softmax", (m(3, 7), 0), {}),
-    "softmax_dim1_of_3d": lambda m: ("softmax", (m(2, 3, 4), 1), {}),
-    "softmax_transposed": lambda m: ("softmax", (m(5, 6, layout="transposed"), -1), {}),
-}
+GRADCHECK_CASES = {op_cases.case_id(op, key, "_"): (op, make) for op, key, make in op_cases.items("GRADCHECK")}
 
 
 @pytest.mark.parametrize("case", list(GRADCHECK_CASES))
 def test_gradcheck(case, device):
-    op, args, kwargs = GRADCHECK_CASES[case](Maker(torch.float64, requires_grad=True, device=device))
+    op, build_args = GRADCHECK_CASES[case]
+    args, kwargs = build_args(Maker(torch.float64, requires_grad=True, device=device))
     idx = float_tensor_indices(args)
     assert all(args[i].requires_grad for i in idx)
 
@@ -686,18 +665,18 @@ class _RecordFunction(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", FORWARD_OPS)
 def test_dispatch_mode_sees_forward_and_backward_ops(op):
-    args, kwargs = build(_sample(op, FIRST_BACKWARD_SAMPLE[op]), torch.float32, requires_grad=True)
+    args, kwargs = build(_sample(op), torch.float32, requires_grad=True)
     with _RecordDispatch() as mode:
         outs, _, _ = run_forward_backward(op, args, kwargs)
     assert f"custom.{op}.default" in mode.calls
     assert f"custom.{op}_backward.default" in mode.calls
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", FORWARD_OPS)
 def test_torch_function_mode_sees_the_op(op):
-    args, kwargs = build(_sample(op, FIRST_BACKWARD_SAMPLE[op]), torch.float32)
+    args, kwargs = build(_sample(op), torch.float32)
     with _RecordFunction() as mode:
         FUNCTIONS[op](*args, **kwargs)
     assert f"custom.{op}.default" in mode.calls
@@ -719,9 +698,9 @@ def test_tensor_subclass_keeps_its_torch_function():
     torch.testing.assert_close(out.as_subclass(torch.Tensor), torch.softmax(x.as_subclass(torch.Tensor), -1))
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", FORWARD_OPS)
 def test_no_grad_and_inference_mode(op):
-    args, kwargs = build(_sample(op, FIRST_BACKWARD_SAMPLE[op]), torch.float32, requires_grad=True)
+    args, kwargs = build(_sample(op), torch.float32, requires_grad=True)
     want = _tuple(FUNCTIONS[op](*args, **kwargs))
     with torch.no_grad():
         outs = _tuple(FUNCTIONS[op](*args, **kwargs))
@@ -736,24 +715,17 @@ def test_no_grad_and_inference_mode(op):
         assert torch.equal(a, b.detach())
 
 
-PARTIAL_GRAD_SAMPLES = {
-    # op: (sample, number of tensor inputs)
-    "add": ("row_vector_alpha2.5", 2),
-    "rms_norm": ("3x769_weight", 2),
-    "fused_add_rms_norm": ("3x769_weight", 3),
-    "layer_norm": ("3x769_weight_bias", 3),
-    "swiglu": ("3x769", 2),
-    "geglu": ("tanh-3x769", 2),
-}
+# Ops of two or more tensor inputs, and how many (PARTIAL_GRAD_SAMPLE passes them all).
+TENSOR_INPUTS = {op: len(op_cases.PROTOS[op].inputs) for op in FORWARD_OPS if len(op_cases.PROTOS[op].inputs) > 1}
 
 
-@pytest.mark.parametrize("op,which", [(op, k) for op, (_, n) in PARTIAL_GRAD_SAMPLES.items() for k in range(n)])
+@pytest.mark.parametrize("op,which", [(op, k) for op, n in TENSOR_INPUTS.items() for k in range(n)])
 def test_only_some_inputs_require_grad(op, which, device):
     """Autograd records the op when any one tensor requires grad (e.g. only the
     weight of a norm whose input is a constant), and that tensor's gradient is right."""
-    args, kwargs = build(_sample(op, PARTIAL_GRAD_SAMPLES[op][0]), torch.float32, device=device)
+    args, kwargs = build(_sample(op, "PARTIAL_GRAD_SAMPLE"), torch.float32, device=device)
     idx = float_tensor_indices(args)
-    assert len(idx) == PARTIAL_GRAD_SAMPLES[op][1]
+    assert len(idx) == TENSOR_INPUTS[op], f"{op}: PARTIAL_GRAD_SAMPLE must pass every tensor input"
     args = list(args)
     args[idx[which]] = args[idx[which]].clone().requires_grad_(True)
     outs, gos, grads = run_forward_backward(op, args, kwargs)

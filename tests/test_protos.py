@@ -11,6 +11,9 @@ op_extension._protos, whose translation is what is under test) and check that
 * every forward op names a registered backward op;
 * the checkers above can fail: tampered prototypes are reported, and
   op_extension._protos.parse_proto rejects malformed files with ProtoError.
+
+The calls made of each op are its schema_args (backward_schema_args) of
+tests/op_cases/<op>.py.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import op_extension  # noqa: F401  (registers torch.ops.custom.*)
+import op_cases
+import op_extension  # registers torch.ops.custom.*
 from op_extension import _protos
 
 PROTO_DIR = Path(__file__).resolve().parent.parent / "op_protos"
@@ -235,36 +239,16 @@ def listed_dtypes(obj: dict) -> list[torch.dtype]:
     return [MSOPGEN_DTYPES[t] for t in obj["input_desc"][0]["type"]]
 
 
-# Small valid arguments for every op (forward and backward), in one dtype.
-# Shapes: x is [2, 3, 4], normalised over the last dim.
+# Small valid arguments for every op (forward and backward), in one dtype: each
+# op's schema_args (backward_schema_args) in tests/op_cases/<op>.py.
 def _t(shape, dtype, device="cpu", positive=False):
     base = torch.rand(shape) + 0.5 if positive else torch.randn(shape)
     return base.to(dtype=dtype, device=device)
 
 
 def sample_args(op: str, dtype: torch.dtype, device: str = "cpu") -> tuple:
-    x = lambda shape=(2, 3, 4), **kw: _t(shape, dtype, device, **kw)  # noqa: E731
-    return {
-        "add": lambda: (x(), x((3, 4)), 1.0),
-        "add_backward": lambda: (x(), [1, 4], 0.5),
-        "gelu": lambda: (x(), "tanh"),
-        "gelu_backward": lambda: (x(), x(), "tanh"),
-        "rms_norm": lambda: (x(), [4], x((4,)), None),
-        "rms_norm_backward": lambda: (x(), x(), [4], x((4,)), None),
-        "fused_add_rms_norm": lambda: (x(), x(), [4], x((4,)), 1e-6),
-        "fused_add_rms_norm_backward": lambda: (x(), x(), x(), [4], x((4,)), 1e-6),
-        "layer_norm": lambda: (x(), [4], x((4,)), x((4,)), 1e-5),
-        "layer_norm_backward": lambda: (x(), x(), [4], x((4,)), x((4,)), 1e-5),
-        "softmax": lambda: (x(), -1),
-        "softmax_backward": lambda: (x(), x(positive=True), -1),
-        "swiglu": lambda: (x(), x()),
-        "swiglu_backward": lambda: (x(), x(), x()),
-        "geglu": lambda: (x(), x(), "none"),
-        "geglu_backward": lambda: (x(), x(), x(), "none"),
-        # q [1, 2, 3, 4] (batch, heads, seq, head dim), k with one head, cos/sin [1, 3, 4]
-        "rotary_embedding": lambda: (x((1, 2, 3, 4)), x((1, 1, 3, 4)), x((1, 3, 4)), x((1, 3, 4)), 1),
-        "rotary_embedding_backward": lambda: (x((1, 2, 3, 4)), x((1, 1, 3, 4)), x((1, 3, 4)), x((1, 3, 4)), 1),
-    }[op]()
+    schema_args = op_cases.get(op, "schema_args")
+    return tuple(schema_args(lambda *shape, positive=False: _t(shape, dtype, device, positive)))
 
 
 def call_op(op: str, dtype: torch.dtype, device: str = "cpu"):
@@ -299,8 +283,8 @@ def dtype_mismatches(obj: dict, device: str = "cpu", dtypes=ALL_PROBED_DTYPES) -
 
 def test_prototype_dir_holds_every_op():
     assert PROTO_FILES, f"no prototypes found in {PROTO_DIR}"
-    assert set(FORWARD_OPS) == {"add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu",
-                                "rotary_embedding"}
+    # Every forward op has its functional API and its backward op, and nothing else is there.
+    assert set(FORWARD_OPS) == set(op_extension.ops.__all__)
     assert set(BACKWARD_OPS) == {f"{op}_backward" for op in FORWARD_OPS}
 
 

@@ -5,19 +5,26 @@ list attribute, and a backward) is scaffolded into a temporary tree; the files
 must be exactly the planned ones, parse or compile as generated (the CPU kernel
 with torch's headers, the CUDA file under the CPU harness, the Ascend C kernel,
 tiling and aclnn entries under the simulator), and never overwrite anything.
+Its tests/op_cases/<name>.py has every entry the shared tests require, each
+failing them with "not written yet: fill in tests/op_cases/<name>.py".
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from torch.utils.cpp_extension import include_paths
 
+import op_cases
 from op_extension import _protos, scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +60,7 @@ EXPECTED = {
         f"host/tiling/{op}_custom_tiling.cpp", f"host/aclnn/aclnn_{op}_custom.h",
         f"host/aclnn/aclnn_{op}_custom.cpp")),
     "tests/test_scale_shift.py",
+    "tests/op_cases/scale_shift.py",
 }
 
 
@@ -137,6 +145,88 @@ def test_bodies_say_which_file_to_fill_in(tree):
          "ScaleShiftBackwardCustom: not implemented yet: fill in"),
     ]:
         assert phrase in (tree / rel).read_text(), rel
+
+
+# ---- the shared tests' data: tests/op_cases/<name>.py ------------------------------------------
+
+NOT_WRITTEN = r"^scale_shift: .+ not written yet: fill in tests/op_cases/scale_shift\.py$"
+
+
+def _generated_op_cases(tree: Path):
+    spec = importlib.util.spec_from_file_location("op_cases.scale_shift", tree / "tests/op_cases/scale_shift.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_op_cases_has_every_required_entry_each_naming_the_file(tree):
+    mod = _generated_op_cases(tree)
+    for name in op_cases.REQUIRED_FORWARD:
+        assert hasattr(mod, name), name
+    for name in op_cases.REQUIRED_BACKWARD:
+        assert hasattr(mod, ("BACKWARD_" if name.isupper() else "backward_") + name), name
+    x = lambda *shape, positive=False: torch.zeros(shape)  # noqa: E731
+    uses = {
+        "schema_args": lambda: mod.schema_args(x),
+        "backward_schema_args": lambda: mod.backward_schema_args(x),
+        "SAMPLES": lambda: mod.SAMPLES[0].build(op_cases.Maker()),
+        "CALLS": lambda: mod.CALLS[0].make(5),
+        "f_scale_shift": lambda: mod.CALLS[0].fn(torch.zeros(2), torch.zeros(2)),
+        "BACKWARD_FAKE": lambda: mod.BACKWARD_FAKE["not_written"].make(torch.float32),
+        "BAD": lambda: mod.BAD["not_written"].call(x),
+        "BACKWARD_BAD": lambda: mod.BACKWARD_BAD["not_written"].call(x),
+        "GRADCHECK": lambda: mod.GRADCHECK["not_written"](op_cases.Maker()),
+    }
+    for name, use in uses.items():
+        with pytest.raises(op_cases.NotWritten, match=NOT_WRITTEN.replace(".+", re.escape(name) + ".*")):
+            use()
+    assert mod.CALLS[0].fn.__name__ == "f_scale_shift"  # test_compile.py names its case by it
+
+
+PLUGIN = '''
+import importlib.util, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import op_cases
+from op_extension._protos import load_protos
+
+TREE = Path({tree!r})
+op_cases.PROTOS.update(load_protos(TREE / "op_protos"))
+op_cases.FORWARD_OPS += ("scale_shift",)
+op_cases.BACKWARD_OPS += ("scale_shift_backward",)
+op_cases.ALL_OPS += ("scale_shift", "scale_shift_backward")
+spec = importlib.util.spec_from_file_location("op_cases.scale_shift", TREE / "tests/op_cases/scale_shift.py")
+module = importlib.util.module_from_spec(spec)
+sys.modules["op_cases.scale_shift"] = module
+spec.loader.exec_module(module)
+_path_of = op_cases.path_of
+op_cases.path_of = lambda op: TREE / "tests/op_cases/scale_shift.py" if op.startswith("scale_shift") else _path_of(op)
+'''
+
+
+def test_shared_tests_fail_until_the_op_cases_are_written(tree, tmp_path):
+    """The scaffolded op in op_protos/: the shared tests collect as before, and each
+    test of it fails saying which file to fill in."""
+    (tmp_path / "scaffolded_op_plugin.py").write_text(PLUGIN.format(tests=str(ROOT / "tests"), tree=str(tree)))
+    tests = [str(ROOT / "tests" / f) for f in ("test_bad_input.py", "test_ops.py", "test_compile.py", "test_npu_glue.py")]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "scaffolded_op_plugin",
+         "-k", "scale_shift", *tests],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "COLUMNS": "1000"},
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-5000:]
+    summary = out.strip().splitlines()[-1]
+    assert " failed" in summary and "error" not in summary and " passed" not in summary, summary
+    failed = [line for line in out.splitlines() if line.startswith("FAILED")]
+    for test in ("test_bad_input[scale_shift-not_written-cpu]", "test_unsupported_dtype[scale_shift_backward-torch.int32-cpu]",
+                 "test_opcheck[cpu-scale_shift-not_written-grad]", "test_compiled_fwd_bwd_matches_eager[cpu-scale_shift]",
+                 "test_opcheck[cpu-scale_shift_backward_not_written]", "test_gradcheck[cpu-scale_shift_not_written]",
+                 "test_backward_goes_through_the_dispatcher[scale_shift]"):
+        assert any(f"::{test} " in line for line in failed), (test, failed)
+    assert all("not written yet: fill in tests/op_cases/scale_shift.py" in line for line in failed), [
+        line for line in failed if "not written yet" not in line]
 
 
 # ---- the C++ compiles as generated ----------------------------------------------------------

@@ -1,0 +1,82 @@
+"""fused_add_rms_norm and fused_add_rms_norm_backward: the test data of the shared tests
+(see op_cases/__init__.py)."""
+
+import torch
+
+from op_cases import HUGE, SAME_DTYPE, Bad, Call, Fake, H, huge, rand, sample
+from op_extension import ops
+
+custom = torch.ops.custom
+
+
+def w(m, *shape, **kw):
+    return m(*shape, scale=0.2, offset=1.0, **kw)
+
+
+SAMPLES = [
+    sample("3x769_weight", lambda m: ((m(3, 769), m(3, 769), [769], w(m, 769)), {})),
+    sample("3x769_no_weight", lambda m: ((m(3, 769), m(3, 769), [769]), {})),
+    sample("3x769_weight_eps1e-6", lambda m: ((m(3, 769), m(3, 769), [769], w(m, 769), 1e-6), {})),
+    sample("3d_normalized_last", lambda m: ((m(2, 3, 5), m(2, 3, 5), [5], w(m, 5)), {})),
+    sample("multi_dim_normalized_4x6", lambda m: ((m(2, 4, 6), m(2, 4, 6), [4, 6], w(m, 4, 6)), {})),
+    sample("transposed_residual", lambda m: ((m(9, 33), m(9, 33, layout="transposed"), [33], w(m, 33)), {})),
+    sample("strided_input", lambda m: ((m(4, 65, layout="strided"), m(4, 65), [65], w(m, 65)), {})),
+    sample("one_element_rows", lambda m: ((m(5, 1), m(5, 1), [1], w(m, 1)), {})),
+    sample("empty_rows", lambda m: ((m(0, 769), m(0, 769), [769], w(m, 769)), {})),
+    sample("large_5125", lambda m: ((m(4, 5125), m(4, 5125), [5125], w(m, 5125)), {}), True),
+    sample("many_rows_70x33", lambda m: ((m(70, 33), m(70, 33), [33], w(m, 33)), {}), True),
+]
+
+
+def schema_args(x):
+    return x(2, 3, 4), x(2, 3, 4), [4], x(4), 1e-6
+
+
+def backward_schema_args(x):
+    return x(2, 3, 4), x(2, 3, 4), x(2, 3, 4), [4], x(4), 1e-6
+
+
+def f_fused_add_rms_norm(x, r, w):
+    return ops.fused_add_rms_norm(x, r, H, w)  # eps=None: machine epsilon
+
+
+def f_fused_add_rms_norm_out_only(x, r, w):
+    return ops.fused_add_rms_norm(x, r, (H,), w, 1e-6)[0]  # no gradient flows into residual_out
+
+
+CALLS = [
+    Call(f_fused_add_rms_norm, lambda n: (rand(n, H), rand(n, H), rand(H))),
+    Call(f_fused_add_rms_norm_out_only, lambda n: (rand(n, H), rand(n, H), rand(H))),
+]
+INFERENCE = [Call(lambda x, r, w: ops.fused_add_rms_norm(x, r, (H,), w, eps=1e-5), lambda n: (rand(n, H), rand(n, H), rand(H)))]
+FAKE = {"": Fake(lambda x, y, w: ops.fused_add_rms_norm(x, y, H, w),
+                 lambda d: (torch.randn(5, H).to(d), torch.randn(5, H).to(d), torch.randn(H).to(d)))}
+BACKWARD_FAKE = {
+    "": Fake(lambda g, gr, z, w: custom.fused_add_rms_norm_backward(g, gr, z, [H], w, 1e-6),
+             lambda d: (torch.randn(5, H).to(d), torch.randn(5, H).to(d), torch.randn(5, H).to(d), torch.randn(H).to(d))),
+    "no_residual_grad": Fake(lambda g, z: custom.fused_add_rms_norm_backward(g, None, z, [H]),
+                             lambda d: (torch.randn(5, H).to(d), torch.randn(5, H).to(d))),
+}
+
+BAD = {
+    "residual_shape_differs": Bad(lambda t: ops.fused_add_rms_norm(t(3, 4), t(2, 4), [4]), ValueError, r"residual has shape \[2, 4\] but input has shape \[3, 4\]"),
+    "residual_broadcastable": Bad(lambda t: ops.fused_add_rms_norm(t(3, 4), t(4), [4]), ValueError, "must be equal"),
+    "normalized_shape_mismatch": Bad(lambda t: ops.fused_add_rms_norm(t(3, 4), t(3, 4), [3]), ValueError, "does not match the trailing dims"),
+    "weight_wrong_size": Bad(lambda t: ops.fused_add_rms_norm(t(3, 4), t(3, 4), [4], t(3)), ValueError, "weight has shape"),
+    "residual_float64": Bad(lambda t: custom.fused_add_rms_norm(t(3, 4), t(3, 4, dtype=torch.float64), [4]), TypeError, "residual has dtype"),
+    "weight_bfloat16": Bad(lambda t: custom.fused_add_rms_norm(t(3, 4), t(3, 4), [4], t(4, dtype=torch.bfloat16)), TypeError, SAME_DTYPE),
+}
+BACKWARD_BAD = {
+    "grad_residual_shape": Bad(lambda t: custom.fused_add_rms_norm_backward(t(3, 4), t(3, 5), t(3, 4), [4], None, None), ValueError, "grad_residual_out has shape"),
+}
+PYTHON_LEVEL = {
+    "normalized_shape_none": (lambda: ops.fused_add_rms_norm(torch.randn(3, 4), torch.randn(3, 4), None), TypeError, "normalized_shape must be"),
+}
+CHECKED_FIRST = {
+    "weight": (lambda: ops.fused_add_rms_norm(huge(*HUGE), huge(*HUGE), [1 << 16], torch.randn(5)), ValueError, "weight has shape"),
+}
+
+GRADCHECK = {
+    "weight": lambda m: ((m(3, 7), m(3, 7), [7], m(7), 1e-5), {}),
+    "no_weight": lambda m: ((m(2, 3, 5), m(2, 3, 5), [5]), {}),
+}

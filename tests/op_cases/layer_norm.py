@@ -1,0 +1,91 @@
+"""layer_norm and layer_norm_backward: the test data of the shared tests (see op_cases/__init__.py)."""
+
+import torch
+import torch.nn.functional as F
+
+from op_cases import HUGE, Bad, Call, Fake, H, huge, rand, sample
+from op_extension import ops
+
+custom = torch.ops.custom
+
+
+def w(m, *shape, **kw):
+    return m(*shape, scale=0.2, offset=1.0, **kw)
+
+
+SAMPLES = [
+    sample("3x769_weight_bias", lambda m: ((m(3, 769), [769], w(m, 769), m(769)), {})),
+    sample("3x769_weight_only", lambda m: ((m(3, 769), [769], w(m, 769)), {})),
+    sample("3x769_bias_only", lambda m: ((m(3, 769), [769], None, m(769)), {})),
+    sample("3x769_no_affine", lambda m: ((m(3, 769), [769]), {})),
+    sample("3x769_eps1e-3", lambda m: ((m(3, 769), [769], w(m, 769), m(769), 1e-3), {})),
+    sample("shifted_mean", lambda m: ((m(3, 257, offset=100.0), [257], w(m, 257), m(257)), {})),
+    sample("3d_normalized_last", lambda m: ((m(2, 3, 5), [5], w(m, 5), m(5)), {})),
+    sample("multi_dim_normalized_4x6", lambda m: ((m(2, 4, 6), [4, 6], w(m, 4, 6), m(4, 6)), {})),
+    sample("1d_input", lambda m: ((m(769), [769], w(m, 769), m(769)), {})),
+    sample("transposed_input", lambda m: ((m(9, 33, layout="transposed"), [33], w(m, 33), m(33)), {})),
+    sample("strided_params", lambda m: ((m(4, 65, layout="row_strided"), [65], w(m, 65, layout="strided"), m(65, layout="strided")), {})),
+    sample("one_element_rows", lambda m: ((m(5, 1), [1], w(m, 1), m(1)), {})),
+    sample("empty_rows", lambda m: ((m(0, 769), [769], w(m, 769), m(769)), {})),
+    sample("empty_normalized_dim", lambda m: ((m(3, 0), [0], w(m, 0), m(0)), {})),
+    sample("large_5125", lambda m: ((m(4, 5125), [5125], w(m, 5125), m(5125)), {}), True),
+    sample("many_rows_70x33", lambda m: ((m(70, 33), [33], w(m, 33), m(33)), {}), True),
+]
+
+
+def schema_args(x):
+    return x(2, 3, 4), [4], x(4), x(4), 1e-5
+
+
+def backward_schema_args(x):
+    return x(2, 3, 4), x(2, 3, 4), [4], x(4), x(4), 1e-5
+
+
+def f_layer_norm(x, w, b):
+    return ops.layer_norm(x, x.shape[-1:], w, b, eps=1e-5)  # symbolic normalized_shape (SymInt[])
+
+
+CALLS = [Call(f_layer_norm, lambda n: (rand(2, n, H), rand(H), rand(H)))]
+INFERENCE = [Call(lambda x, w, b: (ops.layer_norm(x, (H,), w, b), ops.layer_norm(x, (H,))),
+                  lambda n: (rand(n, H), rand(H), rand(H)))]
+FAKE = {"": Fake(lambda x, w, b: ops.layer_norm(x, (3, H), w, b),
+                 lambda d: (torch.randn(2, 5, 3, H).to(d), torch.randn(3, H).to(d), torch.randn(3, H).to(d)))}
+BACKWARD_FAKE = {
+    "": Fake(lambda g, x, w, b: custom.layer_norm_backward(g, x, [H], w, b, 1e-5),
+             lambda d: (torch.randn(5, H).to(d), torch.randn(5, H).to(d), torch.randn(H).to(d), torch.randn(H).to(d))),
+    "no_affine": Fake(lambda g, x: custom.layer_norm_backward(g, x, [H]),
+                      lambda d: (torch.randn(5, H).to(d), torch.randn(5, H).to(d))),
+}
+
+BAD = {
+    "normalized_shape_mismatch": Bad(lambda t: ops.layer_norm(t(3, 4), [3]), ValueError, "does not match the trailing dims"),
+    "normalized_shape_empty": Bad(lambda t: ops.layer_norm(t(3, 4), []), ValueError, "at least one dim"),
+    "weight_wrong_size": Bad(lambda t: ops.layer_norm(t(3, 4), [4], t(5), t(4)), ValueError, r"weight has shape \[5\]"),
+    "bias_wrong_size": Bad(lambda t: ops.layer_norm(t(3, 4), [4], t(4), t(3)), ValueError, r"bias has shape \[3\] but normalized_shape is \[4\]"),
+    "bias_only_wrong_size": Bad(lambda t: ops.layer_norm(t(3, 4), [4], None, t(2, 2)), ValueError, "bias has shape"),
+    "weight_float64": Bad(lambda t: custom.layer_norm(t(3, 4), [4], t(4, dtype=torch.float64)), TypeError, "weight has dtype"),
+    "bias_float16": Bad(lambda t: custom.layer_norm(t(3, 4), [4], t(4), t(4, dtype=torch.float16)), TypeError, "bias has dtype"),
+    "bias_int": Bad(lambda t: ops.layer_norm(t(3, 4), [4], t(4), t(4, dtype=torch.int64)), TypeError, "bias has dtype"),
+}
+BACKWARD_BAD = {
+    "bias_shape": Bad(lambda t: custom.layer_norm_backward(t(3, 4), t(3, 4), [4], t(4), t(5), 1e-5), ValueError, "bias has shape"),
+}
+PYTHON_LEVEL = {
+    "normalized_shape_tensor": (lambda: ops.layer_norm(torch.randn(3, 4), torch.tensor(4.0)), TypeError, "normalized_shape must be"),
+}
+CHECKED_FIRST = {
+    "bias": (lambda: ops.layer_norm(huge(*HUGE), [1 << 16], huge(1 << 16), torch.randn(5)), ValueError, "bias has shape"),
+}
+BACKWARD_CHECKED_FIRST = {
+    "bias": (lambda: custom.layer_norm_backward(huge(*HUGE), huge(*HUGE), [1 << 16], None, torch.randn(3), 1e-5), ValueError, "bias has shape"),
+}
+
+GRADCHECK = {
+    "weight_bias": lambda m: ((m(3, 7), [7], m(7), m(7)), {}),
+    "weight_only": lambda m: ((m(3, 7), [7], m(7)), {}),
+    "bias_only": lambda m: ((m(3, 7), [7], None, m(7)), {}),
+    "no_affine": lambda m: ((m(3, 7), [7]), {}),
+    "multi_dim": lambda m: ((m(2, 3, 4), [3, 4], m(3, 4), m(3, 4), 1e-3), {}),
+}
+
+LAYOUT = (lambda x, y: ops.layer_norm(x, [x.shape[-1]]), lambda x, y: F.layer_norm(x, [x.shape[-1]]))
