@@ -48,8 +48,8 @@ DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 KERNEL_TARGETS = [(isa, "cpu", isa) for isa in supported_isas()] + [(d, d, None) for d in DEVICES if d != "cpu"]
 
 
-# The forward references, by op.
-REFERENCES: dict[str, Callable] = {op: getattr(_reference, f"ref_{op}") for op in OPS}
+# The forward references, by op (each defined in op_extension/op_defs/<op>.py).
+REFERENCES: dict[str, Callable] = {op: _reference.REFERENCES[op] for op in OPS}
 
 # The functional API under test.
 FUNCTIONS: dict[str, Callable] = {name: getattr(ops, name) for name in OPS}
