@@ -221,10 +221,12 @@ def parse_proto(path: Path) -> OpProto:
     names = [t.name for t in inputs] + [a.name for a in attrs]
     if len(set(names)) != len(names) or len({o.name for o in outputs}) != len(outputs):
         raise ProtoError(f"{path}: input, attr and output names must be unique, got {names}")
-    # Names become Python parameters (the derived op_extension.ops function, the fake kernel).
-    for name in names + [o.name for o in outputs]:
+    # Names become Python parameters (the derived op_extension.ops function, the fake kernel),
+    # the op's a Python function.
+    for name in names + [o.name for o in outputs] + [torch_side["name"]]:
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-            raise ProtoError(f"{path}: {name!r} is not a valid argument name (a Python identifier, not a keyword)")
+            raise ProtoError(f"{path}: {name!r} is not a valid name (the op's and its arguments' names become "
+                             "Python names: an identifier, not a keyword)")
     doc = torch_side.get("doc")
     if doc is not None and (not isinstance(doc, str) or not doc.strip()):
         raise ProtoError(f"{path}: torch.doc must be a non-empty string "

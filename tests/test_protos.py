@@ -696,6 +696,7 @@ MALFORMED = {
     # Argument names become Python parameters (ops' derived function, the fake kernel).
     "argument_name_is_a_keyword": ("swiglu", lambda o: (_set_input(o, "up", name="lambda"),
                                                         o["torch"].update(arg_order=["gate", "lambda"]))),
+    "op_name_is_a_keyword": ("gelu", lambda o: o["torch"].update(name="lambda")),
     "doc_not_a_string": ("gelu", lambda o: o["torch"].update(doc=["GELU"])),
     "doc_empty": ("gelu", lambda o: o["torch"].update(doc=" ")),
 }

@@ -29,8 +29,9 @@ piece (module attribute)   collected by                        default (absent m
 =========================  ==================================  =============================================
 
 ``op`` keys are the op's own name and its backward op's. ``TOLERANCES`` is
-``{dtype: {"<op>.forward" | "<op>.backward": (atol, rtol)}}``, each entry with
-its reason in a comment. ``TRANSFORM`` is the op's torch.autograd.Function
+``{dtype: {"<name>.forward" | "<name>.backward": (atol, rtol)}}``, each entry
+with its reason in a comment. A name close to a piece's (``REFERENCE``) or a key
+that is not one of the module's ops is refused when the module is collected. ``TRANSFORM`` is the op's torch.autograd.Function
 (forward ``custom::<name>``, backward ``custom::<name>_backward``, a jvp and a
 vmap rule); its ``apply`` takes the arguments of the prototype's order. A
 ``SIMULATOR_ARGS`` entry maps the arguments of a simulator call, bound by name
