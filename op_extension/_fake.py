@@ -202,8 +202,8 @@ LAYOUTS = (ROW_MAJOR, KEEP_LAYOUT, MEMORY_FORMAT)
 
 @dataclass(frozen=True)
 class FakeRule:
-    """What an op's fake kernel checks beyond its prototype, in the order the
-    derived kernel (and the op's C++ checks) apply them:
+    """What an op's fake kernel checks beyond its prototype. The derived kernel
+    applies, in this order (the one of the op's C++ checks, whose messages these are):
 
     1. `dtype_of` (default: the prototype's first input) has one of the
        prototype's dtypes;
