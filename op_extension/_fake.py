@@ -4,31 +4,39 @@ torch.compile(dynamic=True) and torch.export.
 They apply the same rules, with the same messages, as the C++ checks in
 csrc/torch_ext/checks.cpp, but on possibly symbolic sizes: every comparison of a
 size goes through torch._check_* so that it becomes a runtime assertion instead
-of a guard or a specialisation. Output shapes follow the `shape` rule of each
-output in the op's prototype.
+of a guard or a specialisation.
+
+Every op's fake kernel is derived from its prototype (derived_kernel): the
+dtype check, the same device and dtype of the other tensors, attrs within their
+allowed_values, outputs by each output's `shape` rule. What the prototype cannot
+say -- which tensor's dtype is checked, which tensors must also share its shape,
+the op's own checks, the output layout -- is the op's FakeRule, in the FAKE
+table of op_extension/op_defs/<op>.py (default: FakeRule()). register() is
+called once by op_extension/__init__.py, for every prototype.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch._prims_common  # layout rules (keeps_layout, in_memory_format)
 
-from ._protos import load_protos
+from . import op_defs
+from ._protos import OpProto, load_protos
 
 PROTOS = load_protos()
 DTYPES = {name: tuple(getattr(torch, d) for d in proto.dtypes) for name, proto in PROTOS.items()}
-
-_GELU_APPROXIMATIONS = ("none", "tanh")
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def check_dtype(op: str, t: torch.Tensor, name: str) -> None:
-    allowed = DTYPES[op]
+def check_dtype(op: str, t: torch.Tensor, name: str, allowed: tuple[torch.dtype, ...] | None = None) -> None:
+    """t's dtype is one of `allowed` (default: the dtypes of op's prototype)."""
+    allowed = DTYPES[op] if allowed is None else allowed
     torch._check_type(
         t.dtype in allowed,
         lambda: f"custom::{op}: {name} has dtype {_dtype_name(t.dtype)}, which is not supported; "
@@ -101,11 +109,20 @@ def wrap_dim(op: str, dim: int, ndim: int) -> int:
     return dim % n
 
 
-def check_gelu_approximate(op: str, approximate: str) -> None:
-    torch._check_value(
-        approximate in _GELU_APPROXIMATIONS,
-        lambda: f"custom::{op}: approximate must be 'none' or 'tanh', got '{approximate}'",
-    )
+def _literal(value) -> str:
+    return f"'{value}'" if isinstance(value, str) else repr(value)
+
+
+def check_allowed(op: str, name: str, value, allowed: Sequence) -> None:
+    """An attr's value is one of its prototype's allowed_values ("approximate
+    must be 'none' or 'tanh', got 'x'", as parse_gelu_approximate in checks.cpp)."""
+
+    def message():
+        choices = [_literal(v) for v in allowed]
+        listed = choices[0] if len(choices) == 1 else ", ".join(choices[:-1]) + " or " + choices[-1]
+        return f"custom::{op}: {name} must be {listed}, got {_literal(value)}"
+
+    torch._check_value(value in allowed, message)
 
 
 def broadcast_shape(op: str, a: Sequence, b: Sequence) -> torch.Size:
@@ -134,8 +151,11 @@ def in_layout(result, like: torch.Tensor, keep: bool):
     return torch.empty_like(like)
 
 
-def in_memory_format(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """ops_glue.h's in_memory_format_of: like's channels_last (3d) format, else row-major."""
+def in_memory_format(result, like: torch.Tensor):
+    """ops_glue.h's in_memory_format_of: like's channels_last (3d) format, else row-major
+    (`result`: an output or a tuple of them)."""
+    if isinstance(result, tuple):
+        return tuple(in_memory_format(r, like) for r in result)
     fmt = torch._prims_common.suggest_memory_format(like)
     if fmt == torch.contiguous_format or like.is_contiguous():
         return result
@@ -145,10 +165,15 @@ def in_memory_format(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def outputs(op: str, **args):
     """Empty outputs shaped by each output's `shape` rule in the op's prototype:
     the name of an argument (its shape; an absent parameter gives an empty
-    placeholder), or broadcast(a, b)."""
+    placeholder), or broadcast(a, b). Like the first tensor of `args`."""
+    return _outputs(PROTOS[op], args)
+
+
+def _outputs(proto: OpProto, args: dict):
+    op = proto.name
     like = next(v for v in args.values() if isinstance(v, torch.Tensor))
     results = []
-    for desc in PROTOS[op].outputs:
+    for desc in proto.outputs:
         rule = desc.shape
         if rule.startswith("broadcast(") and rule.endswith(")"):
             a, b = (args[name.strip()] for name in rule[len("broadcast(") : -1].split(","))
@@ -165,204 +190,106 @@ def outputs(op: str, **args):
     return results[0] if len(results) == 1 else tuple(results)
 
 
-@torch.library.register_fake("custom::add")
-def _add_fake(input, other, alpha=1.0):
-    check_dtype("add", input, "input")
-    check_same("add", input, "input", other, "other")
-    return in_layout(outputs("add", input=input, other=other), input, keeps_layout(input, other))
+# ---------------------------------------------------------------------------
+# The derived fake kernel of every prototype
+# ---------------------------------------------------------------------------
+
+ROW_MAJOR = "row_major"  # outputs row-major (contiguous)
+KEEP_LAYOUT = "keep"  # keeps_layout: the layout the checked tensor shares with the `same` ones, if any
+MEMORY_FORMAT = "memory_format"  # in_memory_format: the checked tensor's channels_last format, if any
+LAYOUTS = (ROW_MAJOR, KEEP_LAYOUT, MEMORY_FORMAT)
 
 
-@torch.library.register_fake("custom::add_backward")
-def _add_backward_fake(grad_output, input_size, alpha=1.0):
-    op = "add_backward"
-    check_dtype(op, grad_output, "grad_output")
-    size = list(input_size)
-    offset = grad_output.dim() - len(size)
-    torch._check_value(
-        offset >= 0,
-        lambda: f"custom::{op}: input_size {size} has more dims than grad_output of shape {list(grad_output.shape)}",
-    )
-    for i, s in enumerate(size):
-        g = grad_output.shape[i + offset]
-        torch._check_value(
-            (s == g) or (s == 1),
-            lambda: f"custom::{op}: input_size {size} does not broadcast to grad_output of shape {list(grad_output.shape)}",
-        )
-    return outputs(op, grad_output=grad_output, input_size=size)
+@dataclass(frozen=True)
+class FakeRule:
+    """What an op's fake kernel checks beyond its prototype. The derived kernel
+    applies, in this order (the one of the op's C++ checks, whose messages these are):
+
+    1. `dtype_of` (default: the prototype's first input) has one of the
+       prototype's dtypes;
+    2. each tensor of `same` (default: every other input, in prototype order;
+       absent optional ones skipped) has its device and dtype, and, if listed
+       in `same_shape` too, its shape;
+    3. every attr with allowed_values has one of them;
+    4. `check(op, **arguments)`, the op's own checks (arguments by name, defaults
+       filled in);
+    5. outputs by the prototype's shape rules, in `layout` (ROW_MAJOR,
+       KEEP_LAYOUT like `dtype_of` with operands dtype_of and `same`, or
+       MEMORY_FORMAT of `dtype_of`)."""
+
+    dtype_of: str | None = None
+    same: tuple[str, ...] | None = None
+    same_shape: tuple[str, ...] = ()
+    check: Callable[..., None] | None = None
+    layout: str = ROW_MAJOR
 
 
-@torch.library.register_fake("custom::gelu")
-def _gelu_fake(input, approximate="none"):
-    check_dtype("gelu", input, "input")
-    check_gelu_approximate("gelu", approximate)
-    return in_layout(outputs("gelu", input=input), input, keeps_layout(input))
+def _resolve(proto: OpProto, rule: FakeRule) -> tuple[str, tuple[str, ...]]:
+    """(the checked tensor, the `same` tensors), after defaults and checks of the rule against the prototype."""
+    inputs = [t.name for t in proto.inputs]
+    anchor = rule.dtype_of or inputs[0]
+    same = tuple(n for n in inputs if n != anchor) if rule.same is None else tuple(rule.same)
+    where = f"op_extension/op_defs/{op_defs.forward_name(proto)}.py: FAKE[{proto.name!r}]"
+    unknown = sorted({anchor, *same, *rule.same_shape} - set(inputs))
+    if unknown:
+        raise op_defs.OpDefError(f"{where} names {unknown}, which are not inputs of {proto.name} ({inputs})")
+    if next(t for t in proto.inputs if t.name == anchor).optional:
+        raise op_defs.OpDefError(f"{where}: dtype_of {anchor!r} is an optional input; name a required one")
+    if not set(rule.same_shape) <= set(same):
+        raise op_defs.OpDefError(f"{where}: same_shape {list(rule.same_shape)} must be among same {list(same)}")
+    if rule.layout not in LAYOUTS:
+        raise op_defs.OpDefError(f"{where}: layout {rule.layout!r} is not one of {LAYOUTS}")
+    return anchor, same
 
 
-@torch.library.register_fake("custom::gelu_backward")
-def _gelu_backward_fake(grad_output, input, approximate="none"):
-    op = "gelu_backward"
-    check_dtype(op, input, "input")
-    check_same(op, input, "input", grad_output, "grad_output")
-    check_same_shape(op, input, "input", grad_output, "grad_output")
-    check_gelu_approximate(op, approximate)
-    return in_layout(outputs("gelu_backward", grad_output=grad_output, input=input), input,
-                     keeps_layout(input, grad_output))
+def derived_kernel(proto: OpProto, rule: FakeRule | None = None) -> Callable:
+    """The fake kernel of `proto` under `rule` (see FakeRule)."""
+    rule = FakeRule() if rule is None else rule
+    op = proto.name
+    anchor, same = _resolve(proto, rule)
+    same_shape = frozenset(rule.same_shape)
+    names = proto.arg_order
+    defaults = {t.name: None for t in proto.inputs if t.optional}
+    defaults.update({a.name: a.default for a in proto.attrs if a.has_default})
+    allowed = tuple((a.name, a.allowed_values) for a in proto.attrs if a.allowed_values)
+    dtypes = tuple(getattr(torch, d) for d in proto.dtypes)
+    check, layout = rule.check, rule.layout
+
+    def kernel(*args, **kwargs):
+        # By name in the prototype's order (the dispatcher leaves out trailing defaults).
+        bound = {}
+        for i, name in enumerate(names):
+            bound[name] = args[i] if i < len(args) else kwargs[name] if name in kwargs else defaults[name]
+        ref = bound[anchor]
+        check_dtype(op, ref, anchor, dtypes)
+        for name in same:
+            t = bound[name]
+            if t is None:
+                continue
+            check_same(op, ref, anchor, t, name)
+            if name in same_shape:
+                check_same_shape(op, ref, anchor, t, name)
+        for name, values in allowed:
+            check_allowed(op, name, bound[name], values)
+        if check is not None:
+            check(op, **bound)
+        result = _outputs(proto, bound)
+        if layout == KEEP_LAYOUT:
+            operands = [ref] + [bound[n] for n in same if bound[n] is not None]
+            return in_layout(result, ref, keeps_layout(*operands))
+        if layout == MEMORY_FORMAT:
+            return in_memory_format(result, ref)
+        return result
+
+    kernel.__name__ = kernel.__qualname__ = f"{op}_fake"
+    return kernel
 
 
-def _check_glu(op, gate, up):
-    check_dtype(op, gate, "gate")
-    check_same(op, gate, "gate", up, "up")
-    check_same_shape(op, gate, "gate", up, "up")
-
-
-@torch.library.register_fake("custom::swiglu")
-def _swiglu_fake(gate, up):
-    _check_glu("swiglu", gate, up)
-    return in_layout(outputs("swiglu", gate=gate, up=up), gate, keeps_layout(gate, up))
-
-
-@torch.library.register_fake("custom::swiglu_backward")
-def _swiglu_backward_fake(grad_output, gate, up):
-    op = "swiglu_backward"
-    _check_glu(op, gate, up)
-    check_same(op, gate, "gate", grad_output, "grad_output")
-    check_same_shape(op, gate, "gate", grad_output, "grad_output")
-    return in_layout(outputs("swiglu_backward", grad_output=grad_output, gate=gate, up=up), gate,
-                     keeps_layout(gate, up, grad_output))
-
-
-@torch.library.register_fake("custom::geglu")
-def _geglu_fake(gate, up, approximate="none"):
-    _check_glu("geglu", gate, up)
-    check_gelu_approximate("geglu", approximate)
-    return in_layout(outputs("geglu", gate=gate, up=up), gate, keeps_layout(gate, up))
-
-
-@torch.library.register_fake("custom::geglu_backward")
-def _geglu_backward_fake(grad_output, gate, up, approximate="none"):
-    op = "geglu_backward"
-    _check_glu(op, gate, up)
-    check_same(op, gate, "gate", grad_output, "grad_output")
-    check_same_shape(op, gate, "gate", grad_output, "grad_output")
-    check_gelu_approximate(op, approximate)
-    return in_layout(outputs("geglu_backward", grad_output=grad_output, gate=gate, up=up), gate,
-                     keeps_layout(gate, up, grad_output))
-
-
-def _check_norm(op, input, normalized_shape, weight, bias=None):
-    check_dtype(op, input, "input")
-    check_normalized_shape(op, input, normalized_shape)
-    check_affine(op, weight, "weight", input, normalized_shape)
-    check_affine(op, bias, "bias", input, normalized_shape)
-
-
-@torch.library.register_fake("custom::rms_norm")
-def _rms_norm_fake(input, normalized_shape, weight=None, eps=None):
-    _check_norm("rms_norm", input, normalized_shape, weight)
-    return in_memory_format(outputs("rms_norm", input=input, normalized_shape=normalized_shape, weight=weight), input)
-
-
-@torch.library.register_fake("custom::rms_norm_backward")
-def _rms_norm_backward_fake(grad_output, input, normalized_shape, weight=None, eps=None):
-    op = "rms_norm_backward"
-    _check_norm(op, input, normalized_shape, weight)
-    check_same(op, input, "input", grad_output, "grad_output")
-    check_same_shape(op, input, "input", grad_output, "grad_output")
-    return outputs("rms_norm_backward", grad_output=grad_output, input=input, normalized_shape=normalized_shape, weight=weight)
-
-
-@torch.library.register_fake("custom::fused_add_rms_norm")
-def _fused_add_rms_norm_fake(input, residual, normalized_shape, weight=None, eps=None):
-    op = "fused_add_rms_norm"
-    check_dtype(op, input, "input")
-    check_same(op, input, "input", residual, "residual")
-    check_same_shape(op, input, "input", residual, "residual")
-    _check_norm(op, input, normalized_shape, weight)
-    return outputs("fused_add_rms_norm", input=input, residual=residual, normalized_shape=normalized_shape, weight=weight)
-
-
-@torch.library.register_fake("custom::fused_add_rms_norm_backward")
-def _fused_add_rms_norm_backward_fake(grad_output, grad_residual_out, residual_out, normalized_shape, weight=None, eps=None):
-    op = "fused_add_rms_norm_backward"
-    check_dtype(op, residual_out, "residual_out")
-    check_same(op, residual_out, "residual_out", grad_output, "grad_output")
-    check_same_shape(op, residual_out, "residual_out", grad_output, "grad_output")
-    if grad_residual_out is not None:
-        check_same(op, residual_out, "residual_out", grad_residual_out, "grad_residual_out")
-        check_same_shape(op, residual_out, "residual_out", grad_residual_out, "grad_residual_out")
-    check_normalized_shape(op, residual_out, normalized_shape)
-    check_affine(op, weight, "weight", residual_out, normalized_shape)
-    return outputs("fused_add_rms_norm_backward", grad_output=grad_output, grad_residual_out=grad_residual_out, residual_out=residual_out, normalized_shape=normalized_shape, weight=weight)
-
-
-@torch.library.register_fake("custom::layer_norm")
-def _layer_norm_fake(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    _check_norm("layer_norm", input, normalized_shape, weight, bias)
-    return outputs("layer_norm", input=input, normalized_shape=normalized_shape, weight=weight, bias=bias)
-
-
-@torch.library.register_fake("custom::layer_norm_backward")
-def _layer_norm_backward_fake(grad_output, input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    op = "layer_norm_backward"
-    _check_norm(op, input, normalized_shape, weight, bias)
-    check_same(op, input, "input", grad_output, "grad_output")
-    check_same_shape(op, input, "input", grad_output, "grad_output")
-    return outputs("layer_norm_backward", grad_output=grad_output, input=input, normalized_shape=normalized_shape, weight=weight, bias=bias)
-
-
-@torch.library.register_fake("custom::softmax")
-def _softmax_fake(input, dim):
-    check_dtype("softmax", input, "input")
-    wrap_dim("softmax", dim, input.dim())
-    return outputs("softmax", input=input)
-
-
-@torch.library.register_fake("custom::softmax_backward")
-def _softmax_backward_fake(grad_output, output, dim):
-    op = "softmax_backward"
-    check_dtype(op, output, "output")
-    check_same(op, output, "output", grad_output, "grad_output")
-    check_same_shape(op, output, "output", grad_output, "grad_output")
-    wrap_dim(op, dim, output.dim())
-    return outputs("softmax_backward", grad_output=grad_output, output=output)
-
-
-def _check_rotary(op, q, q_name, k, k_name, cos, sin, unsqueeze_dim):
-    """As check_rotary and rotary_args in ops_glue.h, with the same messages."""
-    check_dtype(op, q, q_name)
-    check_same(op, q, q_name, k, k_name)
-    check_same(op, q, q_name, cos, "cos")
-    check_same(op, q, q_name, sin, "sin")
-    check_same_shape(op, cos, "cos", sin, "sin")
-    nd = cos.dim()
-    torch._check_value(nd >= 1, lambda: f"custom::{op}: cos must have at least one dim (the head dim), got shape {list(cos.shape)}")
-    torch._check_index(-(nd + 1) <= unsqueeze_dim <= nd, lambda: f"custom::{op}: unsqueeze_dim {unsqueeze_dim} is out of range "
-                       f"for cos of {nd} dims (allowed: {-(nd + 1)} to {nd})")
-    dim = unsqueeze_dim + nd + 1 if unsqueeze_dim < 0 else unsqueeze_dim
-    torch._check_value(dim != nd, lambda: f"custom::{op}: unsqueeze_dim {unsqueeze_dim} would put cos's head dim off the "
-                       "last position; use a dim before the last")
-    cos_u = cos.unsqueeze(dim)
-    for x, name in ((q, q_name), (k, k_name)):
-        torch._check_value(2 <= x.dim() <= 17, lambda: f"custom::{op}: {name} must have 2 to 17 dims (leading dims, then "
-                           f"the head dim), got shape {list(x.shape)}")
-        torch._check_value(x.shape[-1] % 2 == 0, lambda: f"custom::{op}: the head dim (last) of {name} must be even, "
-                           f"got {x.shape[-1]}")
-        ok = cos_u.dim() <= x.dim() and cos_u.shape[-1] == x.shape[-1]
-        for d in range(1, cos_u.dim()):
-            ok = ok and (cos_u.shape[-1 - d] == 1 or cos_u.shape[-1 - d] == x.shape[-1 - d])
-        torch._check_value(ok, lambda: f"custom::{op}: cos.unsqueeze({dim}) of shape {list(cos_u.shape)} does not "
-                           f"broadcast to {name}'s shape {list(x.shape)} (the result must have {name}'s shape)")
-
-
-@torch.library.register_fake("custom::rotary_embedding")
-def _rotary_embedding_fake(q, k, cos, sin, unsqueeze_dim=1):
-    _check_rotary("rotary_embedding", q, "q", k, "k", cos, sin, unsqueeze_dim)
-    return outputs("rotary_embedding", q=q, k=k, cos=cos, sin=sin, unsqueeze_dim=unsqueeze_dim)
-
-
-@torch.library.register_fake("custom::rotary_embedding_backward")
-def _rotary_embedding_backward_fake(grad_q_embed, grad_k_embed, cos, sin, unsqueeze_dim=1):
-    _check_rotary("rotary_embedding_backward", grad_q_embed, "grad_q_embed", grad_k_embed, "grad_k_embed", cos, sin,
-                  unsqueeze_dim)
-    return outputs("rotary_embedding_backward", grad_q_embed=grad_q_embed, grad_k_embed=grad_k_embed, cos=cos,
-                   sin=sin, unsqueeze_dim=unsqueeze_dim)
+def register(protos: dict[str, OpProto] | None = None, namespace: str = "custom", find=None, lib=None) -> None:
+    """Registers the derived fake kernel of every prototype (default: op_protos/)
+    as <namespace>::<op>'s, with its op module's FakeRule; `find` and `lib` as
+    op_defs.module and torch.library.register_fake take them (tests)."""
+    protos = PROTOS if protos is None else protos
+    for proto in protos.values():
+        rule = op_defs.piece(proto, "FAKE", protos, find)
+        torch.library.register_fake(f"{namespace}::{proto.name}", derived_kernel(proto, rule), lib=lib)

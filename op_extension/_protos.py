@@ -10,6 +10,7 @@ nothing but the standard library.
 from __future__ import annotations
 
 import json
+import keyword
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,7 @@ class OpProto:
     backward: str | None
     backward_of: str | None
     path: Path
+    doc: str | None = None  # torch.doc: the docstring of a derived op_extension.ops function
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -219,6 +221,16 @@ def parse_proto(path: Path) -> OpProto:
     names = [t.name for t in inputs] + [a.name for a in attrs]
     if len(set(names)) != len(names) or len({o.name for o in outputs}) != len(outputs):
         raise ProtoError(f"{path}: input, attr and output names must be unique, got {names}")
+    # Names become Python parameters (the derived op_extension.ops function, the fake kernel),
+    # the op's a Python function.
+    for name in names + [o.name for o in outputs] + [torch_side["name"]]:
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise ProtoError(f"{path}: {name!r} is not a valid name (the op's and its arguments' names become "
+                             "Python names: an identifier, not a keyword)")
+    doc = torch_side.get("doc")
+    if doc is not None and (not isinstance(doc, str) or not doc.strip()):
+        raise ProtoError(f"{path}: torch.doc must be a non-empty string "
+                         f"(the docstring of op_extension.ops.{torch_side['name']})")
     order = tuple(torch_side.get("arg_order", names))
     if sorted(order) != sorted(names):
         raise ProtoError(f"{path}: torch.arg_order {list(order)} must list every input and attr {names}")
@@ -234,6 +246,7 @@ def parse_proto(path: Path) -> OpProto:
         backward=torch_side.get("backward"),
         backward_of=torch_side.get("backward_of"),
         path=Path(path),
+        doc=doc,
     )
 
 
@@ -246,8 +259,21 @@ def proto_dir() -> Path:
     raise FileNotFoundError("op_protos/ not found next to the op_extension package")
 
 
+_LOADED: dict[str, OpProto] | None = None
+
+
 def load_protos(directory: Path | None = None) -> dict[str, OpProto]:
-    directory = Path(directory) if directory else proto_dir()
+    """Every prototype of `directory` (default: the package's op_protos/, read
+    once per process and shared: do not modify the dict), by op name."""
+    global _LOADED
+    if directory is None:
+        if _LOADED is None:
+            _LOADED = _load(proto_dir())
+        return _LOADED
+    return _load(Path(directory))
+
+
+def _load(directory: Path) -> dict[str, OpProto]:
     protos = {}
     for path in sorted(directory.glob("*.json")):
         proto = parse_proto(path)

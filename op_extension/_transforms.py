@@ -5,23 +5,26 @@ The dispatcher ops' Autograd kernels are C++ torch::autograd::Functions
 derivative, and functorch refuses them. So calls made under a torch.func
 transform (grad, vjp, jacrev, jacfwd, jvp, vmap, functional_call + grad, ...)
 or with an input that carries a forward-mode tangent come here instead, to one
-Python torch.autograd.Function per op. Each runs the same dispatcher ops: the
-forward is custom::<op>, the backward custom::<op>_backward, the jvp is built
-from those two (no other kernels), and a vmap rule moves the batch dim to the
-front, where every op batches for free (elementwise ops and norms over trailing
-dims; softmax's dim shifts by one).
+Python torch.autograd.Function per op: the TRANSFORM of its module,
+op_extension/op_defs/<op>.py. Each runs the same dispatcher ops: the forward is
+custom::<op>, the backward custom::<op>_backward, the jvp is built from those
+two (no other kernels), and a vmap rule moves the batch dim to the front, where
+every op batches for free (elementwise ops and norms over trailing dims;
+softmax's dim shifts by one). This module holds what they share (active,
+traced, the vmap and jvp helpers) and registers them (register()).
 
 Who comes here: the C++ fast path of ops.py tests for a transform or a tangent
-(a few ns) and calls the function of this module registered for the op
-(python_module.cpp); ops.py's traced path asks active(). Plain eager calls
-never come here. Calling torch.ops.custom.<op> directly with a tangent is
-refused by its Autograd kernel, naming op_extension.ops.<op>.
+(a few ns) and calls the TRANSFORM.apply registered for the op
+(python_module.cpp); the functions' traced path (traced()) asks active(). Plain
+eager calls never come here. Calling torch.ops.custom.<op> directly with a
+tangent is refused by its Autograd kernel, naming op_extension.ops.<op>.
 
-The backward ops also get vmap rules (registered on the dispatcher, so they
-serve any caller): the backward and the jvp run under vmap in jacrev, jacfwd
-and per-sample gradients (vmap of grad), and without a rule functorch would
-run them once per sample. The forward ops get the same rules as their
-autograd.Functions, so vmap of a direct torch.ops.custom call is batched too.
+The backward ops also get vmap rules (VMAP in the op's module, registered on
+the dispatcher, so they serve any caller): the backward and the jvp run under
+vmap in jacrev, jacfwd and per-sample gradients (vmap of grad), and without a
+rule functorch would run them once per sample. The forward ops get the same
+rules as their autograd.Functions, so vmap of a direct torch.ops.custom call is
+batched too.
 
 Second derivatives are not supported, as in the C++ path: the backward ops have
 no derivative, and differentiating them raises "derivative for
@@ -37,11 +40,10 @@ from torch._C._functorch import TransformType as _TransformType
 from torch._C._functorch import get_interpreter_stack as _get_interpreter_stack
 from torch._C._functorch import peek_interpreter_stack as _peek_interpreter_stack
 
-from . import _C, _fake
+from . import _C, _fake, op_defs
+from ._protos import OpProto, load_protos
 
-__all__ = ["active", "add", "fused_add_rms_norm", "geglu", "gelu", "layer_norm", "rms_norm", "softmax", "swiglu"]
-
-_custom = torch.ops.custom
+__all__ = ["active", "register", "traced"]
 
 
 def active() -> bool:
@@ -55,8 +57,8 @@ def active() -> bool:
 
 
 def traced(op, transformed):
-    """ops.py's call of `op` outside the C++ fast path: `transformed` (the
-    autograd.Function's entry point below) when active()."""
+    """An ops function's call of `op` outside the C++ fast path: `transformed`
+    (the op's TRANSFORM.apply) when active()."""
 
     def call(*args):
         if active():
@@ -148,163 +150,9 @@ def _vmap_same_shape(call):
     return rule
 
 
-def _vmap_add(call):
-    def rule(info, in_dims, input, other, alpha):
-        # Broadcasting aligns trailing dims, so a batched operand of lower
-        # logical rank gets 1s after its batch dim; an unbatched one broadcasts
-        # against the batch dim as it is.
-        ndim = max(t.dim() - (d is not None) for t, d in ((input, in_dims[0]), (other, in_dims[1])))
-        moved = []
-        for t, d in ((input, in_dims[0]), (other, in_dims[1])):
-            if d is not None:
-                t = t.movedim(d, 0)
-                t = _pad_after_batch(t, ndim - (t.dim() - 1))
-            moved.append(t)
-        return call(moved[0], moved[1], alpha), 0
-
-    return rule
-
-
-def _vmap_add_backward(info, in_dims, grad_output, input_size, alpha):
-    # grad_output has the output's logical dims after the batch dim; the
-    # operand's size, padded to that rank, keeps the batch dim out of the sum.
-    g = _front(grad_output, in_dims[0], info.batch_size)
-    size = list(input_size)
-    padded = [info.batch_size] + [1] * (g.dim() - 1 - len(size)) + size
-    out = _custom.add_backward(g, padded, alpha)
-    return out.reshape([info.batch_size] + size), 0
-
-
-def _vmap_softmax(op, call):
-    """Rule for softmax(input, dim) and softmax_backward(grad_output, output, dim)."""
-
-    def rule(info, in_dims, *args):
-        *tensors, dim = args
-        tensors = [_front(t, d, info.batch_size) for t, d in zip(tensors, in_dims)]
-        ndim = tensors[0].dim() - 1
-        dim = _fake.wrap_dim(op, dim, ndim)  # the op's own check and message
-        if ndim == 0:  # a 0-dim softmax is over the one element
-            return call(*(t.unsqueeze(1) for t in tensors), 1).squeeze(1), 0
-        return call(*tensors, dim + 1), 0
-
-    return rule
-
-
-def _vmap_rms_norm(call):
-    def rule(info, in_dims, input, normalized_shape, weight=None, eps=None):
-        x_bdim, w_bdim = in_dims[0], in_dims[2]
-        x = input if x_bdim is None else input.movedim(x_bdim, 0)
-        lead = _leading_dims("rms_norm", x, x_bdim is not None, normalized_shape)
-        if w_bdim is None:
-            return call(x, normalized_shape, weight, eps), 0
-        w = _batched_param("rms_norm", "weight", weight, w_bdim, x, normalized_shape, lead)
-        return call(x, normalized_shape, None, eps) * w, 0
-
-    return rule
-
-
-def _vmap_fused_add_rms_norm(call):
-    def rule(info, in_dims, input, residual, normalized_shape, weight=None, eps=None):
-        op = "fused_add_rms_norm"
-        rows_batched = in_dims[0] is not None or in_dims[1] is not None
-        if rows_batched:
-            x, r = _front(input, in_dims[0], info.batch_size), _front(residual, in_dims[1], info.batch_size)
-        else:
-            x, r = input, residual
-        lead = _leading_dims(op, x, rows_batched, normalized_shape)
-        residual_dim = 0 if rows_batched else None
-        if in_dims[3] is None:
-            return call(x, r, normalized_shape, weight, eps), (0, residual_dim)
-        w = _batched_param(op, "weight", weight, in_dims[3], x, normalized_shape, lead)
-        out, residual_out = call(x, r, normalized_shape, None, eps)
-        return (out * w, residual_out), (0, residual_dim)
-
-    return rule
-
-
-def _vmap_layer_norm(call):
-    def rule(info, in_dims, input, normalized_shape, weight=None, bias=None, eps=1e-5):
-        op = "layer_norm"
-        x_bdim, w_bdim, b_bdim = in_dims[0], in_dims[2], in_dims[3]
-        x = input if x_bdim is None else input.movedim(x_bdim, 0)
-        lead = _leading_dims(op, x, x_bdim is not None, normalized_shape)
-        # The op applies the parameters that are not batched, unless a batched
-        # weight must multiply before the bias is added.
-        op_weight = weight if w_bdim is None else None
-        op_bias = bias if b_bdim is None and w_bdim is None else None
-        y = call(x, normalized_shape, op_weight, op_bias, eps)
-        if w_bdim is not None:
-            y = y * _batched_param(op, "weight", weight, w_bdim, x, normalized_shape, lead)
-        if bias is not None and op_bias is None:
-            y = y + (bias if b_bdim is None else _batched_param(op, "bias", bias, b_bdim, x, normalized_shape, lead))
-        return y, 0
-
-    return rule
-
-
-# Backward rules for the norms: the input gradient comes from the backward op
-# (a batched weight folded into grad_output, where it multiplies), the
-# parameter gradients are per-sample sums, which the backward op cannot give.
-
-
-def _vmap_rms_norm_backward(info, in_dims, grad_output, input, normalized_shape, weight=None, eps=None):
-    B = info.batch_size
-    g, x = _front(grad_output, in_dims[0], B), _front(input, in_dims[1], B)
-    lead = _leading_dims("rms_norm_backward", x, True, normalized_shape)
-    if weight is None:
-        grad_input, placeholder = _custom.rms_norm_backward(g, x, normalized_shape, None, eps)
-        return (grad_input, placeholder), (0, None)
-    if in_dims[3] is None:
-        grad_input, _ = _custom.rms_norm_backward(g, x, normalized_shape, weight, eps)
-    else:
-        w = _batched_param("rms_norm_backward", "weight", weight, in_dims[3], x, normalized_shape, lead)
-        grad_input, _ = _custom.rms_norm_backward(g * w, x, normalized_shape, None, eps)
-    grad_weight = _per_sample_sum(g, lead, _custom.rms_norm(x, normalized_shape, None, eps))
-    return (grad_input, grad_weight), (0, 0)
-
-
-def _vmap_fused_add_rms_norm_backward(
-    info, in_dims, grad_output, grad_residual_out, residual_out, normalized_shape, weight=None, eps=None
-):
-    op = "fused_add_rms_norm_backward"
-    B = info.batch_size
-    g = _front(grad_output, in_dims[0], B)
-    g_res = _front(grad_residual_out, in_dims[1], B)
-    z = _front(residual_out, in_dims[2], B)
-    lead = _leading_dims(op, z, True, normalized_shape)
-    if weight is None:
-        grad_sum, placeholder = _custom.fused_add_rms_norm_backward(g, g_res, z, normalized_shape, None, eps)
-        return (grad_sum, placeholder), (0, None)
-    if in_dims[4] is None:
-        grad_sum, _ = _custom.fused_add_rms_norm_backward(g, g_res, z, normalized_shape, weight, eps)
-    else:
-        w = _batched_param(op, "weight", weight, in_dims[4], z, normalized_shape, lead)
-        grad_sum, _ = _custom.fused_add_rms_norm_backward(g * w, g_res, z, normalized_shape, None, eps)
-    grad_weight = _per_sample_sum(g, lead, _custom.rms_norm(z, normalized_shape, None, eps))
-    return (grad_sum, grad_weight), (0, 0)
-
-
-def _vmap_layer_norm_backward(info, in_dims, grad_output, input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    op = "layer_norm_backward"
-    B = info.batch_size
-    g, x = _front(grad_output, in_dims[0], B), _front(input, in_dims[1], B)
-    lead = _leading_dims(op, x, True, normalized_shape)
-    if weight is not None and in_dims[3] is not None:
-        w = _batched_param(op, "weight", weight, in_dims[3], x, normalized_shape, lead)
-        grad_input = _custom.layer_norm_backward(g * w, x, normalized_shape, None, None, eps)[0]
-    else:
-        grad_input = _custom.layer_norm_backward(g, x, normalized_shape, weight, None, eps)[0]
-    grad_weight = grad_bias = _placeholder(grad_input)
-    weight_dim = bias_dim = None
-    if weight is not None:
-        grad_weight, weight_dim = _per_sample_sum(g, lead, _custom.layer_norm(x, normalized_shape, None, None, eps)), 0
-    if bias is not None:
-        grad_bias, bias_dim = _per_sample_sum(g, lead), 0
-    return (grad_input, grad_weight, grad_bias), (0, weight_dim, bias_dim)
-
-
 # ---------------------------------------------------------------------------
-# The autograd.Functions: forward = custom::<op>, backward = custom::<op>_backward.
+# Helpers of the autograd.Functions (TRANSFORM in op_extension/op_defs/<op>.py):
+# forward = custom::<op>, backward = custom::<op>_backward.
 # jvp: the forward-mode derivative J t. Where J is symmetric (elementwise ops,
 # softmax, the normalisation x -> x * rstd of the norms), J t = J^T t is the
 # backward op applied to the tangent; a weight, which multiplies after the
@@ -341,362 +189,28 @@ def _plus(a, b):
     return a if b is None else a + b
 
 
-class _Add(torch.autograd.Function):
-    @staticmethod
-    def forward(input, other, alpha):
-        return _custom.add(input, other, alpha)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        input, other, alpha = inputs
-        ctx.input_shape, ctx.other_shape, ctx.alpha = input.shape, other.shape, alpha
-        ctx.output_shape = output.shape
-
-    @staticmethod
-    def backward(ctx, grad):
-        def reduce(shape, scale):
-            # As aten::add: the gradient passes through where nothing was
-            # broadcast or scaled; otherwise add_backward sums the broadcast dims.
-            if scale == 1.0 and grad.shape == shape:
-                return grad
-            return _custom.add_backward(grad, list(shape), scale)
-
-        grad_input = reduce(ctx.input_shape, 1.0) if ctx.needs_input_grad[0] else None
-        grad_other = reduce(ctx.other_shape, ctx.alpha) if ctx.needs_input_grad[1] else None
-        return grad_input, grad_other, None
-
-    @staticmethod
-    def jvp(ctx, t_input, t_other, _):
-        _first_order_jvp("add")
-        if t_input is not None and t_other is not None:
-            return _custom.add(t_input, t_other, ctx.alpha)
-        return _own(t_input if t_other is None else ctx.alpha * t_other, ctx.output_shape)
-
-    @staticmethod
-    def vmap(info, in_dims, *args):
-        return _vmap_add(_Add.apply)(info, in_dims, *args)
-
-
-class _Gelu(torch.autograd.Function):
-    @staticmethod
-    def forward(input, approximate):
-        return _custom.gelu(input, approximate)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        input, ctx.approximate = inputs
-        ctx.save_for_backward(input)
-        ctx.save_for_forward(input)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (input,) = ctx.saved_tensors
-        return _custom.gelu_backward(grad, input, ctx.approximate), None
-
-    @staticmethod
-    def jvp(ctx, t_input, _):
-        _first_order_jvp("gelu")
-        (input,) = ctx.saved_tensors
-        return _custom.gelu_backward(t_input, input, ctx.approximate)
-
-    @staticmethod
-    def vmap(info, in_dims, *args):
-        return _vmap_same_shape(_Gelu.apply)(info, in_dims, *args)
-
-
-class _Swiglu(torch.autograd.Function):
-    @staticmethod
-    def forward(gate, up):
-        return _custom.swiglu(gate, up)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-        ctx.save_for_forward(*inputs)
-
-    @staticmethod
-    def backward(ctx, grad):
-        gate, up = ctx.saved_tensors
-        return _custom.swiglu_backward(grad, gate, up)
-
-    @staticmethod
-    def jvp(ctx, t_gate, t_up):
-        # swiglu_backward(t, g, u) = (t * silu'(g) * u, t * silu(g)): the two
-        # diagonal Jacobians, one per input.
-        _first_order_jvp("swiglu")
-        gate, up = ctx.saved_tensors
-        from_gate = None if t_gate is None else _custom.swiglu_backward(t_gate, gate, up)[0]
-        from_up = None if t_up is None else _custom.swiglu_backward(t_up, gate, up)[1]
-        return _plus(from_gate, from_up)
-
-    @staticmethod
-    def vmap(info, in_dims, *args):
-        return _vmap_same_shape(_Swiglu.apply)(info, in_dims, *args)
-
-
-class _Geglu(torch.autograd.Function):
-    @staticmethod
-    def forward(gate, up, approximate):
-        return _custom.geglu(gate, up, approximate)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        gate, up, ctx.approximate = inputs
-        ctx.save_for_backward(gate, up)
-        ctx.save_for_forward(gate, up)
-
-    @staticmethod
-    def backward(ctx, grad):
-        gate, up = ctx.saved_tensors
-        return *_custom.geglu_backward(grad, gate, up, ctx.approximate), None
-
-    @staticmethod
-    def jvp(ctx, t_gate, t_up, _):
-        _first_order_jvp("geglu")
-        gate, up = ctx.saved_tensors
-        from_gate = None if t_gate is None else _custom.geglu_backward(t_gate, gate, up, ctx.approximate)[0]
-        from_up = None if t_up is None else _custom.geglu_backward(t_up, gate, up, ctx.approximate)[1]
-        return _plus(from_gate, from_up)
-
-    @staticmethod
-    def vmap(info, in_dims, *args):
-        return _vmap_same_shape(_Geglu.apply)(info, in_dims, *args)
-
-
-class _RmsNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(input, normalized_shape, weight, eps):
-        return _custom.rms_norm(input, normalized_shape, weight, eps)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        input, ctx.normalized_shape, weight, ctx.eps = inputs
-        ctx.save_for_backward(input, weight)
-        ctx.save_for_forward(input, weight)
-
-    @staticmethod
-    def backward(ctx, grad):
-        input, weight = ctx.saved_tensors
-        grad_input, grad_weight = _custom.rms_norm_backward(grad, input, ctx.normalized_shape, weight, ctx.eps)
-        return grad_input, None, None if weight is None else grad_weight, None
-
-    @staticmethod
-    def jvp(ctx, t_input, _, t_weight, __):
-        # y = w * n(x), n(x) = x * rstd(x): J t = w * (dn t_x) + n(x) * t_w.
-        _first_order_jvp("rms_norm")
-        input, weight = ctx.saved_tensors
-        shape, eps = ctx.normalized_shape, ctx.eps
-        tangent = None
-        if t_input is not None:
-            tangent = _custom.rms_norm_backward(t_input, input, shape, None, eps)[0]
-            if weight is not None:
-                tangent = tangent * weight
-        if t_weight is not None:
-            tangent = _plus(tangent, rms_norm(input, shape, None, eps) * t_weight)
-        return tangent
-
-    @staticmethod
-    def vmap(info, in_dims, *args):
-        return _vmap_rms_norm(_RmsNorm.apply)(info, in_dims, *args)
-
-
-class _FusedAddRmsNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(input, residual, normalized_shape, weight, eps):
-        return _custom.fused_add_rms_norm(input, residual, normalized_shape, weight, eps)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _, _, ctx.normalized_shape, weight, ctx.eps = inputs
-        residual_out = output[1]
-        ctx.save_for_backward(residual_out, weight)
-        ctx.save_for_forward(residual_out, weight)
-        # Only one output may be used: its gradient then comes as None, not as zeros.
-        ctx.set_materialize_grads(False)
-
-    @staticmethod
-    def backward(ctx, grad_output, grad_residual_out):
-        residual_out, weight = ctx.saved_tensors
-        if grad_output is None:
-            grad_output = torch.zeros_like(residual_out)
-        grad_sum, grad_weight = _custom.fused_add_rms_norm_backward(
-            grad_output, grad_residual_out, residual_out, ctx.normalized_shape, weight, ctx.eps
-        )
-        # d(input + residual)/d input = d/d residual = identity
-        return grad_sum, grad_sum, None, None if weight is None else grad_weight, None
-
-    @staticmethod
-    def jvp(ctx, t_input, t_residual, _, t_weight, __):
-        # z = input + residual (the second output): t_z = t_input + t_residual;
-        # the first output is rms_norm(z), whose jvp is as in _RmsNorm.
-        _first_order_jvp("fused_add_rms_norm")
-        z, weight = ctx.saved_tensors
-        shape, eps = ctx.normalized_shape, ctx.eps
-        t_z = t_input + t_residual if t_input is not None and t_residual is not None else None
-        if t_z is None and (t_input is not None or t_residual is not None):
-            t_z = _own(t_residual if t_input is None else t_input, z.shape)
-        tangent = None
-        if t_z is not None:
-            tangent = _custom.rms_norm_backward(t_z, z, shape, None, eps)[0]
-            if weight is not None:
-                tangent = tangent * weight
-        if t_weight is not None:
-            tangent = _plus(tangent, rms_norm(z, shape, None, eps) * t_weight)
-        # torch takes no None for an output's tangent: residual_out does not depend on the weight.
-        return tangent, torch.zeros_like(z) if t_z is None else t_z
-
-    @staticmethod
-    def vmap(info, in_dims, *args):
-        return _vmap_fused_add_rms_norm(_FusedAddRmsNorm.apply)(info, in_dims, *args)
-
-
-class _LayerNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(input, normalized_shape, weight, bias, eps):
-        return _custom.layer_norm(input, normalized_shape, weight, bias, eps)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        input, ctx.normalized_shape, weight, bias, ctx.eps = inputs
-        ctx.has_bias = bias is not None
-        ctx.save_for_backward(input, weight, bias)
-        ctx.save_for_forward(input, weight)
-        ctx.output_shape = output.shape
-
-    @staticmethod
-    def backward(ctx, grad):
-        input, weight, bias = ctx.saved_tensors
-        grad_input, grad_weight, grad_bias = _custom.layer_norm_backward(
-            grad, input, ctx.normalized_shape, weight, bias, ctx.eps
-        )
-        return (
-            grad_input,
-            None,
-            None if weight is None else grad_weight,
-            None if bias is None else grad_bias,
-            None,
-        )
-
-    @staticmethod
-    def jvp(ctx, t_input, _, t_weight, t_bias, __):
-        # y = w * n(x) + b, n(x) = (x - mean) * rstd: J t = w * (dn t_x) + n(x) * t_w + t_b.
-        _first_order_jvp("layer_norm")
-        input, weight = ctx.saved_tensors
-        shape, eps = ctx.normalized_shape, ctx.eps
-        tangent = None
-        if t_input is not None:
-            tangent = _custom.layer_norm_backward(t_input, input, shape, None, None, eps)[0]
-            if weight is not None:
-                tangent = tangent * weight
-        if t_weight is not None:
-            tangent = _plus(tangent, layer_norm(input, shape, None, None, eps) * t_weight)
-        if t_bias is not None:
-            tangent = _own(t_bias, ctx.output_shape) if tangent is None else tangent + t_bias
-        return tangent
-
-    @staticmethod
-    def vmap(info, in_dims, *args):
-        return _vmap_layer_norm(_LayerNorm.apply)(info, in_dims, *args)
-
-
-class _Softmax(torch.autograd.Function):
-    @staticmethod
-    def forward(input, dim):
-        return _custom.softmax(input, dim)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dim = inputs[1]
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (output,) = ctx.saved_tensors
-        return _custom.softmax_backward(grad, output, ctx.dim), None
-
-    @staticmethod
-    def jvp(ctx, t_input, _):
-        # J = diag(y) - y y^T along dim is symmetric: J t = softmax_backward(t, y).
-        _first_order_jvp("softmax")
-        (output,) = ctx.saved_tensors
-        return _custom.softmax_backward(t_input, output, ctx.dim)
-
-    @staticmethod
-    def vmap(info, in_dims, *args):
-        return _vmap_softmax("softmax", _Softmax.apply)(info, in_dims, *args)
-
-
 # ---------------------------------------------------------------------------
-# Entry points, with the signatures of the C++ fast path's functions (ops.py
-# has already converted and checked the arguments).
+# Registration, for every prototype whose op module has the pieces.
 # ---------------------------------------------------------------------------
 
 
-def add(input, other, alpha=1.0):
-    return _Add.apply(input, other, alpha)
-
-
-def gelu(input, approximate="none"):
-    return _Gelu.apply(input, approximate)
-
-
-def swiglu(gate, up):
-    return _Swiglu.apply(gate, up)
-
-
-def geglu(gate, up, approximate="none"):
-    return _Geglu.apply(gate, up, approximate)
-
-
-def rms_norm(input, normalized_shape, weight=None, eps=None):
-    return _RmsNorm.apply(input, normalized_shape, weight, eps)
-
-
-def fused_add_rms_norm(input, residual, normalized_shape, weight=None, eps=None):
-    return _FusedAddRmsNorm.apply(input, residual, normalized_shape, weight, eps)
-
-
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    return _LayerNorm.apply(input, normalized_shape, weight, bias, eps)
-
-
-def softmax(input, dim):
-    return _Softmax.apply(input, dim)
-
-
-_ENTRY_POINTS = {
-    "add": add,
-    "gelu": gelu,
-    "swiglu": swiglu,
-    "geglu": geglu,
-    "rms_norm": rms_norm,
-    "fused_add_rms_norm": fused_add_rms_norm,
-    "layer_norm": layer_norm,
-    "softmax": softmax,
-}
-_C._set_transform_handlers(_ENTRY_POINTS)
-
-# Batching rules on the dispatcher: for the backward ops (which the backward
-# and jvp above call under vmap in jacrev, jacfwd, vmap of grad) and for direct
-# torch.ops.custom callers of the forward ops.
-_VMAP_RULES = {
-    "add": _vmap_add(_custom.add.default),
-    "gelu": _vmap_same_shape(_custom.gelu.default),
-    "swiglu": _vmap_same_shape(_custom.swiglu.default),
-    "geglu": _vmap_same_shape(_custom.geglu.default),
-    "rms_norm": _vmap_rms_norm(_custom.rms_norm.default),
-    "fused_add_rms_norm": _vmap_fused_add_rms_norm(_custom.fused_add_rms_norm.default),
-    "layer_norm": _vmap_layer_norm(_custom.layer_norm.default),
-    "softmax": _vmap_softmax("softmax", _custom.softmax.default),
-    "add_backward": _vmap_add_backward,
-    "gelu_backward": _vmap_same_shape(_custom.gelu_backward.default),
-    "swiglu_backward": _vmap_same_shape(_custom.swiglu_backward.default),
-    "geglu_backward": _vmap_same_shape(_custom.geglu_backward.default),
-    "rms_norm_backward": _vmap_rms_norm_backward,
-    "fused_add_rms_norm_backward": _vmap_fused_add_rms_norm_backward,
-    "layer_norm_backward": _vmap_layer_norm_backward,
-    "softmax_backward": _vmap_softmax("softmax_backward", _custom.softmax_backward.default),
-}
-for _name, _rule in _VMAP_RULES.items():
-    torch.library.register_vmap(f"custom::{_name}", _rule)
+def register(protos: dict[str, OpProto] | None = None) -> None:
+    """Hands the C++ fast path each forward op's TRANSFORM.apply (it calls it
+    with its own arguments, ops.py has already converted and checked them) and
+    registers every VMAP rule on the dispatcher: for the backward ops (which the
+    backward and jvp call under vmap in jacrev, jacfwd, vmap of grad) and for
+    direct torch.ops.custom callers of the forward ops. Called once, by
+    op_extension/__init__.py."""
+    protos = load_protos() if protos is None else protos
+    entry_points = {}
+    for proto in protos.values():
+        module = op_defs.module(proto, protos)
+        if module is None:
+            continue
+        transform = getattr(module, "TRANSFORM", None)
+        if transform is not None and not proto.backward_of:
+            entry_points[proto.name] = transform.apply
+        rule = getattr(module, "VMAP", {}).get(proto.name)
+        if rule is not None:
+            torch.library.register_vmap(f"custom::{proto.name}", rule)
+    _C._set_transform_handlers(entry_points)

@@ -25,53 +25,45 @@ from collections.abc import Sequence
 
 import torch
 
-from . import _ascend_sim
+from . import _ascend_sim, _sim_args
+from ._protos import load_protos
+
+_PROTOS = load_protos()
 
 __all__ = ["SOCS", "run", "run_backward", "tiling"]
 
 SOCS = ("Ascend910B", "Ascend310P")
 
-# Ops whose Ascend kernels exist: forward and backward (every op).
-_OPS = ("add", "gelu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "swiglu", "geglu",
-        "rotary_embedding")
-_FORWARD_OPS = _OPS
+# Ops whose Ascend kernels the simulator binds (_ascend_sim.<op>), from the
+# prototypes: forward, and those whose backward it binds too.
+_FORWARD_OPS = _sim_args.forward_ops(lambda name: hasattr(_ascend_sim, name))
+_OPS = _sim_args.forward_ops(lambda name: hasattr(_ascend_sim, name), backward=True)
 
 
-def _bind(op_name: str, args: tuple, kwargs: dict) -> dict:
-    """Arguments by name, defaults filled in, from the registered schema of custom::<op_name>."""
-    schema = getattr(torch.ops.custom, op_name).default._schema
-    names = [a.name for a in schema.arguments]
-    if len(args) > len(names):
-        raise TypeError(f"ascend_sim: {op_name} takes at most {len(names)} arguments, got {len(args)}")
-    bound = dict(zip(names, args))
-    for key, value in kwargs.items():
-        if key not in names:
-            raise TypeError(f"ascend_sim: {op_name} has no argument {key!r} (arguments: {', '.join(names)})")
-        if key in bound:
-            raise TypeError(f"ascend_sim: {op_name} got argument {key!r} twice")
-        bound[key] = value
-    for a in schema.arguments:
-        if a.name not in bound:
-            if not a.has_default_value():
-                raise TypeError(f"ascend_sim: {op_name} is missing argument {a.name!r}")
-            bound[a.name] = a.default_value
-    return bound
-
-
-def _shape_list(op: str, shape) -> list[int]:
+def _shape_list(op: str, name: str, shape) -> list[int]:
     if isinstance(shape, numbers.Integral):
         return [int(shape)]
     if isinstance(shape, (Sequence, torch.Size)):
         return [int(s) for s in shape]
-    raise TypeError(f"ascend_sim: {op}: normalized_shape must be an int or a sequence of ints")
+    raise TypeError(f"ascend_sim: {op}: {name} must be an int or a sequence of ints")
 
 
-def _rms_norm_eps(eps, x: torch.Tensor) -> float:
-    # F.rms_norm's eps=None: machine epsilon of the computation dtype (float32 for
-    # 16-bit inputs), as op_extension.ops.rms_norm. The aclnn entry takes a number.
-    if eps is not None:
-        return float(eps)
-    return torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps
+# The simulator's entry points take numbers as these Python types (anything else as it is).
+_NUMBERS = {"float": float, "int": int}
+
+
+def _call(op: str, op_name: str, args: tuple, kwargs: dict):
+    """_ascend_sim.<op_name> on the arguments of custom::<op_name>, bound by name
+    and converted (SIMULATOR_ARGS of the op module, then each attr to its type)."""
+    bound = _sim_args.simulator_args("ascend_sim", op_name, args, kwargs)
+    proto = _PROTOS[op_name]
+    for attr in proto.attrs:
+        value = bound[attr.name]
+        if attr.schema_type == "SymInt[]":
+            bound[attr.name] = _shape_list(op, attr.name, value)
+        elif attr.schema_type in _NUMBERS:
+            bound[attr.name] = _NUMBERS[attr.schema_type](value)
+    return getattr(_ascend_sim, op_name)(*(bound[name] for name in proto.arg_order))
 
 
 def _configure(soc: str, options: dict, sat_mode: str | None = None) -> None:
@@ -90,30 +82,7 @@ def run(op: str, *args, soc: str = "Ascend910B", sat_mode: str | None = None, **
     _configure(soc, kwargs, sat_mode)
     if op not in _FORWARD_OPS:
         raise ValueError(f"ascend_sim: no Ascend kernel for op {op!r} (available: {', '.join(_FORWARD_OPS)})")
-    if op == "add" and len(args) >= 2 and not isinstance(args[1], torch.Tensor):
-        # As ops.add: a number `other` becomes a 0-dim tensor of input's dtype.
-        args = (args[0], torch.full((), args[1], dtype=args[0].dtype)) + tuple(args[2:])
-    a = _bind(op, args, kwargs)
-    if op == "add":
-        return _ascend_sim.add(a["input"], a["other"], float(a["alpha"]))
-    if op == "gelu":
-        return _ascend_sim.gelu(a["input"], a["approximate"])
-    if op == "softmax":
-        return _ascend_sim.softmax(a["input"], int(a["dim"]))
-    if op == "swiglu":
-        return _ascend_sim.swiglu(a["gate"], a["up"])
-    if op == "geglu":
-        return _ascend_sim.geglu(a["gate"], a["up"], a["approximate"])
-    if op == "rotary_embedding":
-        return _ascend_sim.rotary_embedding(a["q"], a["k"], a["cos"], a["sin"], int(a["unsqueeze_dim"]))
-    x = a["input"]
-    if op == "fused_add_rms_norm":
-        return _ascend_sim.fused_add_rms_norm(x, a["residual"], _shape_list(op, a["normalized_shape"]), a["weight"],
-                                              _rms_norm_eps(a["eps"], x))
-    if op == "layer_norm":
-        return _ascend_sim.layer_norm(x, _shape_list(op, a["normalized_shape"]), a["weight"], a["bias"],
-                                      float(a["eps"]))
-    return _ascend_sim.rms_norm(x, _shape_list(op, a["normalized_shape"]), a["weight"], _rms_norm_eps(a["eps"], x))
+    return _call(op, op, args, kwargs)
 
 
 def run_backward(op: str, *args, soc: str = "Ascend910B", sat_mode: str | None = None, **kwargs):
@@ -121,31 +90,7 @@ def run_backward(op: str, *args, soc: str = "Ascend910B", sat_mode: str | None =
     _configure(soc, kwargs, sat_mode)
     if op not in _OPS:
         raise ValueError(f"ascend_sim: no Ascend backward kernel for op {op!r} (available: {', '.join(_OPS)})")
-    a = _bind(f"{op}_backward", args, kwargs)
-    if op == "add":
-        return _ascend_sim.add_backward(a["grad_output"], _shape_list(op, a["input_size"]), float(a["alpha"]))
-    if op == "gelu":
-        return _ascend_sim.gelu_backward(a["grad_output"], a["input"], a["approximate"])
-    if op == "fused_add_rms_norm":
-        z = a["residual_out"]
-        return _ascend_sim.fused_add_rms_norm_backward(a["grad_output"], a["grad_residual_out"], z,
-                                                       _shape_list(op, a["normalized_shape"]), a["weight"],
-                                                       _rms_norm_eps(a["eps"], z))
-    if op == "softmax":
-        return _ascend_sim.softmax_backward(a["grad_output"], a["output"], int(a["dim"]))
-    if op == "swiglu":
-        return _ascend_sim.swiglu_backward(a["grad_output"], a["gate"], a["up"])
-    if op == "rotary_embedding":
-        return _ascend_sim.rotary_embedding_backward(a["grad_q_embed"], a["grad_k_embed"], a["cos"], a["sin"],
-                                                     int(a["unsqueeze_dim"]))
-    if op == "geglu":
-        return _ascend_sim.geglu_backward(a["grad_output"], a["gate"], a["up"], a["approximate"])
-    x = a["input"]
-    if op == "layer_norm":
-        return _ascend_sim.layer_norm_backward(a["grad_output"], x, _shape_list(op, a["normalized_shape"]),
-                                               a["weight"], a["bias"], float(a["eps"]))
-    return _ascend_sim.rms_norm_backward(a["grad_output"], x, _shape_list(op, a["normalized_shape"]), a["weight"],
-                                         _rms_norm_eps(a["eps"], x))
+    return _call(op, _PROTOS[op].backward, args, kwargs)
 
 
 def _run_misuse(name: str, soc: str = "Ascend910B", sat_mode: str | None = None) -> None:

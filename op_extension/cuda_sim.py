@@ -18,7 +18,7 @@ GPU's limits) raises RuntimeError naming the kernel, block and thread; so do the
 op's input checks.
 
 ``run_rotary_embedding`` calls rotary_embedding's launchers directly, one
-tensor per call (its op glue is not in this module's ops yet).
+tensor per call, without the op's glue.
 
 ``arch`` ("sm_80" or "sm_90") picks the GPU whose launch limits are checked.
 ``block_order`` ("linear" or "reverse") the order a launch's blocks run in: a GPU
@@ -30,15 +30,24 @@ from __future__ import annotations
 
 import torch
 
-from . import _cuda_sim
+from . import _cuda_sim, _sim_args
 
 __all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "rotary_embedding_cos_row_strides", "run", "run_backward",
            "run_rotary_embedding"]
 
 ARCHS = ("sm_80", "sm_90")
 BLOCK_ORDERS = ("linear", "reverse")
-# Every op with CUDA kernels: forward and backward.
-OPS = ("add", "gelu", "swiglu", "geglu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax")
+
+
+def _has_kernel(name: str) -> bool:
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(f"cuda_sim::{name}", "CPU")
+    except RuntimeError:  # not registered: an op newer than this build of the harness
+        return False
+
+
+# Every op with CUDA kernels on the harness (forward and backward), from the prototypes.
+OPS = _sim_args.forward_ops(_has_kernel)
 
 
 def _op(name: str):
@@ -56,10 +65,7 @@ def run(op: str, *args, arch: str = "sm_80", block_order: str = "linear", **kwar
     if op not in OPS:
         raise ValueError(f"cuda_sim: no CUDA kernel for op {op!r} (available: {', '.join(OPS)})")
     _configure(arch, block_order)
-    if op == "add" and len(args) >= 2 and not isinstance(args[1], torch.Tensor):
-        # As ops.add: a number `other` becomes a 0-dim tensor of input's dtype.
-        args = (args[0], torch.full((), args[1], dtype=args[0].dtype)) + tuple(args[2:])
-    return _op(op)(*args, **kwargs)
+    return _call(op, args, kwargs)
 
 
 def run_backward(op: str, *args, arch: str = "sm_80", block_order: str = "linear", **kwargs):
@@ -67,7 +73,15 @@ def run_backward(op: str, *args, arch: str = "sm_80", block_order: str = "linear
     if op not in OPS:
         raise ValueError(f"cuda_sim: no CUDA backward kernel for op {op!r} (available: {', '.join(OPS)})")
     _configure(arch, block_order)
-    return _op(f"{op}_backward")(*args, **kwargs)
+    return _call(f"{op}_backward", args, kwargs)
+
+
+def _call(name: str, args: tuple, kwargs: dict):
+    """cuda_sim::<name>, its arguments converted as its op module's SIMULATOR_ARGS says, if it has one."""
+    if _sim_args.converter(name) is None:
+        return _op(name)(*args, **kwargs)
+    bound = _sim_args.simulator_args("cuda_sim", name, args, kwargs)
+    return _op(name)(**bound)
 
 
 def _run_misuse(name: str, arch: str = "sm_80") -> None:

@@ -1,15 +1,21 @@
-"""The functional API, mirroring torch.nn.functional.
+"""The functional API, mirroring torch.nn.functional: one function per op of
+op_protos/ (op_extension.ops.<name>).
 
 Each function is a thin call into the dispatcher op torch.ops.custom.<name>, so
 eager mode, autograd, torch.compile and torch.export all see one custom op.
-Outside tracing, plain tensors take a C++ fast path into the same dispatcher op
-(see csrc/torch_ext/python_module.cpp): it saves the ~2 us that parsing
-arguments through torch.ops costs. Argument checks happen in the op itself (C++ for real tensors, the fake kernel
-under tracing), before any kernel runs.
+The function is the op module's own where op_extension/op_defs/<name>.py defines
+one (argument conversions, mixed dtypes, the C++ fast path), else derived from
+the prototype (derived_function). Outside tracing, plain tensors take a C++ fast
+path into the same dispatcher op where the op has one (_C.<name>, see
+csrc/torch_ext/python_module.cpp): it saves the ~2 us that parsing arguments
+through torch.ops costs. Argument checks happen in the op itself (C++ for real
+tensors, the fake kernel under tracing), before any kernel runs.
 
 op_extension.debug needs nothing here: its switches hook in at the dispatcher
 (a BackendSelect kernel registered only while one is on), below this path and
 every other way an op is reached.
+
+This module also holds the argument conversions the op modules' functions share.
 """
 
 from __future__ import annotations
@@ -20,23 +26,11 @@ from collections.abc import Sequence
 import torch
 from torch._C import _has_torch_function
 
-from . import _C, _transforms
+from . import _transforms, op_defs
+from ._protos import OpProto, load_protos
 
-__all__ = ["add", "fused_add_rms_norm", "geglu", "gelu", "layer_norm", "rms_norm", "rotary_embedding", "softmax",
-           "swiglu"]
-
-_ops = torch.ops.custom
-# Outside tracing, the traced path's calls (a tensor subclass or torch function
-# mode is involved) go to _transforms' autograd.Functions under torch.func
-# transforms and forward-mode AD; the C++ fast path does that by itself.
-_add = _transforms.traced(_ops.add.default, _transforms.add)
-_gelu = _transforms.traced(_ops.gelu.default, _transforms.gelu)
-_rms_norm = _transforms.traced(_ops.rms_norm.default, _transforms.rms_norm)
-_fused_add_rms_norm = _transforms.traced(_ops.fused_add_rms_norm.default, _transforms.fused_add_rms_norm)
-_layer_norm = _transforms.traced(_ops.layer_norm.default, _transforms.layer_norm)
-_softmax = _transforms.traced(_ops.softmax.default, _transforms.softmax)
-_swiglu = _transforms.traced(_ops.swiglu.default, _transforms.swiglu)
-_geglu = _transforms.traced(_ops.geglu.default, _transforms.geglu)
+# Filled by _collect() (op_extension/__init__.py), from the prototypes.
+__all__: list[str] = []
 
 
 def _eager(*tensors) -> bool:
@@ -92,117 +86,6 @@ def _optional_float(op: str, value):
     return None if value is None else _float(op, "eps", value)
 
 
-def add(input: torch.Tensor, other: torch.Tensor | numbers.Number, alpha: float = 1) -> torch.Tensor:
-    """input + alpha * other, with broadcasting. A number `other` becomes a 0-dim tensor."""
-    if not isinstance(other, torch.Tensor):
-        if not isinstance(other, numbers.Real):
-            raise TypeError(f"custom::add: other must be a tensor or a real number, got {type(other).__name__}")
-        other = torch.full((), other, dtype=input.dtype, device=input.device)
-    alpha = _float("add", "alpha", alpha)
-    if _eager(input, other):
-        return _C.add(input, other, alpha)
-    return _add(input, other, alpha)
-
-
-def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-    """GELU, exact (erf) or with the tanh approximation, as F.gelu."""
-    if _eager(input):
-        return _C.gelu(input, approximate)
-    return _gelu(input, approximate)
-
-
-def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None, eps: float | None = None) -> torch.Tensor:
-    """RMSNorm over the trailing `normalized_shape` dims, as F.rms_norm.
-
-    eps=None uses the machine epsilon of the computation dtype: float32's for
-    float16/bfloat16 inputs, as F.rms_norm does.
-    """
-    shape = _shape_list("rms_norm", normalized_shape)
-    if _eager(input, weight):
-        out = _C.rms_norm(input, shape, weight, eps)
-        # NotImplemented: a weight of another dtype (the fast path's check).
-        return out if out is not NotImplemented else _mixed_rms_norm(input, shape, weight, eps)
-    if _other_dtype(input, weight):
-        return _mixed_rms_norm(input, shape, weight, eps)
-    return _rms_norm(input, _int64_list("rms_norm", "normalized_shape", shape), weight, _optional_float("rms_norm", eps))
-
-
-def fused_add_rms_norm(
-    input: torch.Tensor,
-    residual: torch.Tensor,
-    normalized_shape,
-    weight: torch.Tensor | None = None,
-    eps: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(input + residual), input + residual) in one pass over memory."""
-    shape = _shape_list("fused_add_rms_norm", normalized_shape)
-    if _eager(input, residual, weight):
-        out = _C.fused_add_rms_norm(input, residual, shape, weight, eps)
-        return out if out is not NotImplemented else _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
-    if _other_dtype(input, residual) or _other_dtype(input, weight):
-        return _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
-    return _fused_add_rms_norm(
-        input, residual, _int64_list("fused_add_rms_norm", "normalized_shape", shape), weight,
-        _optional_float("fused_add_rms_norm", eps),
-    )
-
-
-def layer_norm(
-    input: torch.Tensor,
-    normalized_shape,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    """LayerNorm over the trailing `normalized_shape` dims, as F.layer_norm."""
-    shape = _shape_list("layer_norm", normalized_shape)
-    eps = _float("layer_norm", "eps", eps)
-    if _eager(input, weight, bias):
-        out = _C.layer_norm(input, shape, weight, bias, eps)
-        return out if out is not NotImplemented else _mixed_layer_norm(input, shape, weight, bias, eps)
-    if _other_dtype(input, weight) or _other_dtype(input, bias):
-        return _mixed_layer_norm(input, shape, weight, bias, eps)
-    return _layer_norm(input, _int64_list("layer_norm", "normalized_shape", shape), weight, bias, eps)
-
-
-def softmax(input: torch.Tensor, dim: int) -> torch.Tensor:
-    """Softmax along `dim`, as torch.softmax."""
-    if not isinstance(dim, int):
-        raise TypeError(f"custom::softmax: dim must be an int, got {type(dim).__name__}")
-    if _eager(input):
-        return _C.softmax(input, dim)
-    return _softmax(input, _int64("softmax", "dim", dim))
-
-
-def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """silu(gate) * up, the gated unit of LLaMA-style MLPs."""
-    if _eager(gate, up):
-        return _C.swiglu(gate, up)
-    return _swiglu(gate, up)
-
-
-def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-    """gelu(gate, approximate) * up."""
-    if _eager(gate, up):
-        return _C.geglu(gate, up, approximate)
-    return _geglu(gate, up, approximate)
-
-
-def rotary_embedding(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                     position_ids: torch.Tensor | None = None, unsqueeze_dim: int = 1
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotary position embedding, exactly Hugging Face's apply_rotary_pos_emb:
-    ``(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin)`` with cos
-    and sin unsqueezed at `unsqueeze_dim` (1 for q of [batch, heads, seq, dim],
-    2 for [batch, seq, heads, dim]) and rotate_half(x) = cat(-x2, x1) of x's two
-    halves. position_ids is accepted and unused, as there. Computed in float
-    with one rounding per output; q, k, cos and sin are all differentiable."""
-    del position_ids  # deprecated and unused in Hugging Face's function too
-    if not isinstance(unsqueeze_dim, int) or isinstance(unsqueeze_dim, bool):
-        raise TypeError(f"custom::rotary_embedding: unsqueeze_dim must be an int, got {type(unsqueeze_dim).__name__}")
-    return _ops.rotary_embedding.default(q, k, cos, sin, unsqueeze_dim)
-
-
 # ---------------------------------------------------------------------------
 # Parameters (or a residual) of another floating dtype than the input's, as
 # F.rms_norm / F.layer_norm take them: under torch.autocast a bfloat16
@@ -239,34 +122,59 @@ def _default_eps(eps, input: torch.Tensor):
     return torch.finfo(torch.float64 if input.dtype == torch.float64 else torch.float32).eps
 
 
-def _mixed_rms_norm(input, shape, weight, eps):
-    wide = _common_float(input, weight)
-    if wide is None:
-        return _rms_norm(input, shape, weight, _optional_float("rms_norm", eps))
-    out = rms_norm(input.to(wide), shape, weight.to(wide), _default_eps(eps, input))
-    return out.to(input.dtype)
+# ---------------------------------------------------------------------------
+# The derived function of an op whose module defines none
+# ---------------------------------------------------------------------------
 
 
-def _mixed_layer_norm(input, shape, weight, bias, eps):
-    wide = _common_float(input, weight, bias)
-    if wide is None:
-        return _layer_norm(input, shape, weight, bias, eps)
-    out = layer_norm(input.to(wide), shape, None if weight is None else weight.to(wide),
-                     None if bias is None else bias.to(wide), eps)
-    return out.to(input.dtype)
+def _defaults(proto: OpProto) -> tuple:
+    """The Python defaults of the prototype's trailing arguments that have one
+    (an optional tensor before a required argument has none, as in the schema)."""
+    tensors = {t.name: t for t in proto.inputs}
+    attrs = {a.name: a for a in proto.attrs}
+    values = []
+    for name in reversed(proto.arg_order):
+        if name in tensors and tensors[name].optional:
+            values.append(None)
+        elif name in attrs and attrs[name].has_default:
+            values.append(attrs[name].default)
+        else:
+            break
+    return tuple(reversed(values))
 
 
-def _mixed_fused_add_rms_norm(input, residual, shape, weight, eps):
-    """The sum in the promoted dtype of input and residual (a float32 residual
-    stream stays float32; a same-dtype sum is rounded to that dtype, as in a
-    model), its RMSNorm rounded once to the input's dtype."""
-    wide = _common_float(input, residual, weight)
-    if wide is None:
-        return _fused_add_rms_norm(input, residual, shape, weight, _optional_float("fused_add_rms_norm", eps))
-    total_dtype = torch.promote_types(input.dtype, residual.dtype)
-    if total_dtype == input.dtype == residual.dtype:
-        total = add(input, residual)
-    else:
-        total = add(input.to(total_dtype), residual.to(total_dtype))
-    normed = rms_norm(total.to(wide), shape, None if weight is None else weight.to(wide), _default_eps(eps, input))
-    return normed.to(input.dtype), total
+def derived_function(proto: OpProto, namespace: str = "custom", transform=None):
+    """op_extension.ops.<name> as the prototype gives it: its arguments in
+    torch.arg_order with their defaults, calling <namespace>::<name> (through
+    `transform`, the op's autograd.Function, under torch.func transforms and
+    forward-mode AD), with the prototype's torch.doc as docstring."""
+    overload = getattr(getattr(torch.ops, namespace), proto.name).default
+    call = overload if transform is None else _transforms.traced(overload, transform.apply)
+    params = ", ".join(proto.arg_order)  # identifiers, checked by _protos
+    namespace_ = {"_call_op_": call}
+    exec(f"def {proto.name}({params}):\n    return _call_op_({params})\n", namespace_)  # noqa: S102
+    function = namespace_[proto.name]
+    function.__defaults__ = _defaults(proto) or None
+    function.__module__ = __name__
+    summary = proto.doc or f"The {proto.op_type} op (torch.ops.{namespace}.{proto.name})."
+    function.__doc__ = (f"{summary}\n\nCalls {namespace}::{proto.schema()}; derived from "
+                        f"op_protos/{proto.path.name}.")
+    return function
+
+
+def function_of(proto: OpProto, protos: dict[str, OpProto] | None = None, namespace: str = "custom", find=None):
+    """The op module's function for `proto`, else the derived one."""
+    module = op_defs.module(proto, protos, find)
+    function = getattr(module, proto.name, None) if module is not None else None
+    if function is not None:
+        return function
+    return derived_function(proto, namespace, getattr(module, "TRANSFORM", None))
+
+
+def _collect() -> None:
+    """One function per forward op of op_protos/ (called once, by op_extension/__init__.py)."""
+    protos = load_protos()
+    names = [p.name for p in protos.values() if not p.backward_of]
+    for name in names:
+        globals()[name] = function_of(protos[name], protos)
+    __all__[:] = sorted(names)

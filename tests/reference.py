@@ -64,9 +64,8 @@ def _lacking(what: str) -> Callable:
     return fail
 
 
-# The forward references, by op.
-REFERENCES: dict[str, Callable] = {
-    op: getattr(_reference, f"ref_{op}", None) or _lacking(f"op_extension._reference.ref_{op}") for op in FORWARD_OPS}
+# The forward references, by op (each defined in op_extension/op_defs/<op>.py).
+REFERENCES: dict[str, Callable] = {op: _reference.REFERENCES[op] for op in FORWARD_OPS}
 
 # The functional API under test.
 FUNCTIONS: dict[str, Callable] = {

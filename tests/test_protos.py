@@ -677,6 +677,12 @@ MALFORMED = {
     "no_outputs": ("gelu", lambda o: o.update(output_desc=[])),
     "shape_rule_names_unknown_argument": ("gelu", lambda o: o["output_desc"][0].update(shape="x")),
     "dtype_combinations_differ_between_tensors": ("swiglu", lambda o: o["input_desc"][1]["type"].reverse()),
+    # Argument names become Python parameters (ops' derived function, the fake kernel).
+    "argument_name_is_a_keyword": ("swiglu", lambda o: (_set_input(o, "up", name="lambda"),
+                                                        o["torch"].update(arg_order=["gate", "lambda"]))),
+    "op_name_is_a_keyword": ("gelu", lambda o: o["torch"].update(name="lambda")),
+    "doc_not_a_string": ("gelu", lambda o: o["torch"].update(doc=["GELU"])),
+    "doc_empty": ("gelu", lambda o: o["torch"].update(doc=" ")),
 }
 
 

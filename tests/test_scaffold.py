@@ -7,11 +7,17 @@ with torch's headers, the CUDA file under the CPU harness, the Ascend C kernel,
 tiling and aclnn entries under the simulator), and never overwrite anything.
 Its tests/op_cases/<name>.py has every entry the shared tests require, each
 failing them with "not written yet: fill in tests/op_cases/<name>.py".
+On the Python side, the scaffolded files alone (no shared file edited) give the
+op its fake kernels, its functional function and its reference placeholders,
+through the package's own collectors.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -25,7 +31,7 @@ import torch
 from torch.utils.cpp_extension import include_paths
 
 import op_cases
-from op_extension import _protos, scaffold
+from op_extension import _fake, _protos, _reference, ops, scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "op_extension" / "csrc"
@@ -59,6 +65,7 @@ EXPECTED = {
         f"kernel/ascendc/{op}_custom.cpp", f"host/tiling/{op}_custom_tiling.h",
         f"host/tiling/{op}_custom_tiling.cpp", f"host/aclnn/aclnn_{op}_custom.h",
         f"host/aclnn/aclnn_{op}_custom.cpp")),
+    "op_extension/op_defs/scale_shift.py",
     "tests/test_scale_shift.py",
     "tests/op_cases/scale_shift.py",
 }
@@ -125,7 +132,7 @@ def test_backward_prototype_parses_with_the_forward(tree):
 def test_generated_test_collects_and_names_what_to_write(tree):
     text = (tree / "tests" / "test_scale_shift.py").read_text()
     compile(text, "test_scale_shift.py", "exec")
-    assert "write the reference of scale_shift in tests/test_scale_shift.py" in text
+    assert "The reference is ref_scale_shift in op_extension/op_defs/scale_shift.py" in text
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                            str(tree / "tests" / "test_scale_shift.py")], capture_output=True, text=True,
                           cwd=tree, timeout=120)
@@ -143,6 +150,8 @@ def test_bodies_say_which_file_to_fill_in(tree):
          "ScaleShiftCustom: the tiling is not implemented yet"),
         ("op_extension/csrc/host/aclnn/aclnn_scale_shift_backward_custom.cpp",
          "ScaleShiftBackwardCustom: not implemented yet: fill in"),
+        ("op_extension/op_defs/scale_shift.py",
+         "scale_shift_backward: the reference is not implemented yet: fill in op_extension/op_defs/scale_shift.py"),
     ]:
         assert phrase in (tree / rel).read_text(), rel
 
@@ -317,3 +326,114 @@ def test_the_scaffold_module_plans_without_writing(tmp_path):
     planned = scaffold.plan(tmp_path / "scale_shift.json")
     assert {f.path.as_posix() for f in planned} == EXPECTED
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scale_shift.json"]
+
+
+# ---- the Python side: only new files --------------------------------------------------------
+
+NAMESPACE = "scaffold_demo"  # the demo op is not built: its schemas are defined here, under this namespace
+
+
+def _op_module(tree: Path):
+    path = tree / "op_extension/op_defs/scale_shift.py"
+    spec = importlib.util.spec_from_file_location("scaffold_demo_op_defs_scale_shift", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def demo(tree):
+    """The scaffolded prototypes and op module, as the package's collectors see
+    them: the schemas defined (what the build derives from the prototypes), a
+    CPU kernel standing in for the C++ one, and the fake kernels registered by
+    _fake.register, the collector op_extension/__init__.py runs for op_protos/."""
+    protos = _protos.load_protos(tree / "op_protos")
+    module = _op_module(tree)
+
+    def find(name):
+        return module if name == "scale_shift" else None
+
+    lib = torch.library.Library(NAMESPACE, "DEF")
+    for proto in protos.values():
+        lib.define(proto.schema())
+    lib.impl("scale_shift", lambda input, dims, shift=None, scale=1.0: input * scale + (0 if shift is None else shift),
+             "CPU")
+    _fake.register(protos, namespace=NAMESPACE, find=find, lib=lib)
+    yield protos, find
+    lib._destroy()
+
+
+def test_scaffolded_op_module_holds_only_the_references(tree):
+    module = _op_module(tree)
+    pieces = {name for name in vars(module) if name.isupper()}
+    assert pieces == {"REFERENCES"}
+    assert set(module.REFERENCES) == {"scale_shift", "scale_shift_backward"}
+    assert not hasattr(module, "scale_shift"), "the functional function is derived, not generated"
+
+
+def test_scaffolded_op_gets_derived_fake_kernels(demo):
+    op = getattr(torch.ops, NAMESPACE)
+    x = torch.empty(4, 8, device="meta")
+    out = op.scale_shift(x, [8])
+    assert (out.shape, out.dtype, out.device.type) == ((4, 8), torch.float32, "meta")
+    with pytest.raises(TypeError, match=r"custom::scale_shift: input has dtype float16, which is not supported; "
+                                        r"supported dtypes: float32, bfloat16"):
+        op.scale_shift(x.half(), [8])
+    with pytest.raises(TypeError, match=r"custom::scale_shift: shift has dtype bfloat16 but input has dtype "
+                                        r"float32; all tensors must have the same dtype"):
+        op.scale_shift(x, [8], x.bfloat16())
+    # The backward: one gradient per input, shaped by its rule; an absent shift gives an empty placeholder.
+    grad_input, grad_shift = op.scale_shift_backward(x, x, [8], None)
+    assert grad_input.shape == (4, 8) and grad_shift.shape == (0,)
+    grad_input, grad_shift = op.scale_shift_backward(x, x, [8], torch.empty(8, device="meta"), 2.0)
+    assert grad_shift.shape == (8,)
+    # Fake tensors (torch.compile, export) take the same kernel.
+    with torch._subclasses.FakeTensorMode():
+        assert op.scale_shift(torch.empty(3, 5), [5]).shape == (3, 5)
+
+
+def test_scaffolded_op_gets_a_derived_function(demo):
+    protos, find = demo
+    function = ops.function_of(protos["scale_shift"], protos, namespace=NAMESPACE, find=find)
+    assert function.__name__ == "scale_shift" and function.__module__ == "op_extension.ops"
+    assert str(inspect.signature(function)) == "(input, dims, shift=None, scale=1.0)"
+    assert "scale_shift(Tensor input, SymInt[] dims, Tensor? shift=None, float scale=1.0) -> Tensor" in function.__doc__
+    x, shift = torch.randn(4, 8), torch.randn(4, 8)
+    torch.testing.assert_close(function(x, [8], shift, 2.0), x * 2.0 + shift)
+    torch.testing.assert_close(function(x, [8]), x)  # the prototype's defaults
+    assert function(torch.empty(2, 8, device="meta"), dims=[8]).shape == (2, 8)
+    documented = dataclasses.replace(protos["scale_shift"], doc="input * scale + shift.")
+    assert ops.derived_function(documented, NAMESPACE).__doc__.startswith("input * scale + shift.\n\nCalls ")
+
+
+def test_scaffolded_op_says_where_its_references_go(demo):
+    protos, find = demo
+    references = _reference.references(protos, find)
+    assert set(references) == {"scale_shift", "scale_shift_backward"}
+    with pytest.raises(NotImplementedError, match="scale_shift_backward: the reference is not implemented yet: "
+                                                  "fill in op_extension/op_defs/scale_shift.py"):
+        references["scale_shift_backward"](torch.ones(2), torch.ones(2), [2], dtype=torch.float32)
+    assert _reference.tolerances(protos, find) == {}
+    # Without the op module at all, the default says the same.
+    default = _reference.references(protos, lambda name: None)["scale_shift"]
+    with pytest.raises(NotImplementedError, match=r"fill in REFERENCES\['scale_shift'\] in op_extension/op_defs/"
+                                                  r"scale_shift.py"):
+        default(torch.ones(2), [2], dtype=torch.float32)
+
+
+SHARED_PYTHON = ["__init__.py", "_fake.py", "_reference.py", "_transforms.py", "ops.py", "debug.py", "cuda_sim.py",
+                 "ascend_sim.py", "_sim_args.py", "op_defs/__init__.py"]
+
+
+@pytest.mark.parametrize("name", SHARED_PYTHON)
+def test_shared_python_files_name_no_op(name):
+    """The shared modules iterate over the prototypes: none lists an op by name
+    (a string constant outside docstrings), which adding an op would have to edit."""
+    ops_ = set(_protos.load_protos())
+    tree = ast.parse((ROOT / "op_extension" / name).read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and ast.get_docstring(node, clean=False) is not None}
+    named = sorted({(n.lineno, n.value) for n in ast.walk(tree)
+                    if isinstance(n, ast.Constant) and n.value in ops_ and id(n) not in docstrings})
+    assert not named, f"op_extension/{name} names ops: {named}"

@@ -1,0 +1,142 @@
+"""What an op's prototype cannot say: one module per forward op.
+
+op_protos/<name>.json describes an op; everything it determines is derived by
+the shared modules. op_extension/op_defs/<name>.py holds what only the op itself
+knows, for the forward op <name> and its backward op (the prototype's
+``"torch": {"backward": ...}``), and only where the derived default does not
+suffice. A prototype without such a module gets every default. The pieces,
+each optional, and who collects them:
+
+=========================  ==================================  =============================================
+piece (module attribute)   collected by                        default (absent module or piece)
+=========================  ==================================  =============================================
+``<name>(...)``            ``op_extension.ops.<name>``, the    ``ops.derived_function``: the prototype's
+                           package's exports                   arguments and defaults, calls
+                                                               ``torch.ops.custom.<name>`` (through
+                                                               ``TRANSFORM`` under torch.func), the
+                                                               prototype's ``torch.doc`` as docstring
+``FAKE = {op: FakeRule}``  ``_fake``: the fake kernel          ``FakeRule()``: the dtype of the first
+                                                               input, same device and dtype for the other
+                                                               inputs, attrs within their allowed_values,
+                                                               outputs by the shape rules, row-major
+``REFERENCES = {op: f}``   ``_reference.REFERENCES`` (debug's  raises NotImplementedError naming this file
+                           fallback and autocompare, tests)
+``TOLERANCES``             ``_reference.TOLERANCES``           the shared per-dtype defaults
+``TRANSFORM``              ``_transforms`` (the C++ fast       none: calls under torch.func or with a
+                           path's handler), ``ops``            forward-mode tangent are refused by the op
+``VMAP = {op: rule}``      ``_transforms`` (on the dispatcher) functorch's fallback
+``SIMULATOR_ARGS``         ``cuda_sim.run``/``ascend_sim.run`` the arguments as bound from the schema
+=========================  ==================================  =============================================
+
+``op`` keys are the op's own name and its backward op's. ``TOLERANCES`` is
+``{dtype: {"<name>.forward" | "<name>.backward": (atol, rtol)}}``, each entry
+with its reason in a comment. A name close to a piece's (``REFERENCE``) or a key
+that is not one of the module's ops is refused when the module is collected. ``TRANSFORM`` is the op's torch.autograd.Function
+(forward ``custom::<name>``, backward ``custom::<name>_backward``, a jvp and a
+vmap rule); its ``apply`` takes the arguments of the prototype's order. A
+``SIMULATOR_ARGS`` entry maps the arguments of a simulator call, bound by name
+with defaults, to what the simulated kernel takes (e.g. a default that the
+binding cannot express).
+
+These modules import the shared toolkit (``_fake``'s checks, ``_transforms``'
+vmap helpers, ``ops``' argument conversions, ``_reference``'s helpers), so they
+are imported only once the package's modules are loaded: op_extension/__init__.py
+collects the pieces after importing the toolkit. Adding an op touches no file
+here but its own.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+
+from .._protos import OpProto, load_protos
+
+__all__ = ["PIECES", "OpDefError", "forward_name", "module", "piece", "validate"]
+
+# The module attributes an op module may define; an UPPER_CASE name close to one
+# (REFERENCE, TOLERANCE, ...) is refused, so that a misspelt piece is not
+# silently ignored.
+PIECES = ("FAKE", "REFERENCES", "TOLERANCES", "TRANSFORM", "VMAP", "SIMULATOR_ARGS")
+_KEYED = ("FAKE", "REFERENCES", "VMAP", "SIMULATOR_ARGS")
+
+_loaded: dict[str, ModuleType | None] = {}
+
+
+class OpDefError(RuntimeError):
+    pass
+
+
+def forward_name(proto: OpProto) -> str:
+    """The forward op whose module describes `proto`: itself, or the op it is the backward of."""
+    return proto.backward_of or proto.name
+
+
+def module(proto: OpProto, protos: dict[str, OpProto] | None = None,
+           find: Callable[[str], ModuleType | None] | None = None) -> ModuleType | None:
+    """The op module of `proto` (op_extension.op_defs.<forward op>), None where
+    there is none. `find` (a test's) replaces the lookup in this package."""
+    name = forward_name(proto)
+    if find is not None:
+        found = find(name)
+        if found is not None:
+            validate(found, name, protos)
+        return found
+    if name not in _loaded:
+        _loaded[name] = _import(name)
+        if _loaded[name] is not None:
+            validate(_loaded[name], name, protos)
+    return _loaded[name]
+
+
+def _import(name: str) -> ModuleType | None:
+    full = f"{__name__}.{name}"
+    try:
+        return importlib.import_module(full)
+    except ModuleNotFoundError as e:
+        if e.name == full:  # no such file (a module it imports that is missing is an error)
+            return None
+        raise
+
+
+def piece(proto: OpProto, attr: str, protos: dict[str, OpProto] | None = None,
+          find: Callable[[str], ModuleType | None] | None = None):
+    """`proto`'s entry of the keyed piece `attr` (FAKE, REFERENCES, VMAP,
+    SIMULATOR_ARGS) of its op module; None where absent."""
+    mod = module(proto, protos, find)
+    return None if mod is None else getattr(mod, attr, {}).get(proto.name)
+
+
+def validate(mod: ModuleType, name: str, protos: dict[str, OpProto] | None = None) -> None:
+    """An op module defines only known pieces, keyed by its own ops."""
+    protos = load_protos() if protos is None else protos
+    where = getattr(mod, "__file__", None) or mod.__name__
+    if name not in protos:
+        raise OpDefError(f"{where}: no prototype op_protos/{name}.json describes op {name!r}")
+    own = {name} | ({protos[name].backward} if protos[name].backward else set())
+    for attr in vars(mod):
+        if attr.isupper() and attr not in PIECES:
+            close = difflib.get_close_matches(attr, PIECES, n=1, cutoff=0.75)
+            if close:
+                raise OpDefError(f"{where}: {attr} is not a piece of an op module; did you mean {close[0]}? "
+                                 f"(pieces: {', '.join(PIECES)})")
+    for attr in _KEYED:
+        table = getattr(mod, attr, None)
+        if table is None:
+            continue
+        if not isinstance(table, dict):
+            raise OpDefError(f"{where}: {attr} must be a dict keyed by op name, got {type(table).__name__}")
+        stray = sorted(set(table) - own)
+        if stray:
+            raise OpDefError(f"{where}: {attr} has entries for {stray}, which are not ops of this module "
+                             f"(its ops: {', '.join(sorted(own))})")
+    for dtype, entries in getattr(mod, "TOLERANCES", {}).items():
+        for key in entries:
+            if key not in (f"{name}.forward", f"{name}.backward"):
+                raise OpDefError(f"{where}: TOLERANCES[{dtype}] key {key!r} must be '{name}.forward' or "
+                                 f"'{name}.backward'")
+    function = getattr(mod, name, None)
+    if function is not None and not callable(function):
+        raise OpDefError(f"{where}: {name} must be the functional API function, got {type(function).__name__}")

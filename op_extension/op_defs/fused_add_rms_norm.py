@@ -1,0 +1,200 @@
+"""fused_add_rms_norm: (rms_norm(input + residual), input + residual) in one pass
+over memory (op_protos/fused_add_rms_norm.json), and fused_add_rms_norm_backward."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _C
+from .._fake import FakeRule, check_affine, check_normalized_shape
+from .._reference import round_through
+from .._transforms import _batched_param, _first_order_jvp, _front, _leading_dims, _own, _per_sample_sum, _plus, traced
+from ..ops import _common_float, _default_eps, _eager, _int64_list, _optional_float, _other_dtype, _shape_list
+from .add import add
+from .rms_norm import _RmsNorm, eps_value, ref_rms_norm, rms_norm, rms_norm_grads
+
+_custom = torch.ops.custom
+
+
+# ---- the functional API: op_extension.ops.fused_add_rms_norm ----------------------
+
+
+def fused_add_rms_norm(
+    input: torch.Tensor,
+    residual: torch.Tensor,
+    normalized_shape,
+    weight: torch.Tensor | None = None,
+    eps: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(input + residual), input + residual) in one pass over memory."""
+    shape = _shape_list("fused_add_rms_norm", normalized_shape)
+    if _eager(input, residual, weight):
+        out = _C.fused_add_rms_norm(input, residual, shape, weight, eps)
+        return out if out is not NotImplemented else _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
+    if _other_dtype(input, residual) or _other_dtype(input, weight):
+        return _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
+    return _fused_add_rms_norm(
+        input, residual, _int64_list("fused_add_rms_norm", "normalized_shape", shape), weight,
+        _optional_float("fused_add_rms_norm", eps),
+    )
+
+
+def _mixed_fused_add_rms_norm(input, residual, shape, weight, eps):
+    """The sum in the promoted dtype of input and residual (a float32 residual
+    stream stays float32; a same-dtype sum is rounded to that dtype, as in a
+    model), its RMSNorm rounded once to the input's dtype."""
+    wide = _common_float(input, residual, weight)
+    if wide is None:
+        return _fused_add_rms_norm(input, residual, shape, weight, _optional_float("fused_add_rms_norm", eps))
+    total_dtype = torch.promote_types(input.dtype, residual.dtype)
+    if total_dtype == input.dtype == residual.dtype:
+        total = add(input, residual)
+    else:
+        total = add(input.to(total_dtype), residual.to(total_dtype))
+    normed = rms_norm(total.to(wide), shape, None if weight is None else weight.to(wide), _default_eps(eps, input))
+    return normed.to(input.dtype), total
+
+
+# ---- fake kernels: the rules of check_fused_add_rms_norm(_backward) in ops_glue.h -------------
+
+
+def _check(op, input, residual, normalized_shape, weight=None, eps=None):
+    check_normalized_shape(op, input, normalized_shape)
+    check_affine(op, weight, "weight", input, normalized_shape)
+
+
+def _check_backward(op, grad_output, grad_residual_out, residual_out, normalized_shape, weight=None, eps=None):
+    check_normalized_shape(op, residual_out, normalized_shape)
+    check_affine(op, weight, "weight", residual_out, normalized_shape)
+
+
+FAKE = {
+    "fused_add_rms_norm": FakeRule(same=("residual",), same_shape=("residual",), check=_check),
+    "fused_add_rms_norm_backward": FakeRule(dtype_of="residual_out", same=("grad_output", "grad_residual_out"),
+                                            same_shape=("grad_output", "grad_residual_out"), check=_check_backward),
+}
+
+
+# ---- references ----------------------------------------------------------------------
+
+
+def ref_fused_add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, *, dtype):
+    # residual_out is stored in the input dtype and the norm reads the stored
+    # values, exactly as `z = x + r; rms_norm(z)` would in that dtype.
+    z = round_through(input + residual, dtype)
+    return ref_rms_norm(z, normalized_shape, weight, eps, dtype=dtype), z
+
+
+def ref_fused_add_rms_norm_backward(grad_output, grad_residual_out, residual_out, normalized_shape,
+                                    weight=None, eps=None, *, dtype):
+    # input and residual both reach the output only through their sum: one gradient for both.
+    grad_sum, grad_weight = rms_norm_grads(grad_output, residual_out, normalized_shape, weight, eps, dtype)
+    if grad_residual_out is not None:
+        grad_sum = grad_sum + grad_residual_out
+    return grad_sum, grad_weight
+
+
+REFERENCES = {"fused_add_rms_norm": ref_fused_add_rms_norm,
+              "fused_add_rms_norm_backward": ref_fused_add_rms_norm_backward}
+
+
+# ---- torch.func transforms and forward-mode AD ------------------------------------------
+
+
+def _vmap_fused_add_rms_norm(call):
+    def rule(info, in_dims, input, residual, normalized_shape, weight=None, eps=None):
+        op = "fused_add_rms_norm"
+        rows_batched = in_dims[0] is not None or in_dims[1] is not None
+        if rows_batched:
+            x, r = _front(input, in_dims[0], info.batch_size), _front(residual, in_dims[1], info.batch_size)
+        else:
+            x, r = input, residual
+        lead = _leading_dims(op, x, rows_batched, normalized_shape)
+        residual_dim = 0 if rows_batched else None
+        if in_dims[3] is None:
+            return call(x, r, normalized_shape, weight, eps), (0, residual_dim)
+        w = _batched_param(op, "weight", weight, in_dims[3], x, normalized_shape, lead)
+        out, residual_out = call(x, r, normalized_shape, None, eps)
+        return (out * w, residual_out), (0, residual_dim)
+
+    return rule
+
+
+def _vmap_fused_add_rms_norm_backward(
+    info, in_dims, grad_output, grad_residual_out, residual_out, normalized_shape, weight=None, eps=None
+):
+    op = "fused_add_rms_norm_backward"
+    B = info.batch_size
+    g = _front(grad_output, in_dims[0], B)
+    g_res = _front(grad_residual_out, in_dims[1], B)
+    z = _front(residual_out, in_dims[2], B)
+    lead = _leading_dims(op, z, True, normalized_shape)
+    if weight is None:
+        grad_sum, placeholder = _custom.fused_add_rms_norm_backward(g, g_res, z, normalized_shape, None, eps)
+        return (grad_sum, placeholder), (0, None)
+    if in_dims[4] is None:
+        grad_sum, _ = _custom.fused_add_rms_norm_backward(g, g_res, z, normalized_shape, weight, eps)
+    else:
+        w = _batched_param(op, "weight", weight, in_dims[4], z, normalized_shape, lead)
+        grad_sum, _ = _custom.fused_add_rms_norm_backward(g * w, g_res, z, normalized_shape, None, eps)
+    grad_weight = _per_sample_sum(g, lead, _custom.rms_norm(z, normalized_shape, None, eps))
+    return (grad_sum, grad_weight), (0, 0)
+
+
+class _FusedAddRmsNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(input, residual, normalized_shape, weight, eps):
+        return _custom.fused_add_rms_norm(input, residual, normalized_shape, weight, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, _, ctx.normalized_shape, weight, ctx.eps = inputs
+        residual_out = output[1]
+        ctx.save_for_backward(residual_out, weight)
+        ctx.save_for_forward(residual_out, weight)
+        # Only one output may be used: its gradient then comes as None, not as zeros.
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_residual_out):
+        residual_out, weight = ctx.saved_tensors
+        if grad_output is None:
+            grad_output = torch.zeros_like(residual_out)
+        grad_sum, grad_weight = _custom.fused_add_rms_norm_backward(
+            grad_output, grad_residual_out, residual_out, ctx.normalized_shape, weight, ctx.eps
+        )
+        # d(input + residual)/d input = d/d residual = identity
+        return grad_sum, grad_sum, None, None if weight is None else grad_weight, None
+
+    @staticmethod
+    def jvp(ctx, t_input, t_residual, _, t_weight, __):
+        # z = input + residual (the second output): t_z = t_input + t_residual;
+        # the first output is rms_norm(z), whose jvp is as in _RmsNorm.
+        _first_order_jvp("fused_add_rms_norm")
+        z, weight = ctx.saved_tensors
+        shape, eps = ctx.normalized_shape, ctx.eps
+        t_z = t_input + t_residual if t_input is not None and t_residual is not None else None
+        if t_z is None and (t_input is not None or t_residual is not None):
+            t_z = _own(t_residual if t_input is None else t_input, z.shape)
+        tangent = None
+        if t_z is not None:
+            tangent = _custom.rms_norm_backward(t_z, z, shape, None, eps)[0]
+            if weight is not None:
+                tangent = tangent * weight
+        if t_weight is not None:
+            tangent = _plus(tangent, _RmsNorm.apply(z, shape, None, eps) * t_weight)
+        # torch takes no None for an output's tangent: residual_out does not depend on the weight.
+        return tangent, torch.zeros_like(z) if t_z is None else t_z
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return _vmap_fused_add_rms_norm(_FusedAddRmsNorm.apply)(info, in_dims, *args)
+
+
+TRANSFORM = _FusedAddRmsNorm
+VMAP = {"fused_add_rms_norm": _vmap_fused_add_rms_norm(_custom.fused_add_rms_norm.default),
+        "fused_add_rms_norm_backward": _vmap_fused_add_rms_norm_backward}
+_fused_add_rms_norm = traced(_custom.fused_add_rms_norm.default, _FusedAddRmsNorm.apply)
+
+SIMULATOR_ARGS = {"fused_add_rms_norm": eps_value("input"),
+                  "fused_add_rms_norm_backward": eps_value("residual_out")}

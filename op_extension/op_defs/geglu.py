@@ -1,0 +1,74 @@
+"""geglu: gelu(gate, approximate) * up (op_protos/geglu.json), and geglu_backward."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import _C
+from .._fake import KEEP_LAYOUT, FakeRule
+from .._transforms import _first_order_jvp, _plus, _vmap_same_shape, traced
+from ..ops import _eager
+
+_custom = torch.ops.custom
+
+
+def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """gelu(gate, approximate) * up."""
+    if _eager(gate, up):
+        return _C.geglu(gate, up, approximate)
+    return _geglu(gate, up, approximate)
+
+
+FAKE = {
+    "geglu": FakeRule(same_shape=("up",), layout=KEEP_LAYOUT),
+    "geglu_backward": FakeRule(dtype_of="gate", same=("up", "grad_output"), same_shape=("up", "grad_output"),
+                               layout=KEEP_LAYOUT),
+}
+
+
+def ref_geglu(gate, up, approximate="none", *, dtype):
+    return F.gelu(gate, approximate=approximate) * up
+
+
+def ref_geglu_backward(grad_output, gate, up, approximate="none", *, dtype):
+    grad_gate = torch.ops.aten.gelu_backward(grad_output * up, gate, approximate=approximate)
+    return grad_gate, grad_output * F.gelu(gate, approximate=approximate)
+
+
+REFERENCES = {"geglu": ref_geglu, "geglu_backward": ref_geglu_backward}
+
+
+class _Geglu(torch.autograd.Function):
+    @staticmethod
+    def forward(gate, up, approximate):
+        return _custom.geglu(gate, up, approximate)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        gate, up, ctx.approximate = inputs
+        ctx.save_for_backward(gate, up)
+        ctx.save_for_forward(gate, up)
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate, up = ctx.saved_tensors
+        return *_custom.geglu_backward(grad, gate, up, ctx.approximate), None
+
+    @staticmethod
+    def jvp(ctx, t_gate, t_up, _):
+        _first_order_jvp("geglu")
+        gate, up = ctx.saved_tensors
+        from_gate = None if t_gate is None else _custom.geglu_backward(t_gate, gate, up, ctx.approximate)[0]
+        from_up = None if t_up is None else _custom.geglu_backward(t_up, gate, up, ctx.approximate)[1]
+        return _plus(from_gate, from_up)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return _vmap_same_shape(_Geglu.apply)(info, in_dims, *args)
+
+
+TRANSFORM = _Geglu
+VMAP = {"geglu": _vmap_same_shape(_custom.geglu.default),
+        "geglu_backward": _vmap_same_shape(_custom.geglu_backward.default)}
+_geglu = traced(_custom.geglu.default, _Geglu.apply)

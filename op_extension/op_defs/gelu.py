@@ -1,0 +1,72 @@
+"""gelu: GELU, exact (erf) or with the tanh approximation, as F.gelu
+(op_protos/gelu.json), and gelu_backward."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import _C
+from .._fake import KEEP_LAYOUT, FakeRule
+from .._transforms import _first_order_jvp, _vmap_same_shape, traced
+from ..ops import _eager
+
+_custom = torch.ops.custom
+
+
+def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """GELU, exact (erf) or with the tanh approximation, as F.gelu."""
+    if _eager(input):
+        return _C.gelu(input, approximate)
+    return _gelu(input, approximate)
+
+
+FAKE = {
+    "gelu": FakeRule(layout=KEEP_LAYOUT),
+    "gelu_backward": FakeRule(dtype_of="input", same=("grad_output",), same_shape=("grad_output",),
+                              layout=KEEP_LAYOUT),
+}
+
+
+def ref_gelu(input, approximate="none", *, dtype):
+    return F.gelu(input, approximate=approximate)
+
+
+def ref_gelu_backward(grad_output, input, approximate="none", *, dtype):
+    return torch.ops.aten.gelu_backward(grad_output, input, approximate=approximate)
+
+
+REFERENCES = {"gelu": ref_gelu, "gelu_backward": ref_gelu_backward}
+
+
+class _Gelu(torch.autograd.Function):
+    @staticmethod
+    def forward(input, approximate):
+        return _custom.gelu(input, approximate)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        input, ctx.approximate = inputs
+        ctx.save_for_backward(input)
+        ctx.save_for_forward(input)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (input,) = ctx.saved_tensors
+        return _custom.gelu_backward(grad, input, ctx.approximate), None
+
+    @staticmethod
+    def jvp(ctx, t_input, _):
+        _first_order_jvp("gelu")
+        (input,) = ctx.saved_tensors
+        return _custom.gelu_backward(t_input, input, ctx.approximate)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return _vmap_same_shape(_Gelu.apply)(info, in_dims, *args)
+
+
+TRANSFORM = _Gelu
+VMAP = {"gelu": _vmap_same_shape(_custom.gelu.default),
+        "gelu_backward": _vmap_same_shape(_custom.gelu_backward.default)}
+_gelu = traced(_custom.gelu.default, _Gelu.apply)

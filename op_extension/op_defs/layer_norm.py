@@ -1,0 +1,195 @@
+"""layer_norm: LayerNorm over the trailing `normalized_shape` dims, as F.layer_norm
+(op_protos/layer_norm.json), and layer_norm_backward."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import _C
+from .._fake import FakeRule, check_affine, check_normalized_shape, check_same, check_same_shape
+from .._reference import _no_param_grad
+from .._transforms import (_batched_param, _first_order_jvp, _front, _leading_dims, _own, _per_sample_sum, _placeholder,
+                           _plus, traced)
+from ..ops import _common_float, _eager, _float, _int64_list, _other_dtype, _shape_list
+
+_custom = torch.ops.custom
+
+
+# ---- the functional API: op_extension.ops.layer_norm ------------------------------
+
+
+def layer_norm(
+    input: torch.Tensor,
+    normalized_shape,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """LayerNorm over the trailing `normalized_shape` dims, as F.layer_norm."""
+    shape = _shape_list("layer_norm", normalized_shape)
+    eps = _float("layer_norm", "eps", eps)
+    if _eager(input, weight, bias):
+        out = _C.layer_norm(input, shape, weight, bias, eps)
+        return out if out is not NotImplemented else _mixed_layer_norm(input, shape, weight, bias, eps)
+    if _other_dtype(input, weight) or _other_dtype(input, bias):
+        return _mixed_layer_norm(input, shape, weight, bias, eps)
+    return _layer_norm(input, _int64_list("layer_norm", "normalized_shape", shape), weight, bias, eps)
+
+
+def _mixed_layer_norm(input, shape, weight, bias, eps):
+    """Parameters of another floating dtype (ops.py: mixed dtypes): the call in the wider dtype."""
+    wide = _common_float(input, weight, bias)
+    if wide is None:
+        return _layer_norm(input, shape, weight, bias, eps)
+    out = layer_norm(input.to(wide), shape, None if weight is None else weight.to(wide),
+                     None if bias is None else bias.to(wide), eps)
+    return out.to(input.dtype)
+
+
+# ---- fake kernels: the rules of check_layer_norm(_backward) in ops_glue.h ----------------
+
+
+def _check(op, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    check_normalized_shape(op, input, normalized_shape)
+    check_affine(op, weight, "weight", input, normalized_shape)
+    check_affine(op, bias, "bias", input, normalized_shape)
+
+
+def _check_backward(op, grad_output, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    _check(op, input, normalized_shape, weight, bias)
+    check_same(op, input, "input", grad_output, "grad_output")
+    check_same_shape(op, input, "input", grad_output, "grad_output")
+
+
+FAKE = {
+    "layer_norm": FakeRule(same=(), check=_check),
+    "layer_norm_backward": FakeRule(dtype_of="input", same=(), check=_check_backward),
+}
+
+
+# ---- references ----------------------------------------------------------------------
+
+
+def ref_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, dtype):
+    return F.layer_norm(input, list(normalized_shape), weight, bias, eps)
+
+
+def ref_layer_norm_backward(grad_output, input, normalized_shape, weight=None, bias=None, eps=1e-5, *, dtype):
+    shape = list(normalized_shape)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(input, shape, weight, bias, eps)
+    grad_input, grad_weight, grad_bias = torch.ops.aten.native_layer_norm_backward(
+        grad_output, input, shape, mean, rstd, weight, bias, [True, weight is not None, bias is not None])
+    return (grad_input,
+            _no_param_grad(input) if grad_weight is None else grad_weight,
+            _no_param_grad(input) if grad_bias is None else grad_bias)
+
+
+REFERENCES = {"layer_norm": ref_layer_norm, "layer_norm_backward": ref_layer_norm_backward}
+
+# layer_norm in float32: rows whose mean is large next to their spread (the
+# "shifted_mean" samples, mean 100, std 1). The mean itself is only known to
+# ~eps * |mean| ~ 1.2e-5 in float32 -- in the float32 reference as much as in
+# the kernel (both are ~1e-5 away from a float64 evaluation, in different
+# directions) -- and rstd ~ 1 carries that into every output and gradient.
+# atol 5e-5; the kernel's accuracy itself is checked against float64 in
+# test_layer_norm_large_mean_is_stable.
+TOLERANCES = {torch.float32: {"layer_norm.forward": (5e-5, 1.3e-6), "layer_norm.backward": (5e-5, 1.3e-6)}}
+
+
+# ---- torch.func transforms and forward-mode AD ------------------------------------------
+
+
+def _vmap_layer_norm(call):
+    def rule(info, in_dims, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+        op = "layer_norm"
+        x_bdim, w_bdim, b_bdim = in_dims[0], in_dims[2], in_dims[3]
+        x = input if x_bdim is None else input.movedim(x_bdim, 0)
+        lead = _leading_dims(op, x, x_bdim is not None, normalized_shape)
+        # The op applies the parameters that are not batched, unless a batched
+        # weight must multiply before the bias is added.
+        op_weight = weight if w_bdim is None else None
+        op_bias = bias if b_bdim is None and w_bdim is None else None
+        y = call(x, normalized_shape, op_weight, op_bias, eps)
+        if w_bdim is not None:
+            y = y * _batched_param(op, "weight", weight, w_bdim, x, normalized_shape, lead)
+        if bias is not None and op_bias is None:
+            y = y + (bias if b_bdim is None else _batched_param(op, "bias", bias, b_bdim, x, normalized_shape, lead))
+        return y, 0
+
+    return rule
+
+
+def _vmap_layer_norm_backward(info, in_dims, grad_output, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    # As rms_norm's: the input gradient from the backward op, the parameter
+    # gradients per-sample sums.
+    op = "layer_norm_backward"
+    B = info.batch_size
+    g, x = _front(grad_output, in_dims[0], B), _front(input, in_dims[1], B)
+    lead = _leading_dims(op, x, True, normalized_shape)
+    if weight is not None and in_dims[3] is not None:
+        w = _batched_param(op, "weight", weight, in_dims[3], x, normalized_shape, lead)
+        grad_input = _custom.layer_norm_backward(g * w, x, normalized_shape, None, None, eps)[0]
+    else:
+        grad_input = _custom.layer_norm_backward(g, x, normalized_shape, weight, None, eps)[0]
+    grad_weight = grad_bias = _placeholder(grad_input)
+    weight_dim = bias_dim = None
+    if weight is not None:
+        grad_weight, weight_dim = _per_sample_sum(g, lead, _custom.layer_norm(x, normalized_shape, None, None, eps)), 0
+    if bias is not None:
+        grad_bias, bias_dim = _per_sample_sum(g, lead), 0
+    return (grad_input, grad_weight, grad_bias), (0, weight_dim, bias_dim)
+
+
+class _LayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(input, normalized_shape, weight, bias, eps):
+        return _custom.layer_norm(input, normalized_shape, weight, bias, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        input, ctx.normalized_shape, weight, bias, ctx.eps = inputs
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(input, weight, bias)
+        ctx.save_for_forward(input, weight)
+        ctx.output_shape = output.shape
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, weight, bias = ctx.saved_tensors
+        grad_input, grad_weight, grad_bias = _custom.layer_norm_backward(
+            grad, input, ctx.normalized_shape, weight, bias, ctx.eps
+        )
+        return (
+            grad_input,
+            None,
+            None if weight is None else grad_weight,
+            None if bias is None else grad_bias,
+            None,
+        )
+
+    @staticmethod
+    def jvp(ctx, t_input, _, t_weight, t_bias, __):
+        # y = w * n(x) + b, n(x) = (x - mean) * rstd: J t = w * (dn t_x) + n(x) * t_w + t_b.
+        _first_order_jvp("layer_norm")
+        input, weight = ctx.saved_tensors
+        shape, eps = ctx.normalized_shape, ctx.eps
+        tangent = None
+        if t_input is not None:
+            tangent = _custom.layer_norm_backward(t_input, input, shape, None, None, eps)[0]
+            if weight is not None:
+                tangent = tangent * weight
+        if t_weight is not None:
+            tangent = _plus(tangent, _LayerNorm.apply(input, shape, None, None, eps) * t_weight)
+        if t_bias is not None:
+            tangent = _own(t_bias, ctx.output_shape) if tangent is None else tangent + t_bias
+        return tangent
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return _vmap_layer_norm(_LayerNorm.apply)(info, in_dims, *args)
+
+
+TRANSFORM = _LayerNorm
+VMAP = {"layer_norm": _vmap_layer_norm(_custom.layer_norm.default), "layer_norm_backward": _vmap_layer_norm_backward}
+_layer_norm = traced(_custom.layer_norm.default, _LayerNorm.apply)

@@ -1,0 +1,89 @@
+"""rotary_embedding: Hugging Face's apply_rotary_pos_emb on q and k
+(op_protos/rotary_embedding.json), and rotary_embedding_backward."""
+
+from __future__ import annotations
+
+import torch
+
+from .._fake import FakeRule, check_same_shape
+
+_custom = torch.ops.custom
+
+
+def rotary_embedding(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     position_ids: torch.Tensor | None = None, unsqueeze_dim: int = 1
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary position embedding, exactly Hugging Face's apply_rotary_pos_emb:
+    ``(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin)`` with cos
+    and sin unsqueezed at `unsqueeze_dim` (1 for q of [batch, heads, seq, dim],
+    2 for [batch, seq, heads, dim]) and rotate_half(x) = cat(-x2, x1) of x's two
+    halves. position_ids is accepted and unused, as there. Computed in float
+    with one rounding per output; q, k, cos and sin are all differentiable."""
+    del position_ids  # deprecated and unused in Hugging Face's function too
+    if not isinstance(unsqueeze_dim, int) or isinstance(unsqueeze_dim, bool):
+        raise TypeError(f"custom::rotary_embedding: unsqueeze_dim must be an int, got {type(unsqueeze_dim).__name__}")
+    return _custom.rotary_embedding.default(q, k, cos, sin, unsqueeze_dim)
+
+
+# ---- fake kernels ------------------------------------------------------------------
+
+
+def _check_rotary(op, q, q_name, k, k_name, cos, sin, unsqueeze_dim):
+    """As check_rotary and rotary_args in ops_glue.h, with the same messages
+    (the dtype and device of k, cos and sin are the derived checks)."""
+    check_same_shape(op, cos, "cos", sin, "sin")
+    nd = cos.dim()
+    torch._check_value(nd >= 1, lambda: f"custom::{op}: cos must have at least one dim (the head dim), got shape {list(cos.shape)}")
+    torch._check_index(-(nd + 1) <= unsqueeze_dim <= nd, lambda: f"custom::{op}: unsqueeze_dim {unsqueeze_dim} is out of range "
+                       f"for cos of {nd} dims (allowed: {-(nd + 1)} to {nd})")
+    dim = unsqueeze_dim + nd + 1 if unsqueeze_dim < 0 else unsqueeze_dim
+    torch._check_value(dim != nd, lambda: f"custom::{op}: unsqueeze_dim {unsqueeze_dim} would put cos's head dim off the "
+                       "last position; use a dim before the last")
+    cos_u = cos.unsqueeze(dim)
+    for x, name in ((q, q_name), (k, k_name)):
+        torch._check_value(2 <= x.dim() <= 17, lambda: f"custom::{op}: {name} must have 2 to 17 dims (leading dims, then "
+                           f"the head dim), got shape {list(x.shape)}")
+        torch._check_value(x.shape[-1] % 2 == 0, lambda: f"custom::{op}: the head dim (last) of {name} must be even, "
+                           f"got {x.shape[-1]}")
+        ok = cos_u.dim() <= x.dim() and cos_u.shape[-1] == x.shape[-1]
+        for d in range(1, cos_u.dim()):
+            ok = ok and (cos_u.shape[-1 - d] == 1 or cos_u.shape[-1 - d] == x.shape[-1 - d])
+        torch._check_value(ok, lambda: f"custom::{op}: cos.unsqueeze({dim}) of shape {list(cos_u.shape)} does not "
+                           f"broadcast to {name}'s shape {list(x.shape)} (the result must have {name}'s shape)")
+
+
+def _check(op, q, k, cos, sin, unsqueeze_dim=1):
+    _check_rotary(op, q, "q", k, "k", cos, sin, unsqueeze_dim)
+
+
+def _check_backward(op, grad_q_embed, grad_k_embed, cos, sin, unsqueeze_dim=1):
+    _check_rotary(op, grad_q_embed, "grad_q_embed", grad_k_embed, "grad_k_embed", cos, sin, unsqueeze_dim)
+
+
+FAKE = {
+    "rotary_embedding": FakeRule(check=_check),
+    "rotary_embedding_backward": FakeRule(check=_check_backward),
+}
+
+
+# ---- references ----------------------------------------------------------------------
+
+
+def _rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def ref_rotary_embedding(q, k, cos, sin, unsqueeze_dim=1, *, dtype):
+    # Hugging Face's apply_rotary_pos_emb.
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def ref_rotary_embedding_backward(grad_q_embed, grad_k_embed, cos, sin, unsqueeze_dim=1, *, dtype):
+    # The transpose of x -> x cos + rotate_half(x) sin: g cos - rotate_half(g sin).
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return tuple(g * cos - _rotate_half(g * sin) for g in (grad_q_embed, grad_k_embed))
+
+
+REFERENCES = {"rotary_embedding": ref_rotary_embedding, "rotary_embedding_backward": ref_rotary_embedding_backward}

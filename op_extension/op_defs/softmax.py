@@ -1,0 +1,98 @@
+"""softmax: softmax along `dim`, as torch.softmax (op_protos/softmax.json), and
+softmax_backward."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _C
+from .._fake import FakeRule, wrap_dim
+from .._transforms import _first_order_jvp, _front, traced
+from ..ops import _eager, _int64
+
+_custom = torch.ops.custom
+
+
+def softmax(input: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax along `dim`, as torch.softmax."""
+    if not isinstance(dim, int):
+        raise TypeError(f"custom::softmax: dim must be an int, got {type(dim).__name__}")
+    if _eager(input):
+        return _C.softmax(input, dim)
+    return _softmax(input, _int64("softmax", "dim", dim))
+
+
+def _check_dim(op, input, dim):
+    wrap_dim(op, dim, input.dim())
+
+
+def _check_backward_dim(op, grad_output, output, dim):
+    wrap_dim(op, dim, output.dim())
+
+
+FAKE = {
+    "softmax": FakeRule(check=_check_dim),
+    "softmax_backward": FakeRule(dtype_of="output", same=("grad_output",), same_shape=("grad_output",),
+                                 check=_check_backward_dim),
+}
+
+
+def ref_softmax(input, dim, *, dtype):
+    return torch.softmax(input, dim)
+
+
+def ref_softmax_backward(grad_output, output, dim, *, dtype):
+    return torch.ops.aten._softmax_backward_data(grad_output, output, dim, output.dtype)
+
+
+REFERENCES = {"softmax": ref_softmax, "softmax_backward": ref_softmax_backward}
+
+
+def _vmap_softmax(op, call):
+    """Rule for softmax(input, dim) and softmax_backward(grad_output, output, dim):
+    the batch dim first, dim shifted by one."""
+
+    def rule(info, in_dims, *args):
+        *tensors, dim = args
+        tensors = [_front(t, d, info.batch_size) for t, d in zip(tensors, in_dims)]
+        ndim = tensors[0].dim() - 1
+        dim = wrap_dim(op, dim, ndim)  # the op's own check and message
+        if ndim == 0:  # a 0-dim softmax is over the one element
+            return call(*(t.unsqueeze(1) for t in tensors), 1).squeeze(1), 0
+        return call(*tensors, dim + 1), 0
+
+    return rule
+
+
+class _Softmax(torch.autograd.Function):
+    @staticmethod
+    def forward(input, dim):
+        return _custom.softmax(input, dim)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dim = inputs[1]
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (output,) = ctx.saved_tensors
+        return _custom.softmax_backward(grad, output, ctx.dim), None
+
+    @staticmethod
+    def jvp(ctx, t_input, _):
+        # J = diag(y) - y y^T along dim is symmetric: J t = softmax_backward(t, y).
+        _first_order_jvp("softmax")
+        (output,) = ctx.saved_tensors
+        return _custom.softmax_backward(t_input, output, ctx.dim)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return _vmap_softmax("softmax", _Softmax.apply)(info, in_dims, *args)
+
+
+TRANSFORM = _Softmax
+VMAP = {"softmax": _vmap_softmax("softmax", _custom.softmax.default),
+        "softmax_backward": _vmap_softmax("softmax_backward", _custom.softmax_backward.default)}
+_softmax = traced(_custom.softmax.default, _Softmax.apply)

@@ -1,0 +1,122 @@
+"""op_extension/op_defs: the per-op Python modules and the pieces the shared
+modules collect from them (op_defs/__init__.py lists them).
+
+Every op of op_protos/ gets its pieces from its module or the derived default;
+a module that misnames a piece, or keys one by another op, is refused at import
+rather than silently ignored; the derived functional function and fake kernel
+work on the real ops too.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import pytest
+import torch
+from torch.func import jvp
+
+import op_extension
+from op_extension import _fake, _protos, _reference, op_defs, ops
+
+PROTOS = _protos.load_protos()
+FORWARD = sorted(p.name for p in PROTOS.values() if not p.backward_of)
+
+
+def test_exports_come_from_the_prototypes():
+    assert ops.__all__ == FORWARD
+    assert op_extension.__all__ == sorted(FORWARD + ["debug", "nn", "ops"])
+    for name in FORWARD:
+        assert getattr(op_extension, name) is getattr(ops, name)
+
+
+@pytest.mark.parametrize("name", FORWARD)
+def test_every_op_module_is_collected(name):
+    module = op_defs.module(PROTOS[name])
+    assert module is not None and module.__name__ == f"op_extension.op_defs.{name}"
+    assert op_defs.module(PROTOS[PROTOS[name].backward]) is module
+    # Its own function where it has one (all of today's ops do: fast path, conversions).
+    assert getattr(ops, name) is getattr(module, name)
+    for op in (name, PROTOS[name].backward):
+        assert _reference.REFERENCES[op] is module.REFERENCES[op]
+
+
+def _module(**pieces) -> types.ModuleType:
+    module = types.ModuleType("fake_op_module")
+    module.__file__ = "op_extension/op_defs/gelu.py"
+    vars(module).update(pieces)
+    return module
+
+
+@pytest.mark.parametrize("pieces,message", [
+    ({"REFERENCE": {}}, "REFERENCE is not a piece of an op module; did you mean REFERENCES?"),
+    ({"TOLERANCE": {}}, "did you mean TOLERANCES?"),
+    ({"FAKES": {}}, "did you mean FAKE?"),
+    ({"FAKE": {"gelu_backwards": _fake.FakeRule()}}, r"FAKE has entries for \['gelu_backwards'\], which are not ops "
+                                                     r"of this module \(its ops: gelu, gelu_backward\)"),
+    ({"REFERENCES": [len]}, "REFERENCES must be a dict keyed by op name"),
+    ({"TOLERANCES": {torch.float32: {"gelu_backward.backward": (1, 1)}}}, "must be 'gelu.forward' or 'gelu.backward'"),
+    ({"gelu": 3}, "gelu must be the functional API function"),
+])
+def test_a_misnamed_piece_is_refused(pieces, message):
+    with pytest.raises(op_defs.OpDefError, match=message):
+        op_defs.validate(_module(**pieces), "gelu")
+
+
+def test_constants_of_the_module_itself_are_fine():
+    op_defs.validate(_module(KEEP_LAYOUT=_fake.KEEP_LAYOUT, _CHOICES=("a",), REFERENCES={}), "gelu")
+
+
+def test_an_op_module_needs_a_prototype():
+    with pytest.raises(op_defs.OpDefError, match="no prototype op_protos/scale_shift.json"):
+        op_defs.validate(_module(), "scale_shift")
+
+
+@pytest.mark.parametrize("rule,message", [
+    (_fake.FakeRule(dtype_of="x"), r"names \['x'\], which are not inputs of gelu_backward"),
+    (_fake.FakeRule(same=("grad_output",), same_shape=("input",)), r"same_shape \['input'\] must be among same"),
+    (_fake.FakeRule(layout="channels_last"), "layout 'channels_last' is not one of"),
+])
+def test_a_fake_rule_is_checked_against_the_prototype(rule, message):
+    with pytest.raises(op_defs.OpDefError, match=message):
+        _fake.derived_kernel(PROTOS["gelu_backward"], rule)
+
+
+def test_a_fake_rule_checks_a_required_tensor():
+    with pytest.raises(op_defs.OpDefError, match="dtype_of 'weight' is an optional input"):
+        _fake.derived_kernel(PROTOS["rms_norm"], _fake.FakeRule(dtype_of="weight"))
+
+
+def test_the_default_fake_rule_on_a_real_op():
+    """FakeRule(): the first input's dtype, the others' device and dtype, allowed
+    values, outputs by the shape rules, row-major."""
+    kernel = _fake.derived_kernel(PROTOS["geglu"])
+    gate = torch.empty(4, 6, device="meta").t()
+    out = kernel(gate, torch.empty(6, 4, device="meta").t())
+    assert out.shape == (6, 4) and out.is_contiguous()
+    with pytest.raises(ValueError, match="custom::geglu: approximate must be 'none' or 'tanh', got 'erf'"):
+        kernel(gate, gate, "erf")
+    with pytest.raises(TypeError, match="custom::geglu: up has dtype float16 but gate has dtype float32"):
+        kernel(gate, gate.half())
+
+
+def test_the_derived_function_on_a_real_op():
+    """rotary_embedding's derived default (its module's function also takes
+    position_ids) calls the op with the prototype's signature."""
+    derived = ops.derived_function(PROTOS["rotary_embedding"])
+    assert str(inspect.signature(derived)) == "(q, k, cos, sin, unsqueeze_dim=1)"
+    q, k, cos, sin = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8)
+    for got, want in zip(derived(q, k, cos, sin), ops.rotary_embedding(q, k, cos, sin)):
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_the_derived_function_goes_through_the_transform_under_torch_func():
+    """With the module's TRANSFORM, a derived function takes forward-mode AD as ops.gelu does."""
+    module = op_defs.module(PROTOS["gelu"])
+    derived = ops.derived_function(PROTOS["gelu"], transform=module.TRANSFORM)
+    x, t = torch.randn(16, dtype=torch.float64), torch.randn(16, dtype=torch.float64)
+    got = jvp(derived, (x,), (t,))
+    want = jvp(ops.gelu, (x,), (t,))
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    with pytest.raises(RuntimeError, match="custom::gelu: an input carries a forward-mode AD tangent"):  # no transform
+        jvp(ops.derived_function(PROTOS["gelu"]), (x,), (t,))
