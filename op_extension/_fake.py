@@ -133,7 +133,7 @@ def broadcast_shape(op: str, a: Sequence, b: Sequence) -> torch.Size:
 
 
 def keeps_layout(*operands: torch.Tensor) -> bool:
-    """The output layout rule of csrc/torch_ext/ops_glue.h (keeps_layout): the
+    """The output layout rule of csrc/torch_ext/glue_util.h (keeps_layout): the
     operands' layout when they all share one dense, non-overlapping layout other
     than row-major (channels_last, a transpose, ...), as torch's elementwise ops."""
     first = operands[0]
@@ -152,7 +152,7 @@ def in_layout(result, like: torch.Tensor, keep: bool):
 
 
 def in_memory_format(result, like: torch.Tensor):
-    """ops_glue.h's in_memory_format_of: like's channels_last (3d) format, else row-major
+    """glue_util.h's in_memory_format_of: like's channels_last (3d) format, else row-major
     (`result`: an output or a tuple of them)."""
     if isinstance(result, tuple):
         return tuple(in_memory_format(r, like) for r in result)

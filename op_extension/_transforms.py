@@ -1,7 +1,7 @@
 """Forward-mode AD and torch.func transforms for the custom ops.
 
 The dispatcher ops' Autograd kernels are C++ torch::autograd::Functions
-(csrc/torch_ext/autograd.cpp): cheap for eager calls, but with no forward
+(generated from the prototypes, or csrc/torch_ext/autograd/<op>.cpp): cheap for eager calls, but with no forward
 derivative, and functorch refuses them. So calls made under a torch.func
 transform (grad, vjp, jacrev, jacfwd, jvp, vmap, functional_call + grad, ...)
 or with an input that carries a forward-mode tangent come here instead, to one

@@ -65,7 +65,9 @@ def _lacking(what: str) -> Callable:
 
 
 # The forward references, by op (each defined in op_extension/op_defs/<op>.py).
-REFERENCES: dict[str, Callable] = {op: _reference.REFERENCES[op] for op in FORWARD_OPS}
+REFERENCES: dict[str, Callable] = {
+    op: _reference.REFERENCES.get(op) or _lacking(f"the reference of {op} (op_extension/op_defs/{op}.py)")
+    for op in FORWARD_OPS}
 
 # The functional API under test.
 FUNCTIONS: dict[str, Callable] = {

@@ -234,8 +234,11 @@ def test_shared_tests_fail_until_the_op_cases_are_written(tree, tmp_path):
                  "test_opcheck[cpu-scale_shift_backward_not_written]", "test_gradcheck[cpu-scale_shift_not_written]",
                  "test_backward_goes_through_the_dispatcher[scale_shift]"):
         assert any(f"::{test} " in line for line in failed), (test, failed)
-    assert all("not written yet: fill in tests/op_cases/scale_shift.py" in line for line in failed), [
-        line for line in failed if "not written yet" not in line]
+    # test_autograd_kernel_covers_npu reads the dispatcher, not op_cases: it fails
+    # because this op was never built (its kernels are in `tree` only).
+    data_tests = [line for line in failed if "test_autograd_kernel_covers_npu[" not in line]
+    assert all("not written yet: fill in tests/op_cases/scale_shift.py" in line for line in data_tests), [
+        line for line in data_tests if "not written yet" not in line]
 
 
 # ---- the C++ compiles as generated ----------------------------------------------------------

@@ -55,7 +55,7 @@ def _mixed_fused_add_rms_norm(input, residual, shape, weight, eps):
     return normed.to(input.dtype), total
 
 
-# ---- fake kernels: the rules of check_fused_add_rms_norm(_backward) in ops_glue.h -------------
+# ---- fake kernels: the rules of check_fused_add_rms_norm(_backward) in csrc/torch_ext/ops/fused_add_rms_norm.h -------------
 
 
 def _check(op, input, residual, normalized_shape, weight=None, eps=None):

@@ -47,7 +47,7 @@ def _mixed_layer_norm(input, shape, weight, bias, eps):
     return out.to(input.dtype)
 
 
-# ---- fake kernels: the rules of check_layer_norm(_backward) in ops_glue.h ----------------
+# ---- fake kernels: the rules of check_layer_norm(_backward) in csrc/torch_ext/ops/layer_norm.h ----------------
 
 
 def _check(op, input, normalized_shape, weight=None, bias=None, eps=1e-5):

@@ -43,7 +43,7 @@ def _mixed_rms_norm(input, shape, weight, eps):
     return out.to(input.dtype)
 
 
-# ---- fake kernels: the rules of check_rms_norm(_backward) in ops_glue.h --------------------
+# ---- fake kernels: the rules of check_rms_norm(_backward) in csrc/torch_ext/ops/rms_norm.h --------------------
 
 
 def _check(op, input, normalized_shape, weight=None, eps=None):

@@ -29,7 +29,7 @@ def rotary_embedding(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
 
 
 def _check_rotary(op, q, q_name, k, k_name, cos, sin, unsqueeze_dim):
-    """As check_rotary and rotary_args in ops_glue.h, with the same messages
+    """As check_rotary and rotary_args in csrc/torch_ext/ops/rotary_embedding.h, with the same messages
     (the dtype and device of k, cos and sin are the derived checks)."""
     check_same_shape(op, cos, "cos", sin, "sin")
     nd = cos.dim()

@@ -92,17 +92,14 @@ PYTHON_LEVEL = {
     "unsqueeze_dim_float": (lambda: ops.rotary_embedding(*(torch.randn(s) for s in ((1, 2, 3, 8),) * 2 + ((1, 3, 8),) * 2),
                                                          unsqueeze_dim=1.5), TypeError, "unsqueeze_dim must be an int"),
 }
-# Known bug: glue::rotary_pair (csrc/torch_ext/ops_glue.h) makes q and k contiguous and
-# allocates both outputs before rotary_args checks the head dim and the broadcast.
-_COPIES_FIRST = ("rotary_pair copies q and k and allocates the outputs before checking the head dim "
-                 "and cos's broadcast (ops_glue.h)")
+# glue::rotary_pair (csrc/torch_ext/ops/rotary_embedding.h) checks the head dim and
+# the broadcast before it makes q and k contiguous or allocates an output.
 CHECKED_FIRST = {
     "head_dim": (lambda: ops.rotary_embedding(huge(1, 1 << 16, 1 << 15, 7), huge(1, 1 << 16, 1 << 15, 7),
-                                              huge(1, 1 << 15, 7), huge(1, 1 << 15, 7)), ValueError, "must be even",
-                 _COPIES_FIRST),
+                                              huge(1, 1 << 15, 7), huge(1, 1 << 15, 7)), ValueError, "must be even"),
     "cos_shape": (lambda: ops.rotary_embedding(huge(1, 1 << 16, 1 << 15, 8), huge(1, 1 << 16, 1 << 15, 8),
                                                torch.randn(1, 3, 8), torch.randn(1, 3, 8)), ValueError,
-                  "does not broadcast", _COPIES_FIRST),
+                  "does not broadcast"),
     "sin_shape": (lambda: ops.rotary_embedding(huge(1, 1 << 16, 1 << 15, 8), huge(1, 1 << 16, 1 << 15, 8),
                                                torch.randn(1, 1 << 15, 8), torch.randn(1, 3, 8)), ValueError,
                   "sin has shape"),
