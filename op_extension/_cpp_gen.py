@@ -46,6 +46,21 @@ _CPP_PARAM = {
 }
 
 
+# Schema argument types -> the parameter types of a device kernel registered with
+# m.impl (the glue of csrc/torch_ext/ops/<op>.h, which the scaffold writes): the
+# kernels run on concrete sizes, so SymInt[] arrives as IntArrayRef.
+GLUE_PARAM = {
+    "Tensor": "const Tensor&",
+    "Tensor?": "const std::optional<Tensor>&",
+    "SymInt[]": "IntArrayRef",
+    "float": "double",
+    "float?": "std::optional<double>",
+    "int": "int64_t",
+    "bool": "bool",
+    "str": "c10::string_view",
+}
+
+
 @dataclass(frozen=True)
 class SchemaArg:
     type: str

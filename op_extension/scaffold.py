@@ -42,6 +42,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._cpp_gen import GLUE_PARAM, schema_args
 from ._protos import OpProto, ProtoError, TensorDesc, parse_proto
 
 __all__ = ["ScaffoldError", "plan", "scaffold", "main"]
@@ -237,24 +238,8 @@ namespace op_ext::cuda {{
 """
 
 
-# Schema types -> the parameter types of a device kernel registered with m.impl.
-_GLUE_PARAM = {
-    "Tensor": "const Tensor&",
-    "Tensor?": "const std::optional<Tensor>&",
-    "SymInt[]": "IntArrayRef",
-    "float": "double",
-    "float?": "std::optional<double>",
-    "int": "int64_t",
-    "bool": "bool",
-    "str": "c10::string_view",
-}
-
-
 def _glue_function(o: OpProto, file: str) -> str:
-    params = []
-    for text in o._schema_args():
-        typ, rest = text.split(" ", 1)
-        params.append(f"{_GLUE_PARAM[typ]} {rest.split('=', 1)[0]}")
+    params = [f"{GLUE_PARAM[a.type]} {a.name}" for a in schema_args(o)]
     ret = "Tensor" if len(o.outputs) == 1 else "std::tuple<" + ", ".join(["Tensor"] * len(o.outputs)) + ">"
     first = o.inputs[0].name
     checks = [f'  check_dtype(op, {first}, "{first}", gen::k{_camel(o.name)}Dtypes);']

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import op_cases
 import op_extension
@@ -203,3 +204,16 @@ def rel_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     d = (actual.double() - expected.double()).abs() / (1 + expected.double().abs())
     d = d[~torch.isnan(d)]
     return float(d.max()) if d.numel() else math.nan
+
+
+class CustomOpCalls(TorchDispatchMode):
+    """Records the names of the custom ops called under it, in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "custom":
+            self.names.append(func._schema.name.removeprefix("custom::"))
+        return func(*args, **(kwargs or {}))

@@ -37,7 +37,7 @@ import op_extension
 from op_cases import BACKWARD_OPS, FORWARD_OPS, H, Fake, rand
 from op_extension import nn as onn
 from op_extension import ops
-from reference import DEVICES
+from reference import DEVICES, CustomOpCalls
 
 pytestmark = pytest.mark.compile
 
@@ -302,20 +302,9 @@ def _on(groups, device):
     return tuple(tuple(t.to(device) for t in group) for group in groups)
 
 
-class _CustomOpCalls(torch.utils._python_dispatch.TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace == "custom":
-            self.names.append(func._schema.name.removeprefix("custom::"))
-        return func(*args, **(kwargs or {}))
-
-
 def _eager_custom_calls(fn, *inputs) -> list[str]:
     """The custom ops an eager call of fn makes, in order: what its graph must hold."""
-    with torch.no_grad(), _CustomOpCalls() as calls:
+    with torch.no_grad(), CustomOpCalls() as calls:
         fn(*inputs)
     return calls.names
 

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import op_cases
 from cache_dirs import op_ext_cache_dir  # tests/ is on sys.path (conftest.py)
 from op_cases import FORWARD_OPS
 from op_extension._fake import PROTOS
+from reference import CustomOpCalls
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK_SCRIPT = ROOT / "scripts" / "check_npu_glue.sh"
@@ -157,17 +157,6 @@ def test_autograd_kernel_covers_npu(op):
     assert npu.split(":", 1)[1] == _dispatch_line(op, "AutogradCPU").split(":", 1)[1]
 
 
-class _CustomOpCalls(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace == "custom":
-            self.names.append(func._schema.name.removeprefix("custom::"))
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("op", FORWARD_OPS)
 def test_backward_goes_through_the_dispatcher(op):
     """Autograd calls custom::<op>_backward as a dispatcher op, so the device of
@@ -176,7 +165,7 @@ def test_backward_goes_through_the_dispatcher(op):
     call = op_cases.get(op, "CALLS")[0]
     out = call.fn(*(t.requires_grad_() for t in call.make(4)))
     outs = list(out) if isinstance(out, tuple) else [out]
-    with _CustomOpCalls() as calls:
+    with CustomOpCalls() as calls:
         torch.autograd.backward(outs, [torch.randn_like(o) for o in outs])
     assert f"{op}_backward" in calls.names
 
