@@ -9,7 +9,9 @@ Sources are found by folder, so adding an op adds files, never a line here:
   op_extension/csrc/kernel/cpu/*.cpp    CPU kernels; each file that registers kernels
                                         is compiled once per instruction set
   op_extension/csrc/kernel/cuda/*.cu    CUDA kernels (when CUDA is built)
-  op_extension/csrc/torch_ext/npu/*.cpp torch_npu glue (when NPU is built); the Ascend C
+  op_extension/csrc/torch_ext/npu/*.cpp, npu/ops/<op>.cpp   torch_npu glue (when NPU is
+                                        built), registered by the generated
+                                        op_ext_npu_registration.cpp; the Ascend C
                                         kernels and their host code are then built with
                                         CANN by cmake/ascend/CMakeLists.txt and linked
 and op_extension._ascend_sim (always): the Ascend C kernels (csrc/kernel/ascendc), their
@@ -259,7 +261,12 @@ def npu_extension(sources: list[str], include_dirs: list[str], cxx_flags: list[s
     ascend_home = os.environ["ASCEND_HOME_PATH"]
     return NpuExtension(
         "op_extension._C",
-        sources + sorted(p.as_posix() for p in (CSRC / "torch_ext" / "npu").glob("*.cpp")),
+        # The shared npu glue, every op's (npu/ops/<op>.cpp) and their PrivateUse1
+        # registration, generated from the prototypes.
+        sources
+        + sorted(p.as_posix() for p in (CSRC / "torch_ext" / "npu").glob("*.cpp"))
+        + sorted(p.as_posix() for p in (CSRC / "torch_ext" / "npu" / "ops").glob("*.cpp"))
+        + [(GENERATED / "op_ext_npu_registration.cpp").as_posix()],
         include_dirs=include_dirs + [str(ROOT / CSRC / "host" / "aclnn"), os.path.join(ascend_home, "include")],
         define_macros=[("OP_EXT_WITH_NPU", "1")],
         extra_compile_args={"cxx": cxx_flags},
@@ -275,7 +282,9 @@ def ascend_sim_extension(config: BuildConfig):
     """op_extension._ascend_sim: the Ascend aclnn entry points, tilings and Ascend C
     kernels compiled with g++ against the CPU simulator of the Ascend C API
     (csrc/ascendc_sim/include, -DOP_EXT_ASCEND_SIM), plus its torch binding and the
-    simulator's misuse test kernels. Built in every configuration: it needs no NPU."""
+    simulator's misuse test kernels. Built in every configuration: it needs no NPU.
+    Its per-op entries are generated from the prototypes (op_ext_ascend_sim_ops.h)."""
+    generate_sources()
     sources = []
     for folder in ("ascendc_sim/binding", "ascendc_sim/misuse", "host/aclnn", "host/tiling", "kernel/ascendc"):
         sources += sorted(p.as_posix() for p in (CSRC / folder).glob("*.cpp"))
@@ -284,7 +293,8 @@ def ascend_sim_extension(config: BuildConfig):
     return CppExtension(
         "op_extension._ascend_sim",
         sources,
-        include_dirs=[str(ROOT / CSRC / d) for d in ("ascendc_sim/include", "host/aclnn", "host/tiling", "kernel/ascendc")],
+        include_dirs=[str(ROOT / CSRC / d) for d in ("ascendc_sim/include", "host/aclnn", "host/tiling", "kernel/ascendc")]
+        + [str(ROOT / GENERATED)],
         define_macros=[("OP_EXT_ASCEND_SIM", "1")],
         # The simulated Unified Buffer is a byte array read through typed pointers.
         extra_compile_args={"cxx": opt + san_compile + ["-fno-strict-aliasing", "-fdiagnostics-color=always", "-Wall"]},

@@ -379,12 +379,206 @@ def generate_autograd(protos: dict, csrc: Path) -> str:
     return "\n".join(lines)
 
 
+# ---- Ascend: the aclnn entry of each op, and its simulator binding --------------------
+
+
+def ascend_stem(proto) -> str:
+    """The file stem of an op's Ascend pieces, as msopgen names a custom op's:
+    <forward>_custom, and <forward>_grad_custom for the backward op
+    (kernel/ascendc/<stem>.cpp, host/tiling/<stem>_tiling.h, host/aclnn/aclnn_<stem>.h)."""
+    return f"{proto.backward_of}_grad_custom" if proto.backward_of else f"{proto.name}_custom"
+
+
+def aclnn_name(proto) -> str:
+    """The op's aclnn entry point, from its CANN op type: aclnn<OpType>Custom
+    (aclnn<OpType>CustomGetWorkspaceSize is phase 1)."""
+    return f"aclnn{proto.op_type}Custom"
+
+
+def aclnn_order(proto) -> list[str]:
+    """The arguments of the aclnn entry, in CANN's order: the inputs in the
+    prototype's input_desc order, then the attributes in attr order, then the
+    outputs in output_desc order (then workspace size and executor)."""
+    return [t.name for t in proto.inputs] + [a.name for a in proto.attrs] + [t.name for t in proto.outputs]
+
+
+# What the simulator binding takes for each schema type (pybind11 converts the
+# Python values op_extension.ascend_sim passes).
+_SIM_PARAM = {
+    "Tensor": "const at::Tensor&",
+    "Tensor?": "const std::optional<at::Tensor>&",
+    "SymInt[]": "const std::vector<int64_t>&",
+    "float": "double",
+    "float?": "std::optional<double>",
+    "int": "int64_t",
+    "int?": "std::optional<int64_t>",
+    "bool": "bool",
+    "bool?": "std::optional<bool>",
+    "str": "const std::string&",
+}
+
+
+def _sim_function(p) -> list[str]:
+    """_ascend_sim.<name>: what the npu glue does around the aclnn call that the
+    prototype determines -- inputs made contiguous (materialised in simulated
+    device memory by AclTensor), outputs allocated NaN-filled by the shape rule,
+    an absent optional parameter's gradient an empty [0] placeholder passed to
+    aclnn as null -- then the two aclnn phases."""
+    args = schema_args(p)
+    for a in args:
+        if a.type not in _SIM_PARAM:
+            raise ValueError(f"{p.path.name}: {p.name}: argument {a.name} of schema type {a.type} has no simulator binding type")
+    inputs = {t.name: t for t in p.inputs}
+    attrs = {a.name: a for a in args if a.name not in inputs}
+    # Outputs take the dtype of the tensor whose shape they have; a parameter's
+    # gradient (and a broadcast or list-shaped output) that of the first output's
+    # shape tensor, else of the first tensor input. Every tensor of a call has one
+    # dtype when the aclnn entry accepts it; this matters for the messages of
+    # those it refuses.
+    required = [t.name for t in p.inputs if not t.optional]
+    first = p.outputs[0].shape if p.outputs[0].shape in required else required[0]
+    multi = len(p.outputs) > 1
+    ret = "std::tuple<" + ", ".join(["at::Tensor"] * len(p.outputs)) + ">" if multi else "at::Tensor"
+    params = ", ".join(f"{_SIM_PARAM[a.type]} {a.name}" for a in args)
+    lines = [f"// custom::{p.name} through {aclnn_name(p)} (op_protos/{p.path.name}).",
+             f"{ret} sim_{p.name}({params}) {{"]
+    for t in p.inputs:
+        if t.optional:
+            lines.append(f"  const std::optional<at::Tensor> {t.name}_ = ContiguousOrNone({t.name});")
+        else:
+            lines.append(f"  const at::Tensor {t.name}_ = {t.name}.contiguous();")
+    for name, a in attrs.items():
+        if a.type.endswith("?"):
+            lines.append(f'  TORCH_CHECK({name}.has_value(), "ascend_sim: {p.name}: {name}=None reaches the aclnn entry, '
+                         f'which takes a value: resolve it in SIMULATOR_ARGS (op_extension/op_defs/)");')
+    aclnn_arg = {}
+    for t in p.inputs:
+        lines.append(f"  const AclTensor acl_{t.name}({t.name}_);")
+        aclnn_arg[t.name] = f"acl_{t.name}.get()"
+    for name, a in attrs.items():
+        if a.type == "SymInt[]":
+            lines.append(f"  const AclIntArray acl_{name}({name});")
+            aclnn_arg[name] = f"acl_{name}.get()"
+        elif a.type == "str":
+            lines.append(f"  std::string acl_{name} = {name};  // aclnn takes char*")
+            aclnn_arg[name] = f"acl_{name}.data()"
+        else:
+            aclnn_arg[name] = f"*{name}" if a.type.endswith("?") else name
+    for o in p.outputs:
+        rule = o.shape
+        if rule.startswith("broadcast("):
+            a, b = (x.strip() for x in rule[len("broadcast("):-1].split(","))
+            lines.append(f"  at::Tensor {o.name} = Unwritten(at::infer_size({a}_.sizes(), {b}_.sizes()), {first}_.options());")
+            target = o.name
+        elif rule in inputs and inputs[rule].optional:
+            lines.append(f"  auto [{o.name}, {o.name}_arg] = ParamGrad({rule}_, {first}_);")
+            target = f"{o.name}_arg"
+        elif rule in inputs:
+            lines.append(f"  at::Tensor {o.name} = Unwritten({rule}_.sizes(), {rule}_.options());")
+            target = o.name
+        else:  # a list attribute: the shape itself
+            lines.append(f"  at::Tensor {o.name} = Unwritten({rule}, {first}_.options());")
+            target = o.name
+        lines.append(f"  const AclTensor acl_{o.name}({target});")
+        aclnn_arg[o.name] = f"acl_{o.name}.get()"
+    call_args = ", ".join(aclnn_arg[n] for n in aclnn_order(p))
+    lines += [
+        "  CallAclnn(",
+        f"      [&](uint64_t* workspace_size, aclOpExecutor** executor) {{",
+        f"        return {aclnn_name(p)}GetWorkspaceSize({call_args}, workspace_size, executor);",
+        "      },",
+        f"      [&](void* workspace, uint64_t workspace_size, aclOpExecutor* executor) {{",
+        f"        return {aclnn_name(p)}(workspace, workspace_size, executor, nullptr);",
+        "      });",
+    ]
+    outs = ", ".join(o.name for o in p.outputs)
+    lines += [f"  return {{{outs}}};" if multi else f"  return {outs};", "}", ""]
+    return lines
+
+
+def generate_ascend_sim_ops(protos: dict, csrc: Path) -> str:
+    """op_ext_ascend_sim_ops.h: one simulator entry per op (_sim_function) and
+    register_sim_ops(m), which binds each as _ascend_sim.<name>. Included by
+    csrc/ascendc_sim/binding/ascend_sim_module.cpp after its helpers (AclTensor,
+    AclIntArray, Unwritten, ParamGrad, ContiguousOrNone, CallAclnn)."""
+    lines = HEADER + ["#pragma once", ""]
+    for p in protos.values():
+        header = csrc / "host" / "aclnn" / f"aclnn_{ascend_stem(p)}.h"
+        if not header.exists():
+            raise FileNotFoundError(
+                f"{p.path.name}: the op {p.name} has no aclnn header {header.as_posix()} "
+                f"(python -m op_extension.scaffold writes one, named after the op: aclnn_{ascend_stem(p)}.h)")
+        lines.append(f'#include "{header.name}"')
+    lines += ["", "namespace {", ""]
+    for p in protos.values():
+        lines += _sim_function(p)
+    lines += ["void register_sim_ops(pybind11::module_& m) {"]
+    for p in protos.values():
+        names = ", ".join(f'pybind11::arg("{a.name}")' for a in schema_args(p))
+        lines.append(f'  m.def("{p.name}", &sim_{p.name}, {names});')
+    lines += ["}", "", "}  // namespace", ""]
+    return "\n".join(lines)
+
+
+# ---- the npu registration ---------------------------------------------------------
+
+
+# GLUE_PARAM with namespaces, for a file without using-declarations.
+_QUALIFIED_GLUE_PARAM = {k: v.replace("Tensor", "at::Tensor").replace("IntArrayRef", "at::IntArrayRef")
+                         for k, v in GLUE_PARAM.items()}
+
+
+def _glue_signature(proto, name: str) -> str:
+    """The declaration of a device kernel `name` of `proto`, as m.impl takes it."""
+    params = ", ".join(f"{_QUALIFIED_GLUE_PARAM[a.type]} {a.name}" for a in schema_args(proto))
+    return f"{cpp_return(proto)} {name}({params})"
+
+
+def generate_npu_registration(protos: dict, csrc: Path) -> str:
+    """op_ext_npu_registration.cpp (compiled only where the npu glue is): declares
+    each op's npu function, op_ext::npu::<name>_npu, which its forward op's file
+    csrc/torch_ext/npu/ops/<forward>.cpp defines, and registers it under
+    PrivateUse1."""
+    lines = HEADER + [
+        "#include <ATen/core/Tensor.h>",
+        "#include <c10/util/string_view.h>",
+        "#include <torch/library.h>",
+        "",
+        "#include <optional>",
+        "#include <tuple>",
+        "",
+        "namespace op_ext::npu {",
+        "",
+    ]
+    for p in forward_ops(protos):
+        source = csrc / "torch_ext" / "npu" / "ops" / f"{p.name}.cpp"
+        if not source.exists():
+            raise FileNotFoundError(
+                f"{p.path.name}: the op {p.name} has no npu glue {source.as_posix()} "
+                f"(python -m op_extension.scaffold {p.path.as_posix()} writes one)")
+    for p in protos.values():
+        forward = p.backward_of or p.name
+        lines.append(f"// defined in csrc/torch_ext/npu/ops/{forward}.cpp")
+        lines.append(_glue_signature(p, f"{p.name}_npu") + ";")
+    lines += ["", "TORCH_LIBRARY_IMPL(custom, PrivateUse1, m) {"]
+    lines += [f'  m.impl("{p.name}", &{p.name}_npu);' for p in protos.values()]
+    lines += ["}", "", "}  // namespace op_ext::npu", ""]
+    return "\n".join(lines)
+
+
+NPU_REGISTRATION = "op_ext_npu_registration.cpp"
+
+
 def write_all(protos: dict, csrc: Path, out_dir: Path, write) -> list[Path]:
     """Writes every generated file with `write(path, text)`; returns the .cpp sources."""
     write(out_dir / "op_ext_handles.h", generate_handles(protos))
     write(out_dir / "op_ext_glue.h", generate_glue_registry(protos, csrc))
     autograd = out_dir / "op_ext_autograd.cpp"
     write(autograd, generate_autograd(protos, csrc))
+    write(out_dir / "op_ext_ascend_sim_ops.h", generate_ascend_sim_ops(protos, csrc))
+    # Not returned: compiled only by the npu build (setup.py), its compile check
+    # (scripts/check_npu_glue.sh) and the simulated-npu tests.
+    write(out_dir / NPU_REGISTRATION, generate_npu_registration(protos, csrc))
     return [autograd]
 
 
@@ -425,9 +619,9 @@ def generate_all(out_dir: Path, root: Path | None = None) -> list[Path]:
 
 
 if __name__ == "__main__":
-    # python op_extension/_cpp_gen.py OUT_DIR: what setup.py generates, for the
-    # checks that compile the glue without it (scripts/check_cuda_compile.sh,
-    # scripts/check_npu_glue.sh).
+    # python op_extension/_cpp_gen.py OUT_DIR [ROOT]: what setup.py generates (for
+    # the source tree ROOT, default this one), for the checks that compile the glue
+    # without it (scripts/check_cuda_compile.sh, scripts/check_npu_glue.sh).
     import sys
 
-    generate_all(Path(sys.argv[1]))
+    generate_all(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
-from . import _ascend_sim, _sim_args
+from . import _ascend_sim, _sim_args, op_defs
 from ._protos import load_protos
 
 _PROTOS = load_protos()
@@ -53,17 +53,32 @@ _NUMBERS = {"float": float, "int": int}
 
 
 def _call(op: str, op_name: str, args: tuple, kwargs: dict):
-    """_ascend_sim.<op_name> on the arguments of custom::<op_name>, bound by name
-    and converted (SIMULATOR_ARGS of the op module, then each attr to its type)."""
+    """_ascend_sim.<op_name> on the arguments of custom::<op_name>: bound by name,
+    converted (SIMULATOR_ARGS, then NPU_GLUE_ARGS of the op module, then each
+    attr to its type); each output is returned in the shape the prototype's rule
+    gives it on the arguments as bound (a 0-dim softmax passed as [1] comes back
+    0-dim)."""
     bound = _sim_args.simulator_args("ascend_sim", op_name, args, kwargs)
     proto = _PROTOS[op_name]
+    as_bound = dict(bound)
+    glue = op_defs.piece(proto, "NPU_GLUE_ARGS", _PROTOS)
+    if glue is not None:
+        bound = glue(bound)
     for attr in proto.attrs:
         value = bound[attr.name]
         if attr.schema_type == "SymInt[]":
             bound[attr.name] = _shape_list(op, attr.name, value)
         elif attr.schema_type in _NUMBERS:
             bound[attr.name] = _NUMBERS[attr.schema_type](value)
-    return getattr(_ascend_sim, op_name)(*(bound[name] for name in proto.arg_order))
+    result = getattr(_ascend_sim, op_name)(*(bound[name] for name in proto.arg_order))
+    outputs = result if isinstance(result, tuple) else (result,)
+    shaped = []
+    for out, desc in zip(outputs, proto.outputs):
+        like = as_bound.get(desc.shape)
+        if isinstance(like, torch.Tensor) and out.shape != like.shape and out.numel() == like.numel():
+            out = out.view(like.shape)
+        shaped.append(out)
+    return tuple(shaped) if isinstance(result, tuple) else shaped[0]
 
 
 def _configure(soc: str, options: dict, sat_mode: str | None = None) -> None:

@@ -12,10 +12,14 @@ Writes, for the op ``<name>`` of the prototype (its ``torch.name``):
     op_extension/csrc/kernel/cuda/<name>.cuh/.cu  the CUDA launchers (torch-free)
     op_extension/csrc/torch_ext/ops/<name>.h      the torch glue (checks, outputs, args),
                                                   registered for every device by the build
-    op_extension/csrc/kernel/ascendc/<op>_custom.cpp          the Ascend C kernel,
-    op_extension/csrc/host/tiling/<op>_custom_tiling.h/.cpp   its TilingData and tiling,
-    op_extension/csrc/host/aclnn/aclnn_<op>_custom.h/.cpp     its aclnn entry points:
-                                                  each for the op and for its backward
+    op_extension/csrc/torch_ext/npu/ops/<name>.cpp  the torch_npu glue: the checks, then
+                                                  the aclnn entries (complete as written)
+    op_extension/csrc/kernel/ascendc/<stem>.cpp          the Ascend C kernel,
+    op_extension/csrc/host/tiling/<stem>_tiling.h/.cpp   its TilingData and tiling,
+    op_extension/csrc/host/aclnn/aclnn_<stem>.h/.cpp     its aclnn entry points
+                                                  (aclnn<OpType>Custom): each for the op
+                                                  (<stem> = <name>_custom) and for its
+                                                  backward (<name>_grad_custom)
     op_extension/op_defs/<name>.py                the Python the prototype cannot say:
                                                   the references you write (the fake
                                                   kernel, ops.<name> and the exports
@@ -39,10 +43,11 @@ import dataclasses
 import json
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._cpp_gen import GLUE_PARAM, schema_args
+from ._cpp_gen import GLUE_PARAM, aclnn_name, aclnn_order, ascend_stem, schema_args
 from ._protos import OpProto, ProtoError, TensorDesc, parse_proto
 
 __all__ = ["ScaffoldError", "plan", "scaffold", "main"]
@@ -238,9 +243,19 @@ namespace op_ext::cuda {{
 """
 
 
-def _glue_function(o: OpProto, file: str) -> str:
-    params = [f"{GLUE_PARAM[a.type]} {a.name}" for a in schema_args(o)]
-    ret = "Tensor" if len(o.outputs) == 1 else "std::tuple<" + ", ".join(["Tensor"] * len(o.outputs)) + ">"
+def _ret(o: OpProto) -> str:
+    return "Tensor" if len(o.outputs) == 1 else "std::tuple<" + ", ".join(["Tensor"] * len(o.outputs)) + ">"
+
+
+def _params(o: OpProto) -> str:
+    return ", ".join(f"{GLUE_PARAM[a.type]} {a.name}" for a in schema_args(o))
+
+
+def _arg_names(o: OpProto) -> str:
+    return ", ".join(a.name for a in schema_args(o))
+
+
+def _check_function(o: OpProto, forward: str) -> str:
     first = o.inputs[0].name
     checks = [f'  check_dtype(op, {first}, "{first}", gen::k{_camel(o.name)}Dtypes);']
     for t in o.inputs[1:]:
@@ -249,13 +264,23 @@ def _glue_function(o: OpProto, file: str) -> str:
         else:
             checks.append(f'  check_same(op, {first}, "{first}", {t.name}, "{t.name}");')
     checks_text = "\n".join(checks)
+    return f"""// The argument checks of custom::{o.name} that its prototype expresses (dtype,
+// same device and dtype). Add those it cannot (shapes, attribute ranges): every
+// device's glue runs this, the npu glue (../npu/ops/{forward}.cpp) too.
+inline void check_{o.name}(const char* op, {_params(o)}) {{
+{checks_text}
+}}"""
+
+
+def _glue_function(o: OpProto, file: str) -> str:
+    first = o.inputs[0].name
     return f"""template <typename Kernels>
-{ret} {o.name}({", ".join(params)}) {{
+{_ret(o)} {o.name}({_params(o)}) {{
   constexpr const char* op = "custom::{o.name}";
   const Kernels kernels({first});
-{checks_text}
-  // Then: the checks the prototype cannot express, dense inputs, the outputs, the
-  // args struct (../../kernel/cpu/{o.name if o.backward_of is None else o.backward_of}.h), and
+  check_{o.name}(op, {_arg_names(o)});
+  // Then: dense inputs, the outputs, the args struct
+  // (../../kernel/cpu/{o.name if o.backward_of is None else o.backward_of}.h), and
   //   kernels(cpu::{_stub(o)}, kernel_dtype({first}.scalar_type()), args);
   TORCH_CHECK(false, op, ": the glue is not implemented yet: fill in {file}");
 }}"""
@@ -266,7 +291,7 @@ def glue_header(p: OpProto, backward: OpProto | None) -> str:
     op_ext_glue.h (nothing else to edit)."""
     file = f"op_extension/csrc/torch_ext/ops/{p.name}.h"
     ops = [p] + ([backward] if backward else [])
-    bodies = "\n\n".join(_glue_function(o, file) for o in ops)
+    bodies = "\n\n".join(_check_function(o, p.name) + "\n\n" + _glue_function(o, file) for o in ops)
     return f"""// The glue of custom::{p.name}{f" and custom::{backward.name}" if backward else ""}: check the inputs, lay them
 // out densely, allocate the outputs, fill the kernel's args struct and run it on
 // whatever device `Kernels` is (see ../glue_util.h). The build registers these
@@ -286,12 +311,104 @@ namespace op_ext::glue {{
 """
 
 
+def _npu_function(o: OpProto) -> str:
+    """op_ext::npu::<name>_npu: the glue's checks, then the aclnn entry with dense
+    inputs and outputs allocated by the prototype's shape rules, in the order the
+    entry takes them (_cpp_gen.aclnn_order). Complete as generated: until the
+    kernel exists, its aclnn entry says which file to fill in."""
+    first = o.inputs[0].name
+    inputs = {t.name: t for t in o.inputs}
+    attrs = {a.name: a for a in schema_args(o) if a.name not in inputs}
+    lines = [f"{_ret(o)} {o.name}_npu({_params(o)}) {{",
+             f'  constexpr const char* op = "custom::{o.name}";',
+             f"  glue::check_{o.name}(op, {_arg_names(o)});",
+             f'  check_npu_dtype(op, {first}, "{first}");',
+             f"  const c10::DeviceGuard guard({first}.device());",
+             "  // The dense, row-major ND layout the Ascend kernels read.",
+             ]
+    arg = {}
+    for t in o.inputs:
+        kind = "OptTensor" if t.optional else "Tensor"
+        lines.append(f"  const {kind} {t.name}_dense = dense({t.name});")
+        arg[t.name] = f"{t.name}_dense"
+    for name, a in attrs.items():
+        if a.type.endswith("?"):
+            lines.append(f'  TORCH_CHECK_VALUE({name}.has_value(), op, ": {name}=None: give the aclnn entry its default '
+                         f'here (op_extension/csrc/torch_ext/npu/ops/{o.backward_of or o.name}.cpp)");')
+            arg[name] = f"*{name}"
+        else:
+            arg[name] = name
+    like = f"{first}_dense"
+    outs = []
+    for out in o.outputs:
+        rule = out.shape
+        if rule.startswith("broadcast("):
+            a, b = (x.strip() for x in rule[len("broadcast("):-1].split(","))
+            lines.append(f"  Tensor {out.name} = at::empty(at::infer_size({a}.sizes(), {b}.sizes()), {like}.options());")
+            arg[out.name] = out.name
+        elif rule in inputs and inputs[rule].optional:
+            lines.append(f"  // An empty placeholder when the op ran without {rule} (no aclnn output then).")
+            lines.append(f"  Tensor {out.name} = glue::param_grad({rule}, {like});")
+            lines.append(f"  const OptTensor {out.name}_arg = {rule}_dense.has_value() ? OptTensor({out.name}) : std::nullopt;")
+            arg[out.name] = f"{out.name}_arg"
+        elif rule in inputs:
+            lines.append(f"  Tensor {out.name} = at::empty({rule}_dense.sizes(), {like}.options());")
+            arg[out.name] = out.name
+        else:
+            lines.append(f"  Tensor {out.name} = at::empty({rule}, {like}.options());")
+            arg[out.name] = out.name
+        outs.append(out.name)
+    ret = f"{{{', '.join(outs)}}}" if len(outs) > 1 else outs[0]
+    zeros = " ".join(f"{n}.zero_();" for n in outs)
+    name = aclnn_name(o)
+    call_args = ", ".join(arg[n] for n in aclnn_order(o))
+    lines += [
+        "  // Empty tensors never reach a kernel; a sum over no elements is zero.",
+        f"  if ({like}.numel() == 0) {{",
+        f"    {zeros}",
+        f"    return {ret};",
+        "  }",
+        f'  call_aclnn(op, "{name}", {like}.device(), {name}GetWorkspaceSize, {name},',
+        f"             {call_args});",
+        f"  return {ret};",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+def npu_glue_source(p: OpProto, backward: OpProto | None) -> str:
+    ops = [p] + ([backward] if backward else [])
+    includes = "\n".join(f'#include "aclnn_{_kernel_name(o)}.h"' for o in ops)
+    bodies = "\n\n".join(_npu_function(o) for o in ops)
+    names = " and ".join(f"custom::{o.name}" for o in ops)
+    comment = textwrap.fill(
+        f"{names} on Ascend NPUs (torch_npu's PrivateUse1 key): the glue's checks (../../ops/{p.name}.h), then the "
+        "Ascend kernels through their aclnn entry points, with every input dense and row-major and the outputs "
+        "allocated by the prototype's shape rules. Registered by the build (the generated "
+        "op_ext_npu_registration.cpp); the shared steps are in ../npu_glue.h. Adapt it where your kernels need "
+        f"more (a broadcast materialised, outputs in the input's layout). Generated by `{GENERATOR} {_rel(p.path)}`.",
+        width=97, initial_indent="// ", subsequent_indent="// ", break_on_hyphens=False, break_long_words=False)
+    return f"""{comment}
+#include "../npu_glue.h"
+#include "../../ops/{p.name}.h"
+{includes}
+
+namespace op_ext::npu {{
+
+{bodies}
+
+}}  // namespace op_ext::npu
+"""
+
+
 def _kernel_name(o: OpProto) -> str:
-    return f"{o.name}_custom"
+    # The build derives the Ascend file names and entry points by the same rule
+    # (the simulator binding, the npu glue's includes).
+    return ascend_stem(o)
 
 
 def _aclnn_name(o: OpProto) -> str:
-    return f"aclnn{_camel(o.name)}Custom"
+    return aclnn_name(o)
 
 
 def ascend_kernel(o: OpProto) -> str:
@@ -319,8 +436,8 @@ extern "C" __global__ __aicore__ void {_kernel_name(o)}({params}, GM_ADDR worksp
 
 
 def tiling_header(o: OpProto) -> str:
-    guard = f"OP_EXT_HOST_TILING_{o.name.upper()}_CUSTOM_TILING_H_"
-    data = f"{_camel(o.name)}CustomTilingData"
+    guard = f"OP_EXT_HOST_TILING_{_kernel_name(o).upper()}_TILING_H_"
+    data = f"{o.op_type}CustomTilingData"
     return f"""// {o.op_type}Custom ({o.name}): its TilingData and tiling function. Add the
 // fields your kernel reads; the tiling must keep every UB buffer 32-byte aligned
 // and within the SoC's UB (soc_spec.h, tiling_util.h). Generated by `{GENERATOR}`.
@@ -339,7 +456,7 @@ TILING_DATA_FIELD_DEF(uint32_t, dataType)     // KernelDType
 TILING_DATA_FIELD_DEF(uint32_t, reserved)     // keeps the struct a whole number of 8 bytes
 END_TILING_DATA_DEF;
 
-REGISTER_TILING_DATA_CLASS({_camel(o.name)}Custom, {data})
+REGISTER_TILING_DATA_CLASS({o.op_type}Custom, {data})
 
 }}  // namespace optiling
 
@@ -348,7 +465,7 @@ REGISTER_TILING_DATA_CLASS({_camel(o.name)}Custom, {data})
 
 namespace op_ext::ascend {{
 
-optiling::{data} Compute{_camel(o.name)}Tiling(uint64_t totalLength, uint32_t dtype, const SocSpec& soc);
+optiling::{data} Compute{o.op_type}Tiling(uint64_t totalLength, uint32_t dtype, const SocSpec& soc);
 
 }}  // namespace op_ext::ascend
 #endif
@@ -366,41 +483,49 @@ def tiling_source(o: OpProto) -> str:
 
 namespace op_ext::ascend {{
 
-optiling::{_camel(o.name)}CustomTilingData Compute{_camel(o.name)}Tiling(uint64_t totalLength, uint32_t dtype,
+optiling::{o.op_type}CustomTilingData Compute{o.op_type}Tiling(uint64_t totalLength, uint32_t dtype,
                                                                    const SocSpec& soc) {{
   (void)totalLength;
   (void)dtype;
   (void)soc;
-  throw TilingError("{_camel(o.name)}Custom: the tiling is not implemented yet: fill in {file}");
+  throw TilingError("{o.op_type}Custom: the tiling is not implemented yet: fill in {file}");
 }}
 
 }}  // namespace op_ext::ascend
 """
 
 
+_ACLNN_ATTR = {"int": "int64_t", "float": "double", "bool": "bool", "str": "char*", "SymInt[]": "const aclIntArray*"}
+
+
+def _aclnn_arg_name(o: OpProto, name: str) -> str:
+    """The parameter's name in the aclnn entry, with CANN's suffixes: Optional for
+    an optional input, Out for an output."""
+    if any(t.name == name and t.optional for t in o.inputs):
+        return name + "Optional"
+    if any(t.name == name for t in o.outputs):
+        return name + "Out"
+    return name
+
+
 def _aclnn_params(o: OpProto) -> str:
+    """In CANN's order (_cpp_gen.aclnn_order: inputs, attributes, outputs), which
+    the build's callers of the entry (the simulator binding, the npu glue) use."""
+    attrs = {a.name: a for a in o.attrs}
     params = []
-    for name in o.arg_order:
-        tensor = next((t for t in o.inputs if t.name == name), None)
-        if tensor is not None:
-            params.append(f"const aclTensor* {name}{'Optional' if tensor.optional else ''}")
-            continue
-        attr = next(a for a in o.attrs if a.name == name)
-        params.append({"int": "int64_t", "float": "double", "bool": "bool", "str": "const char*",
-                       "SymInt[]": "const aclIntArray*"}[attr.schema_type] + f" {name}")
-    params += [f"const aclTensor* {n}" for n in _aclnn_outputs(o)]
+    for name in aclnn_order(o):
+        if name in attrs:
+            params.append(f"{_ACLNN_ATTR[attrs[name].schema_type]} {name}")
+        else:
+            params.append(f"const aclTensor* {_aclnn_arg_name(o, name)}")
     return ", ".join(params)
 
 
-def _aclnn_outputs(o: OpProto) -> list[str]:
-    return ["out"] if len(o.outputs) == 1 else [t.name + "Out" for t in o.outputs]
-
-
 def aclnn_header(o: OpProto) -> str:
-    guard = f"OP_EXT_ACLNN_{o.name.upper()}_CUSTOM_H_"
+    guard = f"OP_EXT_ACLNN_{_kernel_name(o).upper()}_H_"
     return f"""// aclnn entry points of {o.op_type}Custom ({o.name}), in the two-phase form CANN
-// generates: inputs and attributes in the torch order, then outputs, workspace
-// size and executor. Generated by `{GENERATOR}`.
+// generates: the inputs, the attributes, the outputs (each in the prototype's
+// order), then workspace size and executor. Generated by `{GENERATOR}`.
 #ifndef {guard}
 #define {guard}
 
@@ -425,12 +550,7 @@ aclnnStatus {_aclnn_name(o)}(void* workspace, uint64_t workspaceSize, aclOpExecu
 
 def aclnn_source(o: OpProto) -> str:
     file = f"op_extension/csrc/host/aclnn/aclnn_{_kernel_name(o)}.cpp"
-    names = []
-    for n in list(o.arg_order):
-        optional = any(t.name == n and t.optional for t in o.inputs)
-        names.append(n + ("Optional" if optional else ""))
-    names += _aclnn_outputs(o)
-    unused = " ".join(f"(void){n};" for n in names)
+    unused = " ".join(f"(void){_aclnn_arg_name(o, n)};" for n in aclnn_order(o))
     return f"""// {_aclnn_name(o)}: {o.op_type} on the NPU. Generated by `{GENERATOR}`.
 #include "aclnn_{_kernel_name(o)}.h"
 
@@ -442,16 +562,16 @@ extern "C" aclnnStatus {_aclnn_name(o)}GetWorkspaceSize({_aclnn_params(o)},
     uint64_t* workspaceSize, aclOpExecutor** executor) {{
   using namespace op_ext::aclnn;
   {unused}
-  return PrepareLaunch("{_camel(o.name)}Custom", workspaceSize, executor, [&]() -> LaunchPlan {{
+  return PrepareLaunch("{o.op_type}Custom", workspaceSize, executor, [&]() -> LaunchPlan {{
     // Check the arguments (DescribeTensor, CheckSameShape ...), tile, and launch
     // {_kernel_name(o)} as aclnn_add_custom.cpp does.
-    throw ArgError(ACLNN_ERR_INNER, "{_camel(o.name)}Custom: not implemented yet: fill in {file}");
+    throw ArgError(ACLNN_ERR_INNER, "{o.op_type}Custom: not implemented yet: fill in {file}");
   }});
 }}
 
 extern "C" aclnnStatus {_aclnn_name(o)}(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                         aclrtStream stream) {{
-  return op_ext::aclnn::RunLaunch("{_camel(o.name)}Custom", workspace, workspaceSize, executor, stream);
+  return op_ext::aclnn::RunLaunch("{o.op_type}Custom", workspace, workspaceSize, executor, stream);
 }}
 """
 
@@ -690,6 +810,7 @@ def plan(proto_path: Path) -> list[Planned]:
         Planned(csrc / "kernel/cuda" / f"{n}.cuh", cuda_header(p, backward)),
         Planned(csrc / "kernel/cuda" / f"{n}.cu", cuda_source(p, backward)),
         Planned(csrc / "torch_ext/ops" / f"{n}.h", glue_header(p, backward)),
+        Planned(csrc / "torch_ext/npu/ops" / f"{n}.cpp", npu_glue_source(p, backward)),
     ]
     for o in [p] + ([backward] if backward else []):
         k = _kernel_name(o)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks that the torch_npu glue compiles, on a machine without torch_npu or CANN:
-# each of op_extension/csrc/torch_ext/npu/*.cpp (or the files given as arguments)
+# each of op_extension/csrc/torch_ext/npu/*.cpp, npu/ops/*.cpp and the generated
+# op_ext_npu_registration.cpp (or the files given as arguments)
 # is compiled (g++ -c -O0; -fsyntax-only would miss the next point) against the
 # installed torch's headers and the headers inside the torch_npu wheel made for
 # that torch version; then every torch_npu symbol the object needs (c10_npu::,
@@ -21,6 +22,7 @@
 # not a pass. OP_EXT_SKIP_NPU_GLUE_CHECK=1 skips the check and says so.
 #
 #   PY=.venv/bin/python   the interpreter whose torch the glue is checked against
+#   OP_EXT_SOURCE_ROOT=.  the source tree to check
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,21 +32,31 @@ if [ "${OP_EXT_SKIP_NPU_GLUE_CHECK:-0}" = "1" ]; then
 fi
 
 PY=${PY:-.venv/bin/python}
+# The source tree whose glue is checked (default: this one); the tests point it
+# at a copy with a scaffolded op added.
+SOURCE_ROOT=${OP_EXT_SOURCE_ROOT:-.}
 CXX=${CXX:-g++}
 CACHE_DIR=${OP_EXT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/op_extension}
 STAND_INS=scripts/npu_glue_check/include
 
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# What setup.py generates from the prototypes (schemas, handles, every op's glue,
+# the npu registration; op_extension/_cpp_gen.py imports only the standard library).
+mkdir -p "$tmp/generated"
+"$PY" op_extension/_cpp_gen.py "$tmp/generated" "$SOURCE_ROOT"
+
 if [ "$#" -gt 0 ]; then
   sources=("$@")
 else
-  sources=(op_extension/csrc/torch_ext/npu/*.cpp)
+  # The shared glue, every op's glue, and the registration derived from the prototypes.
+  sources=("$SOURCE_ROOT"/op_extension/csrc/torch_ext/npu/*.cpp "$SOURCE_ROOT"/op_extension/csrc/torch_ext/npu/ops/*.cpp
+           "$tmp/generated/op_ext_npu_registration.cpp")
 fi
 for src in "${sources[@]}"; do
   [ -f "$src" ] || { echo "npu glue check: no such source: $src" >&2; exit 1; }
 done
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 torch_version=$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')
 marker="$CACHE_DIR/torch_npu/for-torch-$torch_version"
@@ -109,11 +121,6 @@ fi
 npu_include="$CACHE_DIR/torch_npu/$(cat "$marker")/include"
 npu_exports="$CACHE_DIR/torch_npu/$(cat "$marker")/libtorch_npu.exports"
 
-# What setup.py generates from the prototypes (schemas, handles, every op's glue;
-# op_extension/_cpp_gen.py imports only the standard library).
-mkdir -p "$tmp/generated"
-"$PY" op_extension/_cpp_gen.py "$tmp/generated"
-
 # torch's include paths and the C++ standard its BuildExtension compiles with.
 mapfile -t torch_flags < <("$PY" - <<'EOF'
 import inspect
@@ -138,7 +145,7 @@ flags=(
   -isystem "$npu_include/third_party/hccl/inc"
   -isystem "$STAND_INS"
   -I "$tmp/generated"
-  -I op_extension/csrc/host/aclnn
+  -I "$SOURCE_ROOT/op_extension/csrc/host/aclnn"
   -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=_C -DOP_EXT_WITH_NPU=1
 )
 

@@ -130,7 +130,9 @@ def test_no_pinned_allocation_or_event_per_launch_after_warm_up():
     # from torch_npu's caching allocator); the entry points allocate nothing.
     assert d["aclrtMalloc"] == calls and d["aclrtFree"] == calls
     # One event record per 64 KiB staging segment, not per call (TilingData of 2 launches: 128 bytes).
-    assert 0 < d["aclrtRecordEvent"] <= calls * 128 // (64 * 1024) + 1
+    # The earlier tests of the process leave the ring anywhere in a segment, so the
+    # 300 calls may cross one boundary more than their bytes alone would.
+    assert 0 < d["aclrtRecordEvent"] <= calls * 128 // (64 * 1024) + 2
     assert d["aclrtSynchronizeEvent"] <= d["aclrtRecordEvent"]
 
 

@@ -1,5 +1,5 @@
 """The Ascend NPU path of rotary_embedding and rotary_embedding_backward
-(RotaryEmbeddingCustom, RotaryEmbeddingBackwardCustom) on the CPU simulator.
+(RotaryEmbeddingCustom, RotaryEmbeddingGradCustom) on the CPU simulator.
 
 Reference: Hugging Face's apply_rotary_pos_emb in float64 --
 q * cos.unsqueeze(d) + rotate_half(q) * sin.unsqueeze(d) -- rounded to the dtype,
@@ -153,7 +153,7 @@ def test_bad_arguments_are_refused_with_the_op_name(what, message):
 
 def test_backward_refuses_with_its_own_name():
     q, k, cos, sin = make_inputs(2, 4, 2, 1, 64, 1, 1, torch.float32)
-    with pytest.raises(RuntimeError, match="RotaryEmbeddingBackwardCustom: unsqueeze_dim 3"):
+    with pytest.raises(RuntimeError, match="RotaryEmbeddingGradCustom: unsqueeze_dim 3"):
         ascend_sim.run_backward("rotary_embedding", q, k, cos, sin, 3)
 
 

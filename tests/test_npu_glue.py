@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,12 +27,14 @@ import torch
 import op_cases
 from cache_dirs import op_ext_cache_dir  # tests/ is on sys.path (conftest.py)
 from op_cases import FORWARD_OPS
+from op_extension import _cpp_gen as cpp_gen
 from op_extension._fake import PROTOS
+from op_extension._protos import load_protos
 from reference import CustomOpCalls
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK_SCRIPT = ROOT / "scripts" / "check_npu_glue.sh"
-NPU_OPS = ROOT / "op_extension" / "csrc" / "torch_ext" / "npu" / "npu_ops.cpp"
+NPU_GLUE = ROOT / "op_extension" / "csrc" / "torch_ext" / "npu"
 spec = importlib.util.spec_from_file_location("_npu_build", ROOT / "cmake" / "ascend" / "npu_build.py")
 npu_build = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(npu_build)
@@ -74,8 +78,9 @@ def test_npu_glue_compiles_from_cache_without_network():
     result = _run_check(_offline_env())
     assert result.returncode == 0, result.stdout + result.stderr
     assert "(cached)" in result.stdout
-    for source in sorted((ROOT / "op_extension" / "csrc" / "torch_ext" / "npu").glob("*.cpp")):
+    for source in sorted(NPU_GLUE.glob("*.cpp")) + sorted((NPU_GLUE / "ops").glob("*.cpp")):
         assert f"{source.relative_to(ROOT).as_posix()} compiles" in result.stdout
+    assert "op_ext_npu_registration.cpp compiles" in result.stdout
 
 
 @needs_cached_headers
@@ -83,7 +88,7 @@ def test_compile_check_rejects_glue_that_breaks_the_aclnn_contract(tmp_path):
     # One argument short of aclnnGeluCustomGetWorkspaceSize: the check must see it.
     broken = tmp_path / "broken_glue.cpp"
     broken.write_text(
-        f'#include "{(NPU_OPS.parent / "aclnn_call.h").as_posix()}"\n'
+        f'#include "{(NPU_GLUE / "aclnn_call.h").as_posix()}"\n'
         '#include "aclnn_gelu_custom.h"\n'
         "aclnnStatus call(const aclTensor* x, const aclTensor* out, uint64_t* size, aclOpExecutor** ex) {\n"
         "  return aclnnGeluCustomGetWorkspaceSize(x, out, size, ex);\n"
@@ -93,6 +98,33 @@ def test_compile_check_rejects_glue_that_breaks_the_aclnn_contract(tmp_path):
     assert result.returncode != 0
     assert "aclnnGeluCustomGetWorkspaceSize" in result.stderr
     assert f"FAILED: {broken} does not compile" in result.stderr
+
+
+@needs_cached_headers
+def test_scaffolded_npu_glue_compiles_with_its_registration(tmp_path):
+    """A new op's npu glue, as the scaffold writes it, and the registration the
+    build derives with it compile against torch_npu: the glue needs no edit to
+    build (its aclnn entries say what to fill in when called)."""
+    from test_scaffold import DEMO  # the scaffold tests' demo op
+
+    from op_extension import scaffold
+
+    shutil.copytree(ROOT / "op_protos", tmp_path / "op_protos")
+    shutil.copytree(ROOT / "op_extension" / "csrc", tmp_path / "op_extension" / "csrc",
+                    ignore=shutil.ignore_patterns("*.o", "*.so"))
+    (tmp_path / "op_protos" / "scale_shift.json").write_text(json.dumps(DEMO))
+    scaffold.scaffold(tmp_path / "op_protos" / "scale_shift.json", tmp_path)
+    glue = tmp_path / "op_extension/csrc/torch_ext/npu/ops/scale_shift.cpp"
+    result = _run_check(_offline_env(OP_EXT_SOURCE_ROOT=str(tmp_path)), str(glue))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{glue} compiles" in result.stdout
+    generated = tmp_path / "generated"
+    subprocess.run([sys.executable, str(ROOT / "op_extension" / "_cpp_gen.py"), str(generated), str(tmp_path)],
+                   check=True, timeout=60)
+    registration = generated / cpp_gen.NPU_REGISTRATION
+    assert 'm.impl("scale_shift", &scale_shift_npu);' in registration.read_text()
+    result = _run_check(_offline_env(OP_EXT_SOURCE_ROOT=str(tmp_path)), str(registration))
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 @needs_cached_headers
@@ -129,15 +161,35 @@ def test_compile_check_skips_only_when_told(tmp_path):
 # ---- registrations ----------------------------------------------------------------
 
 def _privateuse1_registrations() -> set[str]:
-    """Op names npu_ops.cpp registers in its TORCH_LIBRARY_IMPL(custom, PrivateUse1) block,
-    by m.impl("name", ...) or through the list of CPU-fallback ops."""
-    source = NPU_OPS.read_text()
+    """Op names the generated op_ext_npu_registration.cpp registers in its
+    TORCH_LIBRARY_IMPL(custom, PrivateUse1) block."""
+    source = cpp_gen.generate_npu_registration(load_protos(), ROOT / "op_extension" / "csrc")
     block = source[source.index("TORCH_LIBRARY_IMPL(custom, PrivateUse1, m)"):]
-    return set(re.findall(r'"([a-z_]+)"', block))
+    return set(re.findall(r'm\.impl\("([a-z_]+)"', block))
 
 
 def test_every_op_and_backward_op_is_registered_for_npu():
     assert _privateuse1_registrations() == set(OP_NAMES)
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_every_op_has_its_npu_function_in_its_forward_ops_file(op):
+    # The registration declares op_ext::npu::<op>_npu; the forward op's own file
+    # defines it (a missing one fails to link in tests/test_npu_sim_device.py).
+    proto = load_protos()[op]
+    tree = proto.path.parent.parent  # the source tree of the prototype (a scaffold test's too)
+    source = (tree / NPU_GLUE.relative_to(ROOT) / "ops" / f"{proto.backward_of or op}.cpp").read_text()
+    assert re.search(rf"\b{op}_npu\(", source), f"{op}_npu is not defined in npu/ops/{proto.backward_of or op}.cpp"
+
+
+def test_a_forward_op_without_its_npu_file_is_a_build_error(tmp_path):
+    protos = load_protos()
+    csrc = tmp_path / "csrc"
+    (csrc / "torch_ext" / "npu" / "ops").mkdir(parents=True)
+    for name in ("add", "gelu"):
+        (csrc / "torch_ext" / "npu" / "ops" / f"{name}.cpp").write_text("")
+    with pytest.raises(FileNotFoundError, match=r"geglu has no npu glue .*npu/ops/geglu.cpp .*scaffold"):
+        cpp_gen.generate_npu_registration({n: protos[n] for n in ("add", "gelu", "geglu")}, csrc)
 
 
 def _dispatch_line(op: str, key: str) -> str:

@@ -26,6 +26,8 @@ piece (module attribute)   collected by                        default (absent m
                            path's handler), ``ops``            forward-mode tangent are refused by the op
 ``VMAP = {op: rule}``      ``_transforms`` (on the dispatcher) functorch's fallback
 ``SIMULATOR_ARGS``         ``cuda_sim.run``/``ascend_sim.run`` the arguments as bound from the schema
+``NPU_GLUE_ARGS``          ``ascend_sim.run`` (after           the arguments as they are: each tensor made
+                           ``SIMULATOR_ARGS``)                 contiguous, outputs by the shape rules
 =========================  ==================================  =============================================
 
 ``op`` keys are the op's own name and its backward op's. ``TOLERANCES`` is
@@ -36,7 +38,11 @@ that is not one of the module's ops is refused when the module is collected. ``T
 vmap rule); its ``apply`` takes the arguments of the prototype's order. A
 ``SIMULATOR_ARGS`` entry maps the arguments of a simulator call, bound by name
 with defaults, to what the simulated kernel takes (e.g. a default that the
-binding cannot express).
+binding cannot express). ``NPU_GLUE_ARGS`` does to the arguments, for
+``ascend_sim.run``, what the op's npu glue (csrc/torch_ext/npu/ops/<name>.cpp) does
+before its aclnn call beyond what the prototype says (add materialises a
+broadcast, softmax passes a 0-dim tensor as [1]): the simulator's binding itself
+is derived from the prototype.
 
 These modules import the shared toolkit (``_fake``'s checks, ``_transforms``'
 vmap helpers, ``ops``' argument conversions, ``_reference``'s helpers), so they
@@ -59,8 +65,8 @@ __all__ = ["PIECES", "OpDefError", "forward_name", "module", "piece", "validate"
 # The module attributes an op module may define; an UPPER_CASE name close to one
 # (REFERENCE, TOLERANCE, ...) is refused, so that a misspelt piece is not
 # silently ignored.
-PIECES = ("FAKE", "REFERENCES", "TOLERANCES", "TRANSFORM", "VMAP", "SIMULATOR_ARGS")
-_KEYED = ("FAKE", "REFERENCES", "VMAP", "SIMULATOR_ARGS")
+PIECES = ("FAKE", "REFERENCES", "TOLERANCES", "TRANSFORM", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS")
+_KEYED = ("FAKE", "REFERENCES", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS")
 
 _loaded: dict[str, ModuleType | None] = {}
 

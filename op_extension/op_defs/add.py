@@ -162,4 +162,12 @@ def _number_other(args: dict) -> dict:
     return args
 
 
+def _materialised_broadcast(args: dict) -> dict:
+    # As the npu glue: AddCustom takes operands of the output's shape, so a
+    # broadcast operand is expanded (and made contiguous by the binding).
+    shape = torch.broadcast_shapes(args["input"].shape, args["other"].shape)
+    return dict(args, input=args["input"].expand(shape), other=args["other"].expand(shape))
+
+
 SIMULATOR_ARGS = {"add": _number_other}
+NPU_GLUE_ARGS = {"add": _materialised_broadcast}

@@ -96,3 +96,22 @@ TRANSFORM = _Softmax
 VMAP = {"softmax": _vmap_softmax("softmax", _custom.softmax.default),
         "softmax_backward": _vmap_softmax("softmax_backward", _custom.softmax_backward.default)}
 _softmax = traced(_custom.softmax.default, _Softmax.apply)
+
+
+# ---- the Ascend simulator -------------------------------------------------------------
+
+
+def _zero_dim_as_vector(*names: str):
+    """As the npu glue: a 0-dim tensor is softmaxed as the one-element vector it
+    holds (ascend_sim.run views the result back to the prototype's shape). `dim`
+    goes to aclnn as it is: aclnn wraps it, and for [1] accepts what torch does
+    for 0-dim."""
+
+    def convert(args: dict) -> dict:
+        return dict(args, **{n: args[n].reshape(1) for n in names if args[n].dim() == 0})
+
+    return convert
+
+
+NPU_GLUE_ARGS = {"softmax": _zero_dim_as_vector("input"),
+                 "softmax_backward": _zero_dim_as_vector("grad_output", "output")}

@@ -1,12 +1,12 @@
-"""The real npu glue (csrc/torch_ext/npu/*.cpp), run on a simulated npu device.
+"""The real npu glue (csrc/torch_ext/npu/*.cpp, npu/ops/*.cpp and the generated
+registration), run on a simulated npu device.
 
 Run by tests/test_npu_sim_device.py in a separate process, because it turns
 PrivateUse1 into a device named "npu" for the whole process. The glue is
 compiled with the test stand-ins of tests/npu_sim/include for the three
 torch_npu headers it uses, and linked with the Ascend C simulator's aclnn entry
 points, tilings and kernels (what `op_extension._ascend_sim` runs); the device
-itself is tests/npu_sim/sim_npu_device.cpp. Entry points not written yet fail
-as a missing operator would (missing_aclnn_entries.cpp).
+itself is tests/npu_sim/sim_npu_device.cpp.
 
 What this checks, that the compile check cannot: the glue passes the right
 tensors and attributes to each aclnn entry point (results equal those of
@@ -42,19 +42,7 @@ from test_ascend_sim import ascend_tolerance  # noqa: E402  (the Ascend kernels'
 # in the cache folder every test and script uses (tests/cache_dirs.py).
 BUILD_DIR = op_ext_cache_dir() / "npu_sim_device" / hashlib.sha1(str(ROOT).encode()).hexdigest()[:12]
 
-# aclnn file of each op and backward op (csrc/host/aclnn/aclnn_<name>_custom.cpp)
-ACLNN_FILE = {
-    "add": "add", "add_backward": "add_grad", "gelu": "gelu", "gelu_backward": "gelu_grad",
-    "rms_norm": "rms_norm", "rms_norm_backward": "rms_norm_grad", "fused_add_rms_norm": "fused_add_rms_norm",
-    "layer_norm": "layer_norm", "softmax": "softmax", "softmax_backward": "softmax_grad", "swiglu": "swiglu",
-    "swiglu_backward": "swiglu_grad", "geglu": "geglu", "geglu_backward": "geglu_grad",
-    "fused_add_rms_norm_backward": "fused_add_rms_norm_grad", "layer_norm_backward": "layer_norm_grad",
-}
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def has_aclnn(op: str) -> bool:
-    return (CSRC / "host" / "aclnn" / f"aclnn_{ACLNN_FILE[op]}_custom.cpp").exists()
 
 
 def _build() -> None:
@@ -67,8 +55,10 @@ def _build() -> None:
     generated = BUILD_DIR / "generated"
     cpp_gen.generate_all(generated, ROOT)  # rewrites only what changed
 
-    sources = [CSRC / "torch_ext" / "npu" / "npu_ops.cpp", CSRC / "torch_ext" / "npu" / "aclnn_call.cpp",
-               CSRC / "torch_ext" / "checks.cpp", HERE / "sim_npu_device.cpp", HERE / "missing_aclnn_entries.cpp"]
+    # The npu glue: the shared files, every op's file, and the registration the
+    # build derives from the prototypes.
+    sources = sorted((CSRC / "torch_ext" / "npu").glob("*.cpp")) + sorted((CSRC / "torch_ext" / "npu" / "ops").glob("*.cpp"))
+    sources += [generated / cpp_gen.NPU_REGISTRATION, CSRC / "torch_ext" / "checks.cpp", HERE / "sim_npu_device.cpp"]
     for folder in ("host/aclnn", "host/tiling", "kernel/ascendc"):
         sources += sorted((CSRC / folder).glob("*.cpp"))
     includes = [HERE / "include", CSRC / "ascendc_sim" / "include", CSRC / "host" / "aclnn",
@@ -166,11 +156,6 @@ def test_forward_ops_match_the_simulator_and_the_cpu(dtype):
     checked = set()
     for op, args in _forward_cases(dtype):
         npu_args = [npu(a) if isinstance(a, torch.Tensor) else a for a in args]
-        if not has_aclnn(op):  # not written yet: it must fail as a missing operator does
-            with pytest.raises(RuntimeError, match=rf"custom::{op}: aclnn\w+CustomGetWorkspaceSize failed "
-                                                   rf"with status \d+: aclnn\w+Custom is not implemented"):
-                getattr(torch.ops.custom, op)(*npu_args)
-            continue
         outs = _as_tuple(getattr(torch.ops.custom, op)(*npu_args))
         assert all(out.device.type == "npu" for out in outs)
         outs = tuple(out.cpu() for out in outs)
@@ -210,8 +195,6 @@ def _sim_backward_reference(op, args):
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
 def test_backward_ops_match_the_simulator_and_the_cpu(dtype):
     for op, args in _backward_cases(dtype):
-        if not has_aclnn(op):
-            continue
         npu_args = [npu(a) if isinstance(a, torch.Tensor) else a for a in args]
         outs = _as_tuple(getattr(torch.ops.custom, op)(*npu_args))
         assert all(out.device.type == "npu" for out in outs)
@@ -427,8 +410,6 @@ def _autograd_case(op, d, dtype):
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
 def test_autograd_on_npu(op, dtype):
     """Backward on npu tensors runs the npu backward op's Ascend kernel."""
-    if not has_aclnn(op):
-        pytest.skip(f"no aclnn entry point for custom::{op} yet")
     out, leaves = _autograd_case(op, lambda t: npu(t).detach(), dtype)
     grad_out = rand(*out.shape, dtype=dtype)
     out.backward(npu(grad_out))

@@ -1,19 +1,20 @@
 // op_extension._ascend_sim: runs the Ascend aclnn entry points, tilings and
 // Ascend C kernels on the CPU simulator, for CPU tensors.
 //
-// This file is the only one of the module that knows torch. For each op it does
-// exactly what the torch_npu glue does before calling aclnn -- and nothing the
-// kernels should do:
-//   * every tensor argument is made contiguous (.contiguous());
-//   * add: input and other are expanded to the broadcast shape and made
-//     contiguous (materialised), since AddCustom takes same-shape tensors;
-//   * outputs are allocated here (rms_norm_backward, fused_add_rms_norm_backward
-//     and layer_norm_backward without weight (bias) get an empty [0] grad_weight
-//     (grad_bias) and pass a null output for it);
-//   * rms_norm's and fused_add_rms_norm's eps=None is resolved by the Python
-//     wrapper (ascend_sim.py);
-//   * softmax and softmax_backward: a 0-dim input is passed as [1]; `dim` goes
-//     to aclnn unchanged (no transpose: the kernel handles any dim).
+// This file is the only one of the module that knows torch. Each op's entry,
+// _ascend_sim.<name>, is generated from its prototype (op_ext_ascend_sim_ops.h,
+// op_extension/_cpp_gen.py: generate_ascend_sim_ops) and does what the torch_npu
+// glue does around the aclnn call -- and nothing the kernels should do:
+//   * every tensor argument is made contiguous and put in simulated device
+//     memory (AclTensor);
+//   * outputs are allocated NaN-filled (Unwritten) by the prototype's shape
+//     rules; the gradient of an optional parameter the op ran without is an
+//     empty [0] tensor, passed to aclnn as a null output (ParamGrad);
+//   * the arguments go to aclnn<OpType>Custom in CANN's order: inputs, attrs,
+//     outputs.
+// What an op's glue does beyond that (add materialises a broadcast, softmax
+// passes a 0-dim tensor as [1], eps=None is resolved) is done by ascend_sim.py
+// with the op module's NPU_GLUE_ARGS and SIMULATOR_ARGS (op_extension/op_defs).
 // Then: aclCreateTensor over the CPU memory (the simulator registers it as
 // device memory), aclnn<Op>CustomGetWorkspaceSize, a workspace from aclrtMalloc,
 // aclnn<Op>Custom. A non-zero status raises RuntimeError with the op's message.
@@ -28,25 +29,7 @@
 
 #include "acl/acl.h"
 #include "aclnn/acl_meta.h"
-#include "aclnn_add_custom.h"
-#include "aclnn_add_grad_custom.h"
-#include "aclnn_fused_add_rms_norm_custom.h"
-#include "aclnn_fused_add_rms_norm_grad_custom.h"
-#include "aclnn_gelu_custom.h"
-#include "aclnn_gelu_grad_custom.h"
-#include "aclnn_layer_norm_custom.h"
-#include "aclnn_layer_norm_grad_custom.h"
-#include "aclnn_geglu_custom.h"
-#include "aclnn_geglu_grad_custom.h"
 #include "aclnn_op_ext_error.h"
-#include "aclnn_rms_norm_custom.h"
-#include "aclnn_rms_norm_grad_custom.h"
-#include "aclnn_rotary_embedding_backward_custom.h"
-#include "aclnn_rotary_embedding_custom.h"
-#include "aclnn_softmax_custom.h"
-#include "aclnn_softmax_grad_custom.h"
-#include "aclnn_swiglu_custom.h"
-#include "aclnn_swiglu_grad_custom.h"
 #include "ascendc_sim/core.h"
 #include "soc_spec.h"
 #include "tiling_util.h"
@@ -217,185 +200,6 @@ Tensor Unwritten(at::IntArrayRef shape, const at::TensorOptions& options) {
   return DeviceEmpty(shape, options).fill_(std::numeric_limits<double>::quiet_NaN());
 }
 
-Tensor Add(const Tensor& input, const Tensor& other, double alpha) {
-  const auto shape = at::infer_size(input.sizes(), other.sizes());
-  const Tensor x = input.expand(shape).contiguous();
-  const Tensor y = other.expand(shape).contiguous();
-  Tensor out = Unwritten(shape, input.options());
-  AclTensor ax(x), ay(y), aout(out);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnAddCustomGetWorkspaceSize(ax.get(), ay.get(), alpha, aout.get(), ws, ex); },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnAddCustom(w, n, ex, nullptr); });
-  return out;
-}
-
-Tensor AddBackward(const Tensor& gradOutput, const std::vector<int64_t>& inputSize, double alpha) {
-  const Tensor g = gradOutput.contiguous();
-  Tensor out = Unwritten(inputSize, gradOutput.options());
-  AclTensor ag(g), aout(out);
-  AclIntArray size(inputSize);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnAddGradCustomGetWorkspaceSize(ag.get(), size.get(), alpha, aout.get(), ws, ex); },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnAddGradCustom(w, n, ex, nullptr); });
-  return out;
-}
-
-Tensor Gelu(const Tensor& input, const std::string& approximate) {
-  const Tensor x = input.contiguous();
-  Tensor out = Unwritten(x.sizes(), x.options());
-  AclTensor ax(x), aout(out);
-  std::string approx = approximate;
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnGeluCustomGetWorkspaceSize(ax.get(), approx.data(), aout.get(), ws, ex); },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnGeluCustom(w, n, ex, nullptr); });
-  return out;
-}
-
-Tensor GeluBackward(const Tensor& gradOutput, const Tensor& input, const std::string& approximate) {
-  const Tensor g = gradOutput.contiguous();
-  const Tensor x = input.contiguous();
-  Tensor out = Unwritten(x.sizes(), x.options());
-  AclTensor ag(g), ax(x), aout(out);
-  std::string approx = approximate;
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnGeluGradCustomGetWorkspaceSize(ag.get(), ax.get(), approx.data(), aout.get(), ws, ex); },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnGeluGradCustom(w, n, ex, nullptr); });
-  return out;
-}
-
-Tensor RmsNorm(const Tensor& input, const std::vector<int64_t>& normalizedShape, const std::optional<Tensor>& weight,
-               double eps) {
-  const Tensor x = input.contiguous();
-  std::optional<Tensor> w;
-  if (weight.has_value() && weight->defined()) w = weight->contiguous();
-  Tensor out = Unwritten(x.sizes(), x.options());
-  AclTensor ax(x), aw(w), aout(out);
-  AclIntArray shape(normalizedShape);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnRmsNormCustomGetWorkspaceSize(ax.get(), aw.get(), shape.get(), eps, aout.get(), ws, ex); },
-            [&](void* wsp, uint64_t n, aclOpExecutor* ex) { return aclnnRmsNormCustom(wsp, n, ex, nullptr); });
-  return out;
-}
-
-std::tuple<Tensor, Tensor> RmsNormBackward(const Tensor& gradOutput, const Tensor& input,
-                                           const std::vector<int64_t>& normalizedShape,
-                                           const std::optional<Tensor>& weight, double eps) {
-  const Tensor g = gradOutput.contiguous();
-  const Tensor x = input.contiguous();
-  std::optional<Tensor> w;
-  if (weight.has_value() && weight->defined()) w = weight->contiguous();
-  Tensor dx = Unwritten(x.sizes(), x.options());
-  Tensor dw = w.has_value() ? Unwritten(w->sizes(), x.options()) : Unwritten({0}, x.options());
-  std::optional<Tensor> dwArg;
-  if (w.has_value()) dwArg = dw;
-  AclTensor ag(g), ax(x), aw(w), adx(dx), adw(dwArg);
-  AclIntArray shape(normalizedShape);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
-              return aclnnRmsNormGradCustomGetWorkspaceSize(ag.get(), ax.get(), aw.get(), shape.get(), eps, adx.get(),
-                                                            adw.get(), ws, ex);
-            },
-            [&](void* wsp, uint64_t n, aclOpExecutor* ex) { return aclnnRmsNormGradCustom(wsp, n, ex, nullptr); });
-  return {dx, dw};
-}
-
-std::tuple<Tensor, Tensor> RotaryEmbedding(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin,
-                                           int64_t unsqueezeDim) {
-  const Tensor qc = q.contiguous(), kc = k.contiguous(), cc = cos.contiguous(), sc = sin.contiguous();
-  Tensor qOut = Unwritten(qc.sizes(), qc.options());
-  Tensor kOut = Unwritten(kc.sizes(), kc.options());
-  AclTensor aq(qc), ak(kc), ac(cc), as(sc), aqo(qOut), ako(kOut);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
-              return aclnnRotaryEmbeddingCustomGetWorkspaceSize(aq.get(), ak.get(), ac.get(), as.get(), unsqueezeDim,
-                                                                aqo.get(), ako.get(), ws, ex);
-            },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnRotaryEmbeddingCustom(w, n, ex, nullptr); });
-  return {qOut, kOut};
-}
-
-std::tuple<Tensor, Tensor> RotaryEmbeddingBackward(const Tensor& gradQEmbed, const Tensor& gradKEmbed,
-                                                   const Tensor& cos, const Tensor& sin, int64_t unsqueezeDim) {
-  const Tensor gq = gradQEmbed.contiguous(), gk = gradKEmbed.contiguous(), cc = cos.contiguous(),
-               sc = sin.contiguous();
-  Tensor dq = Unwritten(gq.sizes(), gq.options());
-  Tensor dk = Unwritten(gk.sizes(), gk.options());
-  AclTensor agq(gq), agk(gk), ac(cc), as(sc), adq(dq), adk(dk);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
-              return aclnnRotaryEmbeddingBackwardCustomGetWorkspaceSize(agq.get(), agk.get(), ac.get(), as.get(),
-                                                                        unsqueezeDim, adq.get(), adk.get(), ws, ex);
-            },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) {
-              return aclnnRotaryEmbeddingBackwardCustom(w, n, ex, nullptr);
-            });
-  return {dq, dk};
-}
-
-Tensor SwiGlu(const Tensor& gate, const Tensor& up) {
-  const Tensor g = gate.contiguous();
-  const Tensor u = up.contiguous();
-  Tensor out = Unwritten(g.sizes(), g.options());
-  AclTensor ag(g), au(u), aout(out);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnSwiGluCustomGetWorkspaceSize(ag.get(), au.get(), aout.get(), ws, ex); },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnSwiGluCustom(w, n, ex, nullptr); });
-  return out;
-}
-
-Tensor GeGlu(const Tensor& gate, const Tensor& up, const std::string& approximate) {
-  const Tensor g = gate.contiguous();
-  const Tensor u = up.contiguous();
-  Tensor out = Unwritten(g.sizes(), g.options());
-  AclTensor ag(g), au(u), aout(out);
-  std::string approx = approximate;
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnGeGluCustomGetWorkspaceSize(ag.get(), au.get(), approx.data(), aout.get(), ws, ex); },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnGeGluCustom(w, n, ex, nullptr); });
-  return out;
-}
-
-std::tuple<Tensor, Tensor> SwiGluBackward(const Tensor& gradOutput, const Tensor& gate, const Tensor& up) {
-  const Tensor dy = gradOutput.contiguous();
-  const Tensor g = gate.contiguous();
-  const Tensor u = up.contiguous();
-  Tensor gradGate = Unwritten(g.sizes(), g.options());
-  Tensor gradUp = Unwritten(g.sizes(), g.options());
-  AclTensor ady(dy), ag(g), au(u), adg(gradGate), adu(gradUp);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
-              return aclnnSwiGluGradCustomGetWorkspaceSize(ady.get(), ag.get(), au.get(), adg.get(), adu.get(), ws,
-                                                           ex);
-            },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnSwiGluGradCustom(w, n, ex, nullptr); });
-  return {gradGate, gradUp};
-}
-
-std::tuple<Tensor, Tensor> GeGluBackward(const Tensor& gradOutput, const Tensor& gate, const Tensor& up,
-                                         const std::string& approximate) {
-  const Tensor dy = gradOutput.contiguous();
-  const Tensor g = gate.contiguous();
-  const Tensor u = up.contiguous();
-  Tensor gradGate = Unwritten(g.sizes(), g.options());
-  Tensor gradUp = Unwritten(g.sizes(), g.options());
-  AclTensor ady(dy), ag(g), au(u), adg(gradGate), adu(gradUp);
-  std::string approx = approximate;
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
-              return aclnnGeGluGradCustomGetWorkspaceSize(ady.get(), ag.get(), au.get(), approx.data(), adg.get(),
-                                                          adu.get(), ws, ex);
-            },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnGeGluGradCustom(w, n, ex, nullptr); });
-  return {gradGate, gradUp};
-}
-
-std::tuple<Tensor, Tensor> FusedAddRmsNorm(const Tensor& input, const Tensor& residual,
-                                           const std::vector<int64_t>& normalizedShape,
-                                           const std::optional<Tensor>& weight, double eps) {
-  const Tensor x = input.contiguous();
-  const Tensor r = residual.contiguous();
-  std::optional<Tensor> w;
-  if (weight.has_value() && weight->defined()) w = weight->contiguous();
-  Tensor out = Unwritten(x.sizes(), x.options());
-  Tensor residualOut = Unwritten(x.sizes(), x.options());
-  AclTensor ax(x), ar(r), aw(w), aout(out), az(residualOut);
-  AclIntArray shape(normalizedShape);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
-              return aclnnFusedAddRmsNormCustomGetWorkspaceSize(ax.get(), ar.get(), aw.get(), shape.get(), eps,
-                                                                aout.get(), az.get(), ws, ex);
-            },
-            [&](void* wsp, uint64_t n, aclOpExecutor* ex) { return aclnnFusedAddRmsNormCustom(wsp, n, ex, nullptr); });
-  return {out, residualOut};
-}
-
 std::optional<Tensor> ContiguousOrNone(const std::optional<Tensor>& t) {
   if (t.has_value() && t->defined()) return t->contiguous();
   return std::nullopt;
@@ -409,92 +213,13 @@ std::pair<Tensor, std::optional<Tensor>> ParamGrad(const std::optional<Tensor>& 
   return {grad, grad};
 }
 
-std::tuple<Tensor, Tensor> FusedAddRmsNormBackward(const Tensor& gradOutput,
-                                                   const std::optional<Tensor>& gradResidualOut,
-                                                   const Tensor& residualOut,
-                                                   const std::vector<int64_t>& normalizedShape,
-                                                   const std::optional<Tensor>& weight, double eps) {
-  const Tensor g = gradOutput.contiguous();
-  const Tensor z = residualOut.contiguous();
-  const std::optional<Tensor> gr = ContiguousOrNone(gradResidualOut);
-  const std::optional<Tensor> w = ContiguousOrNone(weight);
-  Tensor dx = Unwritten(z.sizes(), z.options());
-  auto [dw, dwArg] = ParamGrad(w, z);
-  AclTensor ag(g), agr(gr), az(z), aw(w), adx(dx), adw(dwArg);
-  AclIntArray shape(normalizedShape);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
-              return aclnnFusedAddRmsNormGradCustomGetWorkspaceSize(ag.get(), agr.get(), az.get(), aw.get(),
-                                                                    shape.get(), eps, adx.get(), adw.get(), ws, ex);
-            },
-            [&](void* wsp, uint64_t n, aclOpExecutor* ex) {
-              return aclnnFusedAddRmsNormGradCustom(wsp, n, ex, nullptr);
-            });
-  return {dx, dw};
-}
+}  // namespace
 
-std::tuple<Tensor, Tensor, Tensor> LayerNormBackward(const Tensor& gradOutput, const Tensor& input,
-                                                     const std::vector<int64_t>& normalizedShape,
-                                                     const std::optional<Tensor>& weight,
-                                                     const std::optional<Tensor>& bias, double eps) {
-  const Tensor g = gradOutput.contiguous();
-  const Tensor x = input.contiguous();
-  const std::optional<Tensor> w = ContiguousOrNone(weight);
-  const std::optional<Tensor> b = ContiguousOrNone(bias);
-  Tensor dx = Unwritten(x.sizes(), x.options());
-  auto [dw, dwArg] = ParamGrad(w, x);
-  auto [db, dbArg] = ParamGrad(b, x);
-  AclTensor ag(g), ax(x), aw(w), ab(b), adx(dx), adw(dwArg), adb(dbArg);
-  AclIntArray shape(normalizedShape);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
-              return aclnnLayerNormGradCustomGetWorkspaceSize(ag.get(), ax.get(), aw.get(), ab.get(), shape.get(),
-                                                              eps, adx.get(), adw.get(), adb.get(), ws, ex);
-            },
-            [&](void* wsp, uint64_t n, aclOpExecutor* ex) { return aclnnLayerNormGradCustom(wsp, n, ex, nullptr); });
-  return {dx, dw, db};
-}
+// One entry per op, derived from its prototype at build time (sim_<name> and
+// register_sim_ops; op_extension/_cpp_gen.py, generate_ascend_sim_ops).
+#include "op_ext_ascend_sim_ops.h"
 
-Tensor LayerNorm(const Tensor& input, const std::vector<int64_t>& normalizedShape, const std::optional<Tensor>& weight,
-                 const std::optional<Tensor>& bias, double eps) {
-  const Tensor x = input.contiguous();
-  std::optional<Tensor> w, b;
-  if (weight.has_value() && weight->defined()) w = weight->contiguous();
-  if (bias.has_value() && bias->defined()) b = bias->contiguous();
-  Tensor out = Unwritten(x.sizes(), x.options());
-  AclTensor ax(x), aw(w), ab(b), aout(out);
-  AclIntArray shape(normalizedShape);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
-              return aclnnLayerNormCustomGetWorkspaceSize(ax.get(), aw.get(), ab.get(), shape.get(), eps, aout.get(),
-                                                          ws, ex);
-            },
-            [&](void* wsp, uint64_t n, aclOpExecutor* ex) { return aclnnLayerNormCustom(wsp, n, ex, nullptr); });
-  return out;
-}
-
-// As the torch_npu glue: a 0-dim input is softmaxed as the one-element vector it
-// holds; the contiguous input goes to aclnn as it is (the kernel handles any
-// dim, nothing is transposed). `dim` is passed unwrapped: aclnn wraps a negative
-// dim and rejects one out of range (for 0-dim input, [1] accepts what torch does).
-Tensor Softmax(const Tensor& input, int64_t dim) {
-  const Tensor x = (input.dim() == 0 ? input.reshape({1}) : input).contiguous();
-  Tensor out = Unwritten(x.sizes(), x.options());
-  AclTensor ax(x), aout(out);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) { return aclnnSoftmaxCustomGetWorkspaceSize(ax.get(), dim, aout.get(), ws, ex); },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnSoftmaxCustom(w, n, ex, nullptr); });
-  return out.view(input.sizes());
-}
-
-// As the torch_npu glue: 0-dim tensors as [1], `dim` passed unwrapped (see Softmax).
-Tensor SoftmaxBackward(const Tensor& gradOutput, const Tensor& output, int64_t dim) {
-  const Tensor dy = (gradOutput.dim() == 0 ? gradOutput.reshape({1}) : gradOutput).contiguous();
-  const Tensor y = (output.dim() == 0 ? output.reshape({1}) : output).contiguous();
-  Tensor out = Unwritten(y.sizes(), y.options());
-  AclTensor ady(dy), ay(y), aout(out);
-  CallAclnn([&](uint64_t* ws, aclOpExecutor** ex) {
-              return aclnnSoftmaxGradCustomGetWorkspaceSize(ady.get(), ay.get(), dim, aout.get(), ws, ex);
-            },
-            [&](void* w, uint64_t n, aclOpExecutor* ex) { return aclnnSoftmaxGradCustom(w, n, ex, nullptr); });
-  return out.view(output.sizes());
-}
+namespace {
 
 // Every TilingData the op's tiling function produces for these shapes, as dicts.
 pybind11::list Tiling(const std::string& op, const std::vector<std::vector<int64_t>>& shapes,
@@ -595,24 +320,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("runtime_counters", &RuntimeCounters);
   m.def("current_soc", &CurrentSoc);
   m.def("unsupported_soc_message", &UnsupportedSocMessage);
-  m.def("add", &Add);
-  m.def("add_backward", &AddBackward);
-  m.def("gelu", &Gelu);
-  m.def("gelu_backward", &GeluBackward);
-  m.def("rms_norm", &RmsNorm);
-  m.def("rms_norm_backward", &RmsNormBackward);
-  m.def("swiglu", &SwiGlu);
-  m.def("swiglu_backward", &SwiGluBackward);
-  m.def("geglu", &GeGlu);
-  m.def("geglu_backward", &GeGluBackward);
-  m.def("fused_add_rms_norm", &FusedAddRmsNorm);
-  m.def("fused_add_rms_norm_backward", &FusedAddRmsNormBackward);
-  m.def("layer_norm", &LayerNorm);
-  m.def("layer_norm_backward", &LayerNormBackward);
-  m.def("softmax", &Softmax);
-  m.def("softmax_backward", &SoftmaxBackward);
-  m.def("rotary_embedding", &RotaryEmbedding);
-  m.def("rotary_embedding_backward", &RotaryEmbeddingBackward);
+  register_sim_ops(m);
   m.def("tiling", &Tiling);
   m.def("_run_misuse", &RunMisuse);
 }

@@ -1,5 +1,5 @@
 // The argument checks and launch plan shared by aclnnRotaryEmbeddingCustom and
-// aclnnRotaryEmbeddingBackwardCustom: two tensors (q and k, or their output
+// aclnnRotaryEmbeddingGradCustom: two tensors (q and k, or their output
 // gradients) rotated by the same cos / sin, one kernel launch per tensor.
 //
 // Contract: every tensor contiguous, one dtype (float16, float32, bfloat16 where

@@ -1,5 +1,5 @@
 // Shared tiling of the rotary position embedding kernels RotaryEmbeddingCustom and
-// RotaryEmbeddingBackwardCustom (kernel/ascendc/rotary_embedding_common.h). One
+// RotaryEmbeddingGradCustom (kernel/ascendc/rotary_embedding_common.h). One
 // launch per tensor (q, then k): the input x is [rows, dim], dense, each row of x
 // paired with row CosRow(r) of cos and sin ([cosRows, dim], dense):
 //   CosRow(r) = (cosBatched ? (r / batchRows) * seqLen : 0) + (r / seqDiv) % seqLen

@@ -30,7 +30,7 @@ inline std::vector<int64_t> broadcast_strides(const Tensor& t, IntArrayRef shape
   return strides;
 }
 
-// The input checks of each op, shared with the npu glue (npu/npu_ops.cpp).
+// The input checks of each op, shared with the npu glue (npu/ops/add.cpp).
 // They return what the checks computed on the way.
 
 inline std::vector<int64_t> check_add(const char* op, const Tensor& input, const Tensor& other) {

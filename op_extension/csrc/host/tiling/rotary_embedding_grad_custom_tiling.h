@@ -1,4 +1,4 @@
-// RotaryEmbeddingBackwardCustom (rotary_embedding_backward): rotary position embedding (rotate_half convention) of one
+// RotaryEmbeddingGradCustom (rotary_embedding_backward): rotary position embedding (rotate_half convention) of one
 // tensor per launch; the TilingData shared with the kernel. Row split, layouts,
 // cos row mapping and the kernel's UB plan: rope_tiling.h.
 #ifndef OP_EXT_HOST_TILING_ROTARY_EMBEDDING_BACKWARD_CUSTOM_TILING_H_
@@ -8,7 +8,7 @@
 
 namespace optiling {
 
-BEGIN_TILING_DATA_DEF(RotaryEmbeddingBackwardCustomTilingData)
+BEGIN_TILING_DATA_DEF(RotaryEmbeddingGradCustomTilingData)
 TILING_DATA_FIELD_DEF(uint64_t, rows)         // rows of x
 TILING_DATA_FIELD_DEF(uint64_t, rowsPerCore)  // rows of a small core
 TILING_DATA_FIELD_DEF(uint64_t, batchRows)    // rows of x per batch index (N * S)
@@ -26,7 +26,7 @@ TILING_DATA_FIELD_DEF(uint32_t, dataType)     // KernelDType
 TILING_DATA_FIELD_DEF(uint32_t, tailMode)     // TailMode (row_tiling.h)
 END_TILING_DATA_DEF;
 
-REGISTER_TILING_DATA_CLASS(RotaryEmbeddingBackwardCustom, RotaryEmbeddingBackwardCustomTilingData)
+REGISTER_TILING_DATA_CLASS(RotaryEmbeddingGradCustom, RotaryEmbeddingGradCustomTilingData)
 
 }  // namespace optiling
 
@@ -35,7 +35,7 @@ REGISTER_TILING_DATA_CLASS(RotaryEmbeddingBackwardCustom, RotaryEmbeddingBackwar
 
 namespace op_ext::ascend {
 
-optiling::RotaryEmbeddingBackwardCustomTilingData ComputeRotaryEmbeddingBackwardTiling(const RopeShape& shape, uint32_t dtype, const SocSpec& soc);
+optiling::RotaryEmbeddingGradCustomTilingData ComputeRotaryEmbeddingGradTiling(const RopeShape& shape, uint32_t dtype, const SocSpec& soc);
 
 }  // namespace op_ext::ascend
 #endif

@@ -10,10 +10,10 @@
 extern "C" {
 #endif
 
-aclnnStatus aclnnRotaryEmbeddingBackwardCustomGetWorkspaceSize(const aclTensor* grad_q_embed, const aclTensor* grad_k_embed, const aclTensor* cos, const aclTensor* sin, int64_t unsqueeze_dim, const aclTensor* grad_qOut, const aclTensor* grad_kOut,
+aclnnStatus aclnnRotaryEmbeddingGradCustomGetWorkspaceSize(const aclTensor* grad_q_embed, const aclTensor* grad_k_embed, const aclTensor* cos, const aclTensor* sin, int64_t unsqueeze_dim, const aclTensor* grad_qOut, const aclTensor* grad_kOut,
     uint64_t* workspaceSize, aclOpExecutor** executor);
 
-aclnnStatus aclnnRotaryEmbeddingBackwardCustom(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor, aclrtStream stream);
+aclnnStatus aclnnRotaryEmbeddingGradCustom(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor, aclrtStream stream);
 
 #ifdef __cplusplus
 }
