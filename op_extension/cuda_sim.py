@@ -17,9 +17,6 @@ accessed out of bounds or raced on between two barriers, a launch beyond the
 GPU's limits) raises RuntimeError naming the kernel, block and thread; so do the
 op's input checks.
 
-``run_rotary_embedding`` calls rotary_embedding's launchers directly, one
-tensor per call, without the op's glue.
-
 ``arch`` ("sm_80" or "sm_90") picks the GPU whose launch limits are checked.
 ``block_order`` ("linear" or "reverse") the order a launch's blocks run in: a GPU
 runs them in any order, so a result must not change with it (see
@@ -32,8 +29,7 @@ import torch
 
 from . import _cuda_sim, _sim_args
 
-__all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "rotary_embedding_cos_row_strides", "run", "run_backward",
-           "run_rotary_embedding"]
+__all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "run", "run_backward"]
 
 ARCHS = ("sm_80", "sm_90")
 BLOCK_ORDERS = ("linear", "reverse")
@@ -96,31 +92,3 @@ def _order_dependent_sum(block_order: str) -> float:
     (csrc/cuda_sim/misuse): its bits depend on `block_order`."""
     _configure("sm_80", block_order)
     return _cuda_sim._order_dependent_sum()
-
-
-def rotary_embedding_cos_row_strides(x_shape, cos_shape, unsqueeze_dim: int = 1) -> list[int]:
-    """cos_row_strides of RotaryEmbeddingArgs (kernel/cpu/rotary_embedding.h) for
-    Hugging Face's apply_rotary_pos_emb: a dense cos of `cos_shape` ([B or 1, S, D])
-    broadcast to x's `x_shape` by cos.unsqueeze(unsqueeze_dim). One stride per
-    leading dim of x, in rows of D elements; 0 where cos broadcasts."""
-    cos = torch.empty(cos_shape, device="meta").unsqueeze(unsqueeze_dim).expand(x_shape)
-    dim = x_shape[-1]
-    assert cos.stride(-1) == 1 and all(s % dim == 0 for s in cos.stride()[:-1])
-    return [0 if size == 1 else stride // dim for size, stride in zip(cos.shape[:-1], cos.stride()[:-1])]
-
-
-def run_rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1, *,
-                         backward: bool = False, cos_row_strides=None, arch: str = "sm_80",
-                         block_order: str = "linear") -> torch.Tensor:
-    """rotary_embedding's CUDA launchers on the harness, for ONE tensor, without
-    the op's glue (the op calls them for q, then k): the forward of `x`
-    ([..., D], contiguous), or with `backward` the gradient of x given `x` =
-    the gradient of the output. cos and sin are contiguous with rows of D; their
-    row for each row of x is Hugging Face's cos.unsqueeze(unsqueeze_dim)
-    broadcast, or `cos_row_strides` (one per leading dim of x) when given.
-    The output is NaN before the launch, and a write past either end of it
-    raises RuntimeError."""
-    if cos_row_strides is None:
-        cos_row_strides = rotary_embedding_cos_row_strides(x.shape, cos.shape, unsqueeze_dim)
-    _configure(arch, block_order)
-    return _cuda_sim._rotary_embedding(x, cos, sin, list(cos_row_strides), backward)

@@ -1,5 +1,5 @@
 """rotary_embedding's CUDA kernels (kernel/cuda/rotary_embedding.cu) on the CPU
-harness, called through their launchers (cuda_sim.run_rotary_embedding: one
+harness, called through their launchers (run_launchers: one
 tensor per call, as the op's glue calls them for q and for k), against a float64
 reference written in torch: Hugging Face's apply_rotary_pos_emb for the forward,
 torch.autograd of it for the backward.
@@ -26,6 +26,37 @@ ROPE_CU = Path(__file__).resolve().parent.parent / "op_extension" / "csrc" / "ke
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 DTYPE_IDS = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16"}
 dtype_params = pytest.mark.parametrize("dtype", DTYPES, ids=[DTYPE_IDS[d] for d in DTYPES])
+
+
+# ---- the launchers on the harness ----------------------------------------------------
+
+
+def cos_row_strides_of(x_shape, cos_shape, unsqueeze_dim: int = 1) -> list[int]:
+    """cos_row_strides of RotaryEmbeddingArgs (kernel/cpu/rotary_embedding.h) for
+    Hugging Face's apply_rotary_pos_emb: a dense cos of `cos_shape` ([B or 1, S, D])
+    broadcast to x's `x_shape` by cos.unsqueeze(unsqueeze_dim). One stride per
+    leading dim of x, in rows of D elements; 0 where cos broadcasts."""
+    cos = torch.empty(cos_shape, device="meta").unsqueeze(unsqueeze_dim).expand(x_shape)
+    dim = x_shape[-1]
+    assert cos.stride(-1) == 1 and all(s % dim == 0 for s in cos.stride()[:-1])
+    return [0 if size == 1 else stride // dim for size, stride in zip(cos.shape[:-1], cos.stride()[:-1])]
+
+
+def run_launchers(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1, *,
+                  backward: bool = False, cos_row_strides=None, arch: str = "sm_80",
+                  block_order: str = "linear") -> torch.Tensor:
+    """rotary_embedding's CUDA launchers on the harness, for ONE tensor, without
+    the op's glue (the op calls them for q, then k): the forward of `x`
+    ([..., D], contiguous), or with `backward` the gradient of x given `x` =
+    the gradient of the output. cos and sin are contiguous with rows of D; their
+    row for each row of x is Hugging Face's cos.unsqueeze(unsqueeze_dim)
+    broadcast, or `cos_row_strides` (one per leading dim of x) when given.
+    The output is NaN before the launch, and a write past either end of it
+    raises RuntimeError (the probe: csrc/cuda_sim/probes/rotary_embedding.cpp)."""
+    if cos_row_strides is None:
+        cos_row_strides = cos_row_strides_of(x.shape, cos.shape, unsqueeze_dim)
+    cuda_sim._configure(arch, block_order)
+    return torch.ops.cuda_sim.rotary_embedding_launchers(x, cos, sin, list(cos_row_strides), backward)
 
 
 def rotate_half(x):
@@ -82,19 +113,19 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 def check(x, cos, sin, dy, unsqueeze_dim, *, cos_row_strides=None, reverse_too=True, what=""):
     dtype = x.dtype
     kw = dict(cos_row_strides=cos_row_strides)
-    out = cuda_sim.run_rotary_embedding(x, cos, sin, unsqueeze_dim, **kw)
+    out = run_launchers(x, cos, sin, unsqueeze_dim, **kw)
     assert out.dtype == dtype and out.shape == x.shape
     torch.testing.assert_close(out, reference(x, cos, sin, unsqueeze_dim).to(dtype),
                                **tolerance(dtype, "rotary_embedding", "forward"),
                                msg=lambda m: f"forward {what}: {m}")
-    dx = cuda_sim.run_rotary_embedding(dy, cos, sin, unsqueeze_dim, backward=True, **kw)
+    dx = run_launchers(dy, cos, sin, unsqueeze_dim, backward=True, **kw)
     torch.testing.assert_close(dx, reference_backward(dy, x, cos, sin, unsqueeze_dim).to(dtype),
                                **tolerance(dtype, "rotary_embedding", "backward"),
                                msg=lambda m: f"backward {what}: {m}")
     if reverse_too:
         # Blocks run in any order on a GPU: the same bits in reverse block order.
-        out_r = cuda_sim.run_rotary_embedding(x, cos, sin, unsqueeze_dim, block_order="reverse", **kw)
-        dx_r = cuda_sim.run_rotary_embedding(dy, cos, sin, unsqueeze_dim, backward=True, block_order="reverse",
+        out_r = run_launchers(x, cos, sin, unsqueeze_dim, block_order="reverse", **kw)
+        dx_r = run_launchers(dy, cos, sin, unsqueeze_dim, backward=True, block_order="reverse",
                                              **kw)
         assert torch.equal(bits(out), bits(out_r)), f"forward {what}: differs in reverse block order"
         assert torch.equal(bits(dx), bits(dx_r)), f"backward {what}: differs in reverse block order"
@@ -129,7 +160,7 @@ def test_hugging_face_layouts(layout, cos_batch, dim, dtype):
 
 def test_cos_row_strides_of_the_hugging_face_layouts():
     """The strides the helper derives: rows of cos, 0 on the heads and a broadcast batch."""
-    strides = cuda_sim.rotary_embedding_cos_row_strides
+    strides = cos_row_strides_of
     assert strides((2, 3, 5, 8), (2, 5, 8), 1) == [5, 0, 1]
     assert strides((2, 5, 3, 8), (2, 5, 8), 2) == [5, 1, 0]
     assert strides((2, 3, 5, 8), (1, 5, 8), 1) == [0, 0, 1]
@@ -205,7 +236,7 @@ def test_explicit_cos_row_strides(dtype):
 
     # cos row of (i, j, k) = 1 * i + 4 * j + 12 * k of a [24, dim] cos
     x, cos, sin, dy = rope_inputs((4, 3, 2, dim), (24, dim), dtype, seed=5)
-    out = cuda_sim.run_rotary_embedding(x, cos, sin, cos_row_strides=[1, 4, 12])
+    out = run_launchers(x, cos, sin, cos_row_strides=[1, 4, 12])
     rows = (torch.arange(4).view(4, 1, 1) + 4 * torch.arange(3).view(1, 3, 1) + 12 * torch.arange(2).view(1, 1, 2))
     c, s = cos[rows], sin[rows]  # [4, 3, 2, dim]
     expected = x.double() * c.double() + rotate_half(x.double()) * s.double()
@@ -216,7 +247,7 @@ def test_explicit_cos_row_strides(dtype):
 def test_no_rows_launches_nothing(dtype):
     x, cos, sin, _ = rope_inputs((0, 3, 5, 64), (1, 5, 64), dtype)
     for backward in (False, True):
-        out = cuda_sim.run_rotary_embedding(x, cos, sin, 1, backward=backward)
+        out = run_launchers(x, cos, sin, 1, backward=backward)
         assert out.shape == (0, 3, 5, 64) and out.dtype == dtype
 
 
@@ -226,7 +257,7 @@ def test_special_values_stay_in_their_element():
     x[..., 1] = float("inf")
     cos = torch.ones(1, 1, 8)
     sin = torch.zeros(1, 1, 8)
-    out = cuda_sim.run_rotary_embedding(x, cos, sin, 1)
+    out = run_launchers(x, cos, sin, 1)
     # out[1] = x[1] c[1] - x[5] s[1] = inf; out[5] = x[5] c[5] + x[1] s[5] = inf * 0 = NaN
     assert out[..., 1].isinf().all() and out[..., 5].isnan().all()
     others = [i for i in range(8) if i not in (1, 5)]
@@ -237,10 +268,10 @@ def test_bad_arguments_raise_before_any_launch():
     x = torch.randn(2, 3, 4, 8)
     cos = sin = torch.randn(2, 4, 8)
     with pytest.raises(ValueError, match="cos_row_strides reach cos row"):
-        cuda_sim.run_rotary_embedding(x, cos, sin, cos_row_strides=[4, 0, 2])  # reaches row 10 of 8
+        run_launchers(x, cos, sin, cos_row_strides=[4, 0, 2])  # reaches row 10 of 8
     with pytest.raises(ValueError, match="3 cos_row_strides expected"):
-        cuda_sim.run_rotary_embedding(x, cos, sin, cos_row_strides=[4, 1])
+        run_launchers(x, cos, sin, cos_row_strides=[4, 1])
     with pytest.raises(ValueError, match="must be even"):
-        cuda_sim.run_rotary_embedding(torch.randn(2, 3, 4, 7), torch.randn(2, 4, 7), torch.randn(2, 4, 7), 1)
+        run_launchers(torch.randn(2, 3, 4, 7), torch.randn(2, 4, 7), torch.randn(2, 4, 7), 1)
     with pytest.raises(TypeError, match="one dtype"):
-        cuda_sim.run_rotary_embedding(x, cos.double(), sin, 1)
+        run_launchers(x, cos.double(), sin, 1)
