@@ -464,3 +464,36 @@ def test_shared_python_files_name_no_op(name):
     named = sorted({(n.lineno, n.value) for n in ast.walk(tree)
                     if isinstance(n, ast.Constant) and n.value in ops_ and id(n) not in docstrings})
     assert not named, f"op_extension/{name} names ops: {named}"
+
+
+# ---- the worked example: rotary_embedding lives in its own files ----------------------------
+
+# rotary_embedding's own files that the scaffold does not write: helpers its forward
+# and backward kernels share, its hand-written autograd (composite cos/sin
+# gradients), and its probe of the CUDA launchers on the harness.
+ROPE_OWN_EXTRAS = {
+    "op_extension/csrc/kernel/ascendc/rotary_embedding_common.h",
+    "op_extension/csrc/host/tiling/rope_tiling.h",
+    "op_extension/csrc/host/aclnn/aclnn_rope_common.h",
+    "op_extension/csrc/torch_ext/autograd/rotary_embedding.cpp",
+    "op_extension/csrc/cuda_sim/probes/rotary_embedding.cpp",
+}
+# Shared code that uses the op, as any user of the package could: the Hugging Face
+# patch (the families whose attention applies it) and the benchmark's case.
+ROPE_USERS = {"op_extension/transformers.py", "op_extension/bench.py"}
+
+
+def test_rotary_embedding_lives_in_the_files_the_scaffold_wrote():
+    """README's worked example: rotary_embedding was added from its prototype. Every
+    file the scaffold plans for it exists (filled in), and outside those, its few
+    own helpers and the code that uses it, no file of the package, the build or
+    the scripts names it: a list the op would have had to be added to."""
+    planned = {f.path.as_posix() for f in scaffold.plan(ROOT / "op_protos" / "rotary_embedding.json")}
+    assert not {p for p in planned if not (ROOT / p).exists()}
+    tracked = subprocess.run(["git", "ls-files", "op_extension", "op_protos", "setup.py", "scripts", "cmake", ".ci",
+                              "Makefile", "pyproject.toml"], cwd=ROOT, capture_output=True, text=True, check=True)
+    pattern = re.compile(r"rotary_embedding|RotaryEmbedding|\brope_|_rope\b", re.IGNORECASE)
+    naming = {path for path in tracked.stdout.split()
+              if (ROOT / path).is_file() and pattern.search((ROOT / path).read_text(errors="replace"))}
+    prototypes = {"op_protos/rotary_embedding.json", "op_protos/rotary_embedding_backward.json"}
+    assert naming - planned - prototypes - ROPE_OWN_EXTRAS - ROPE_USERS == set()
