@@ -57,9 +57,10 @@ def _check(op, input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 def _check_backward(op, grad_output, input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    _check(op, input, normalized_shape, weight, bias)
+    # In check_layer_norm_backward's order, so that two bad arguments give its message.
     check_same(op, input, "input", grad_output, "grad_output")
     check_same_shape(op, input, "input", grad_output, "grad_output")
+    _check(op, input, normalized_shape, weight, bias)
 
 
 FAKE = {

@@ -52,9 +52,10 @@ def _check(op, input, normalized_shape, weight=None, eps=None):
 
 
 def _check_backward(op, grad_output, input, normalized_shape, weight=None, eps=None):
-    _check(op, input, normalized_shape, weight)
+    # In check_rms_norm_backward's order, so that two bad arguments give its message.
     check_same(op, input, "input", grad_output, "grad_output")
     check_same_shape(op, input, "input", grad_output, "grad_output")
+    _check(op, input, normalized_shape, weight)
 
 
 FAKE = {

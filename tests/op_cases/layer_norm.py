@@ -69,6 +69,9 @@ BAD = {
 }
 BACKWARD_BAD = {
     "bias_shape": Bad(lambda t: custom.layer_norm_backward(t(3, 4), t(3, 4), [4], t(4), t(5), 1e-5), ValueError, "bias has shape"),
+    # Two bad arguments: every device and the fake kernel name the same one first.
+    "grad_shape_and_weight_shape": Bad(lambda t: custom.layer_norm_backward(t(2, 4), t(3, 4), [4], t(5), None, 1e-5),
+                                       ValueError, "grad_output has shape"),
 }
 PYTHON_LEVEL = {
     "normalized_shape_tensor": (lambda: ops.layer_norm(torch.randn(3, 4), torch.tensor(4.0)), TypeError, "normalized_shape must be"),

@@ -74,6 +74,9 @@ BAD = {
 BACKWARD_BAD = {
     "grad_shape": Bad(lambda t: custom.rms_norm_backward(t(2, 4), t(3, 4), [4], None, None), ValueError, "grad_output has shape"),
     "weight_shape": Bad(lambda t: custom.rms_norm_backward(t(3, 4), t(3, 4), [4], t(3), None), ValueError, "weight has shape"),
+    # Two bad arguments: every device and the fake kernel name the same one first.
+    "grad_shape_and_normalized_shape": Bad(lambda t: custom.rms_norm_backward(t(2, 4), t(3, 4), [5], None, None),
+                                           ValueError, "grad_output has shape"),
 }
 PYTHON_LEVEL = {
     "normalized_shape_float": (lambda: ops.rms_norm(torch.randn(3, 4), 4.0), TypeError, "normalized_shape must be an int or a sequence"),
