@@ -144,6 +144,26 @@ def test_gradients_of_cos_and_sin_too():
     assert torch.autograd.gradcheck(lambda c, s: ops.rotary_embedding(q2, k2, c, s, unsqueeze_dim=2), (cos, sin))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_gradients_of_cos_and_sin_are_rounded_once(dtype):
+    # 32 q heads and 8 k heads over 2 batches: each cos/sin gradient element sums
+    # 80 products. Summed in the table's dtype they were ~6 ulp off; summed in
+    # float and rounded once, within one rounding (half an ulp, relative to |g| + 1).
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 32, 16, 64, generator=g).to(dtype)
+    k = torch.randn(2, 8, 16, 64, generator=g).to(dtype)
+    cos = torch.randn(2, 16, 64, generator=g).to(dtype).requires_grad_()
+    sin = torch.randn(2, 16, 64, generator=g).to(dtype).requires_grad_()
+    grads = torch.randn(q.shape, generator=g).to(dtype), torch.randn(k.shape, generator=g).to(dtype)
+    torch.autograd.backward(ops.rotary_embedding(q, k, cos, sin), grads)
+    cos64, sin64 = cos.detach().double().requires_grad_(), sin.detach().double().requires_grad_()
+    torch.autograd.backward(reference(q, k, cos64, sin64), tuple(t.double() for t in grads))
+    for got, want in ((cos.grad, cos64.grad), (sin.grad, sin64.grad)):
+        assert got.dtype == dtype
+        err = ((got.double() - want).abs() / (want.abs() + 1)).max().item()
+        assert err <= torch.finfo(dtype).eps / 2 * 1.01, err
+
+
 def test_forward_mode_ad_is_refused_with_the_op_name():
     import torch.autograd.forward_ad as fwAD
 
