@@ -13,11 +13,14 @@
 #    - the 128-bit path of the elementwise kernels (map_kernel and add_kernel
 #      with 16 bytes per access, every dtype: add, gelu, swiglu, geglu, forward
 #      and backward) uses 128-bit global loads (LDG.E.128 in `cuobjdump -sass`),
-#      and a float32 one exists for each of those ops;
+#      and a float32 one exists for each functor the .cu files pass to
+#      launch_map and each add_kernel they launch (read from the sources, so a
+#      new elementwise op is covered without an edit here);
 #    a self-test first compiles planted mistakes (a kernel that spills, one
 #    whose registers do not fit 1024 threads, a map_kernel<float, 4> with
-#    scalar loads) and requires each to be rejected by name, so a check that
-#    stopped seeing anything fails here instead of passing;
+#    scalar loads; a launch_map of a functor with no 128-bit kernel) and
+#    requires each to be rejected by name, so a check that stopped seeing
+#    anything fails here instead of passing;
 # 3. the CUDA glue op_extension/csrc/torch_ext/cuda/*.cpp passes
 #    `g++ -fsyntax-only` against the installed torch's headers and the CUDA
 #    runtime headers. The CPU wheel ships c10/cuda and ATen/cuda headers but not
@@ -165,10 +168,17 @@ template __global__ void map_kernel<float, 4>(const float*, float*, int64_t);
 
 }  // namespace planted
 CU
-echo "   self-test: a planted spill, register overflow and scalar-load map_kernel must be rejected"
+# Read as a kernel source only (the expected 128-bit kernels come from the
+# launch_map calls): it names a functor with no float32 128-bit map_kernel.
+cat >"$tmp/planted/launches.txt" <<'CU'
+  launch_map(p, n, PlantedFunctor<acc_t<T>>{a.approximate}, stream);
+CU
+echo "   self-test: a planted spill, register overflow, scalar-load map_kernel and missing 128-bit functor" \
+     "must be rejected"
 compile_cu "$tmp/planted/planted.cu" "$tmp/planted"
 planted_rc=0
-check_kernels "$tmp/planted" >"$tmp/planted/check.txt" || planted_rc=$?
+check_kernels "$tmp/planted" --expect-vector-from "$tmp/planted/launches.txt" >"$tmp/planted/check.txt" ||
+  planted_rc=$?
 # Each line the check must print: the kernel's name, then the rule it breaks.
 missed=()
 while IFS='|' read -r kernel rule; do
@@ -177,6 +187,7 @@ done <<'EXPECT'
 planted::spilling_kernel(float const volatile*, float*) (sm_90): |spills registers
 planted::register_hungry_kernel(float const volatile*, float*) (sm_90): |x 1024 threads (no __launch_bounds__
 planted::map_kernel<float, 4>(float const*, float*, long) (sm_90): |no 128-bit global load
+for 'PlantedFunctor' in the SASS|no float32 128-bit elementwise kernel
 EXPECT
 if [ "$planted_rc" -eq 0 ] || [ ${#missed[@]} -ne 0 ]; then
   echo "check_cuda_compile: FAILED: the kernel checks are broken: exit $planted_rc on the planted kernels;" \
@@ -199,12 +210,9 @@ for cu in "${kernels[@]}"; do
   compile_cu "$cu" "$tmp/kernels"
 done
 echo "   sm_90 kernels: spills, registers x launch bound, 128-bit loads on the elementwise 128-bit path"
-# A float32 128-bit kernel must exist for each elementwise op, forward and backward.
-if ! check_kernels "$tmp/kernels" \
-  --expect-vector add_kernel --expect-vector AddDense \
-  --expect-vector GeluForward --expect-vector GeluBackward \
-  --expect-vector SwigluForward --expect-vector SwigluBackward \
-  --expect-vector GegluForward --expect-vector GegluBackward; then
+# A float32 128-bit kernel must exist for each elementwise op, forward and backward:
+# for each functor the sources give launch_map and each add_kernel they launch.
+if ! check_kernels "$tmp/kernels" --expect-vector-from "${kernels[@]}"; then
   echo "check_cuda_compile: FAILED: the kernel checks above" >&2
   exit 1
 fi

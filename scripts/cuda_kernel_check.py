@@ -20,6 +20,10 @@ and fails, naming the kernel and the rule, when
     loop would read 4 or 8 bytes at a time, a fraction of the bandwidth.
 --expect-vector NAME (repeatable): a float32 128-bit kernel whose name contains
 NAME must exist, so that a renamed kernel cannot pass unchecked.
+--expect-vector-from FILE...: the same for every name read from these kernel
+sources (.cu): the functor of each launch_map call (its map_kernel) and each
+kernel of the 128-bit path a launch_kernel<...> names, so that a new op's
+elementwise kernel is expected without a line naming it in a shared file.
 Exit status 1 on any failure; every failure is printed.
 """
 
@@ -37,8 +41,9 @@ MAX_BLOCK_THREADS = 1024
 REGISTER_GRANULE = 8  # per thread: 256 registers per warp at a time
 
 # The elementwise kernels' 128-bit instantiations: T and kVec with kVec * sizeof(T) == 16.
-VECTOR_KERNEL = re.compile(r"\b(map_kernel|add_kernel)<(float, 4|double, 2|__half, 8|__nv_bfloat16, 8)\b")
-FLOAT_VECTOR_KERNEL = re.compile(r"\b(map_kernel|add_kernel)<float, 4\b")
+VECTOR_KERNELS = ("map_kernel", "add_kernel")
+VECTOR_KERNEL = re.compile(rf"\b({'|'.join(VECTOR_KERNELS)})<(float, 4|double, 2|__half, 8|__nv_bfloat16, 8)\b")
+FLOAT_VECTOR_KERNEL = re.compile(rf"\b({'|'.join(VECTOR_KERNELS)})<float, 4\b")
 LOAD_128 = re.compile(r"\bLDG(\.[A-Z0-9_]+)*\.128\b")
 
 
@@ -118,6 +123,44 @@ def parse_sass(text: str, report: Report) -> None:
             current.loads_128 += 1
 
 
+def call_args(text: str, start: int) -> list[str]:
+    """The top-level arguments of the call whose '(' ends at `start`."""
+    args, depth, current = [], 0, []
+    for ch in text[start:]:
+        if ch in "(<{[":
+            depth += 1
+        elif ch in ")>}]":
+            if depth == 0:
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    args.append("".join(current).strip())
+    return args
+
+
+def vector_names_in_sources(paths: list[str]) -> list[str]:
+    """What must have a float32 128-bit kernel, read from the kernel sources: the
+    functor each launch_map(ptrs, n, functor, stream) call gives map_kernel, and
+    each kernel of VECTOR_KERNELS that a launch_kernel<...> names."""
+    names = set()
+    for path in paths:
+        with open(path) as f:
+            text = re.sub(r"//[^\n]*", "", f.read())
+        for call in re.finditer(r"\blaunch_map\(", text):
+            args = call_args(text, call.end())
+            functor = re.match(r"[A-Za-z_]\w*", args[2]) if len(args) == 4 else None
+            if functor is None:
+                raise SystemExit(f"cuda_kernel_check: {path}: a launch_map call without a functor as its "
+                                 f"third of four arguments: {', '.join(args)}")
+            names.add(functor.group(0))
+        names.update(re.findall(rf"\blaunch_kernel<\s*({'|'.join(VECTOR_KERNELS)})<", text))
+    return sorted(names)
+
+
 def demangle(report: Report) -> None:
     names = list(report.kernels)
     if not names:
@@ -164,7 +207,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--elf", nargs="+", required=True)
     parser.add_argument("--sass", nargs="+", required=True)
     parser.add_argument("--expect-vector", action="append", default=[])
+    parser.add_argument("--expect-vector-from", nargs="+", default=[])
     args = parser.parse_args(argv)
+    from_sources = vector_names_in_sources(args.expect_vector_from)
+    if args.expect_vector_from and not from_sources:
+        print("cuda_kernel_check: no launch_map call and no launch of " + " or ".join(VECTOR_KERNELS) +
+              " in " + " ".join(args.expect_vector_from) + ": renamed? The 128-bit load check would see nothing")
+        return 1
+    expect_vector = args.expect_vector + from_sources
     report = Report()
     for parse, paths in ((parse_ptxas, args.ptxas), (parse_elf, args.elf), (parse_sass, args.sass)):
         for path in paths:
@@ -175,7 +225,7 @@ def main(argv: list[str]) -> int:
     if not entries:
         print(f"cuda_kernel_check: no kernel in ptxas's output for {ARCH} (was -Xptxas -v passed?)")
         return 1
-    errors = check(report, args.expect_vector)
+    errors = check(report, expect_vector)
     for e in errors:
         print(f"cuda_kernel_check: {e}")
     vector = sum(1 for k in report.kernels.values() if k.has_sass and VECTOR_KERNEL.search(k.demangled))

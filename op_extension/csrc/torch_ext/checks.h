@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "../kernel/cpu/cpu_kernels.h"
+#include "../kernel/cpu/gelu_approx.h"
 
 namespace op_ext {
 

@@ -8,7 +8,7 @@
 // A Kernels type is constructed from the op's first tensor (before any check:
 // it may only remember the device) and runs one kernel when called as
 //   kernels(cpu::<kernel>, dtype, args)
-// where cpu::<kernel> is the kernel's stub (kernel/cpu/cpu_kernels.h): the CPU
+// where cpu::<kernel> is the kernel's stub (kernel/cpu/<op>.h): the CPU
 // runs the stub's instruction-set variant, CUDA the launcher its .cu file
 // registered in the stub. The args structs are the torch-free contract of the
 // kernels, which the CUDA kernels take as well.
@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "../kernel/cpu/glu.h"
 #include "checks.h"
 #include "op_ext_schemas.h"
 

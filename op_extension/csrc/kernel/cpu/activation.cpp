@@ -6,6 +6,9 @@
 
 #include "register_kernel.h"
 #include "vec_utils.h"
+#include "gelu.h"
+#include "geglu.h"
+#include "swiglu.h"
 
 namespace op_ext::cpu {
 namespace {

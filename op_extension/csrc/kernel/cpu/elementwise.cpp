@@ -8,6 +8,7 @@
 
 #include "register_kernel.h"
 #include "vec_utils.h"
+#include "add.h"
 
 namespace op_ext::cpu {
 namespace {

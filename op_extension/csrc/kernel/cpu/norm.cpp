@@ -18,6 +18,9 @@
 
 #include "register_kernel.h"
 #include "vec_utils.h"
+#include "fused_add_rms_norm.h"
+#include "layer_norm.h"
+#include "rms_norm.h"
 
 namespace op_ext::cpu {
 namespace {

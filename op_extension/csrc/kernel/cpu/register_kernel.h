@@ -1,5 +1,6 @@
-// Included last by each kernel file: registers that file's implementations into
-// the stubs, in the slot of the instruction set this translation unit is built for.
+// Included by each kernel file, which ends by registering its implementations
+// into its ops' stubs (declared in kernel/cpu/<op>.h) with OP_EXT_REGISTER_KERNEL,
+// in the slot of the instruction set this translation unit is built for.
 #pragma once
 
 #include "cpu_kernels.h"

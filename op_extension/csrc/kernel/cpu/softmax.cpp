@@ -11,6 +11,7 @@
 
 #include "register_kernel.h"
 #include "vec_utils.h"
+#include "softmax.h"
 
 namespace op_ext::cpu {
 namespace {

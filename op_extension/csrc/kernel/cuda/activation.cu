@@ -5,6 +5,9 @@
 // those of the CPU kernels (kernel/cpu/activation.cpp), so special values
 // (+-inf, NaN) come out the same on both devices.
 #include "cuda_common.cuh"
+#include "gelu.cuh"
+#include "geglu.cuh"
+#include "swiglu.cuh"
 
 namespace op_ext::cuda {
 namespace {

@@ -13,6 +13,7 @@
 // the same bits every run. Other patterns give each output element to one
 // thread, which walks its summed sub-space in order.
 #include "cuda_common.cuh"
+#include "add.cuh"
 
 namespace op_ext::cuda {
 namespace {

@@ -11,6 +11,9 @@
 // and sum_partials_kernel then adds the partial rows in a fixed order. The
 // result is bit-identical run after run.
 #include "row_common.cuh"
+#include "fused_add_rms_norm.cuh"
+#include "layer_norm.cuh"
+#include "rms_norm.cuh"
 
 namespace op_ext::cuda {
 namespace {

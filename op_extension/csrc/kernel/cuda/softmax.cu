@@ -10,6 +10,7 @@
 // max propagates NaN, as in torch: a NaN or +inf in a row makes it NaN, a row
 // of -inf is NaN (0/0), -inf entries get probability 0.
 #include "row_common.cuh"
+#include "softmax.cuh"
 
 namespace op_ext::cuda {
 namespace {

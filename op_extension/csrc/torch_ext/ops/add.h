@@ -3,6 +3,7 @@
 // device key (see glue_util.h for the Kernels contract).
 #pragma once
 
+#include "../../kernel/cpu/add.h"
 #include "../glue_util.h"
 
 namespace op_ext::glue {

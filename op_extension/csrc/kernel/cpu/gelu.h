@@ -1,0 +1,34 @@
+// Gelu (gelu): the torch-free contract of its kernels, shared by the CPU kernels
+// (activation.cpp) and the CUDA launchers (../cuda/gelu.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "cpu_kernels.h"
+#include "gelu_approx.h"
+
+namespace op_ext::cpu {
+
+// Elementwise over n dense elements.
+struct GeluArgs {
+  const void* input;
+  void* output;
+  int64_t n;
+  GeluApprox approximate;
+};
+
+struct GeluBackwardArgs {
+  const void* grad_output;
+  const void* input;
+  void* grad_input;
+  int64_t n;
+  GeluApprox approximate;
+};
+
+// The kernels, as the glue names them: filled by activation.cpp, once per
+// instruction set (register_kernel.h), and by ../cuda/activation.cu with its
+// CUDA launchers (OP_EXT_REGISTER_CUDA_KERNEL).
+inline KernelStub<GeluArgs> gelu_forward{"gelu_forward"};
+inline KernelStub<GeluBackwardArgs> gelu_backward{"gelu_backward"};
+
+}  // namespace op_ext::cpu

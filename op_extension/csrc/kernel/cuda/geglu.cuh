@@ -1,0 +1,20 @@
+// GeGlu (geglu) on CUDA: the launchers (raw device pointers, the stream; no torch,
+// so plain nvcc compiles them), defined in activation.cu.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_kernels.h"
+#include "../cpu/geglu.h"
+
+namespace op_ext::cuda {
+
+// activation.cu names them unqualified.
+using cpu::GeluApprox;
+using cpu::GluArgs;
+using cpu::GluBackwardArgs;
+
+void geglu_forward(DType dtype, const cpu::GluArgs& args, cudaStream_t stream);
+void geglu_backward(DType dtype, const cpu::GluBackwardArgs& args, cudaStream_t stream);
+
+}  // namespace op_ext::cuda
