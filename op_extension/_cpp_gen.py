@@ -402,20 +402,10 @@ def aclnn_order(proto) -> list[str]:
     return [t.name for t in proto.inputs] + [a.name for a in proto.attrs] + [t.name for t in proto.outputs]
 
 
-# What the simulator binding takes for each schema type (pybind11 converts the
-# Python values op_extension.ascend_sim passes).
-_SIM_PARAM = {
-    "Tensor": "const at::Tensor&",
-    "Tensor?": "const std::optional<at::Tensor>&",
-    "SymInt[]": "const std::vector<int64_t>&",
-    "float": "double",
-    "float?": "std::optional<double>",
-    "int": "int64_t",
-    "int?": "std::optional<int64_t>",
-    "bool": "bool",
-    "bool?": "std::optional<bool>",
-    "str": "const std::string&",
-}
+# What the simulator binding takes for each schema type: the handle's types, but
+# lists and strings as pybind11 converts Python's list and str.
+_SIM_PARAM = {**{k: v for k, v in _CPP_PARAM.items() if k != "int[]"},
+              "SymInt[]": "const std::vector<int64_t>&", "str": "const std::string&"}
 
 
 def _sim_function(p) -> list[str]:
