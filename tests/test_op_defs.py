@@ -110,6 +110,41 @@ def test_the_derived_function_on_a_real_op():
         torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
+def test_the_derived_function_takes_the_fast_path_eagerly():
+    """With `fast` (function_of passes _C.<name>), eager calls on plain tensors go
+    there with every argument positional; under a torch function mode they go to
+    the op; mixed dtypes, which the fast path leaves (NotImplemented), get the
+    op's refusal."""
+    calls = []
+
+    def fast(*args):
+        calls.append(args)
+        return op_extension._C.rotary_embedding(*args)
+
+    derived = ops.derived_function(PROTOS["rotary_embedding"], fast=fast)
+    q, k, cos, sin = torch.randn(2, 3, 4, 8), torch.randn(2, 1, 4, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8)
+    got = derived(q, k, cos, sin)
+    assert len(calls) == 1 and calls[0][4] == 1  # the prototype's default, passed on
+    for g, w in zip(got, torch.ops.custom.rotary_embedding(q, k, cos, sin)):
+        torch.testing.assert_close(g, w, atol=0, rtol=0)
+    with _SeenOps() as mode:
+        derived(q, k, cos, sin, unsqueeze_dim=1)
+    assert len(calls) == 1 and "custom.rotary_embedding.default" in mode.seen
+    with pytest.raises(TypeError, match=r"custom::rotary_embedding: k has dtype Double but q has dtype Float"):
+        derived(q, k.double(), cos, sin)
+    assert len(calls) == 2
+
+
+class _SeenOps(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("name", FORWARD)
 def test_every_forward_op_has_a_generated_fast_path(name):
     """_C.<name>, generated from the prototype (op_ext_fast_path.h), documented
