@@ -14,6 +14,21 @@ here is hand-maintained per op:
                         ops whose derivative is more than that write theirs in
                         csrc/torch_ext/autograd/<name>.cpp and are left out here;
                         backward ops refuse double backward
+    op_ext_fast_path.h  the eager fast path of op_extension._C, included by
+                        csrc/torch_ext/python_module.cpp (which holds its helpers):
+                        per forward op a CPython function ``_C.<name>`` unpacking
+                        the schema's arguments by type (``FAST_ARG``), returning
+                        NotImplemented for tensors of mixed dtypes, and calling
+                        ``<name>_op()``; the op index that the transform handlers
+                        are kept by, and the module's method table entries
+    op_ext_ascend_sim_ops.h  the Ascend simulator's entry per op (``_ascend_sim.<name>``,
+                        included by csrc/ascendc_sim/binding/ascend_sim_module.cpp):
+                        contiguous inputs, outputs by the shape rules, the aclnn
+                        entry (``aclnn_name``) with its arguments in CANN's order
+    op_ext_npu_registration.cpp  (npu builds only) declares each op's
+                        ``op_ext::npu::<name>_npu``, defined in its forward op's
+                        csrc/torch_ext/npu/ops/<forward>.cpp, and registers it
+                        under PrivateUse1
 
 Like _protos.py, this module imports only the standard library (setup.py loads it
 before the package is importable).
@@ -559,10 +574,120 @@ def generate_npu_registration(protos: dict, csrc: Path) -> str:
 NPU_REGISTRATION = "op_ext_npu_registration.cpp"
 
 
+# ---- the eager fast path ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FastArg:
+    """How the fast path of python_module.cpp unpacks an argument of one schema
+    type: its helper (which raises a TypeError naming the op and argument), the
+    C++ type the value is held in, and how the typed handle takes it."""
+
+    unpack: str
+    held: str
+    passed: str = "{}"
+
+
+# Every type a device kernel can take (GLUE_PARAM); a test keeps the two in step.
+FAST_ARG = {
+    "Tensor": FastArg("tensor_arg", "const Tensor&"),
+    "Tensor?": FastArg("optional_tensor_arg", "const OptTensor"),
+    "SymInt[]": FastArg("int_list_arg", "const std::vector<int64_t>", "as_sym({})"),
+    "float": FastArg("float_arg", "const double"),
+    "float?": FastArg("optional_float_arg", "const std::optional<double>"),
+    "int": FastArg("int_arg", "const int64_t"),
+    "bool": FastArg("bool_arg", "const bool"),
+    "str": FastArg("str_arg", "const std::string"),
+}
+
+
+class FastPathError(ValueError):
+    pass
+
+
+def _fast_function(p, index: str) -> list[str]:
+    args = schema_args(p)
+    lines = [
+        f"PyObject* fast_{p.name}(PyObject*, PyObject* const* args, Py_ssize_t nargs) {{",
+        f'  constexpr const char* op = "{p.name}";',
+        f"  OP_EXT_FAST_BEGIN(op, {len(args)})",
+    ]
+    for i, a in enumerate(args):
+        fast = FAST_ARG.get(a.type)
+        if fast is None:
+            raise FastPathError(
+                f"{p.path.name}: {p.name}: argument {a.name} has schema type {a.type!r}, which the eager fast "
+                f"path cannot unpack (it takes {', '.join(FAST_ARG)}; op_extension/_cpp_gen.py FAST_ARG)"
+            )
+        lines.append(f'  {fast.held} {a.name} = {fast.unpack}(op, args[{i}], "{a.name}");')
+    # A call whose tensors do not share the first one's dtype leaves the fast
+    # path: the Python function handles it (mixed-dtype norms) or calls the op,
+    # whose check refuses it.
+    tensors = [a.name for a in args if a.type in ("Tensor", "Tensor?")]
+    first = next((a.name for a in args if a.type == "Tensor"), None)
+    others = [t for t in tensors if t != first]
+    if first is not None and others:
+        lines.append(f"  if (mixed_dtypes({first}, {', '.join(others)})) Py_RETURN_NOTIMPLEMENTED;")
+    passed = ", ".join(FAST_ARG[a.type].passed.format(a.name) for a in args)
+    lines += [
+        f"  return run({index}, args, nargs, [&] {{ return {p.name}_op().call({passed}); }});",
+        "  OP_EXT_FAST_END",
+        "}",
+        "",
+    ]
+    return lines
+
+
+def generate_fast_path(protos: dict) -> str:
+    """The eager fast path's per-op part, included by python_module.cpp after
+    its helpers: for every forward op, in the prototypes' order, its index
+    (OpIndex, kOpNames: the table of transform handlers), a METH_FASTCALL
+    function fast_<name> taking the schema's arguments positionally, and its
+    entry in fast_path_methods (the module's function <name>)."""
+    ops = forward_ops(protos)
+    index = {p.name: f"k{_camel(p.name)}" for p in ops}
+    lines = HEADER + [
+        "//",
+        "// The eager fast path of op_extension._C, one function per forward op; a",
+        "// fragment of csrc/torch_ext/python_module.cpp, which includes it after the",
+        "// helpers it uses (tensor_arg, ..., mixed_dtypes, run, fastcall).",
+        "",
+        "namespace op_ext {",
+        "namespace {",
+        "",
+        "// The forward ops, in the order of kOpNames.",
+        "enum OpIndex {",
+    ]
+    lines += [f"  {index[p.name]}," for p in ops]
+    lines += [
+        "  kNumOps",
+        "};",
+        "constexpr const char* kOpNames[kNumOps] = {",
+    ]
+    lines += [f'    "{p.name}",' for p in ops]
+    lines += ["};", ""]
+    for p in ops:
+        lines += _fast_function(p, index[p.name])
+    lines.append("PyMethodDef fast_path_methods[] = {")
+    for p in ops:
+        doc = f"{p.name}({', '.join(a.name for a in schema_args(p))})"
+        lines.append(f'    {{"{p.name}", fastcall(fast_{p.name}), METH_FASTCALL, "{doc}"}},')
+    lines += [
+        "    {nullptr, nullptr, 0, nullptr},",
+        "};",
+        "",
+        "}  // namespace",
+        "}  // namespace op_ext",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def write_all(protos: dict, csrc: Path, out_dir: Path, write) -> list[Path]:
     """Writes every generated file with `write(path, text)`; returns the .cpp sources."""
     write(out_dir / "op_ext_handles.h", generate_handles(protos))
     write(out_dir / "op_ext_glue.h", generate_glue_registry(protos, csrc))
+    write(out_dir / "op_ext_fast_path.h", generate_fast_path(protos))
     autograd = out_dir / "op_ext_autograd.cpp"
     write(autograd, generate_autograd(protos, csrc))
     write(out_dir / "op_ext_ascend_sim_ops.h", generate_ascend_sim_ops(protos, csrc))

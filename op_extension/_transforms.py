@@ -15,7 +15,8 @@ traced, the vmap and jvp helpers) and registers them (register()).
 
 Who comes here: the C++ fast path of ops.py tests for a transform or a tangent
 (a few ns) and calls the TRANSFORM.apply registered for the op
-(python_module.cpp); the functions' traced path (traced()) asks active(). Plain
+(python_module.cpp; an op without a TRANSFORM gets the op itself, which
+refuses); the functions' traced path (traced()) asks active(). Plain
 eager calls never come here. Calling torch.ops.custom.<op> directly with a
 tangent is refused by its Autograd kernel, naming op_extension.ops.<op>.
 
@@ -195,21 +196,23 @@ def _plus(a, b):
 
 
 def register(protos: dict[str, OpProto] | None = None) -> None:
-    """Hands the C++ fast path each forward op's TRANSFORM.apply (it calls it
-    with its own arguments, ops.py has already converted and checked them) and
-    registers every VMAP rule on the dispatcher: for the backward ops (which the
-    backward and jvp call under vmap in jacrev, jacfwd, vmap of grad) and for
-    direct torch.ops.custom callers of the forward ops. Called once, by
+    """Hands the C++ fast path a handler for every forward op: its
+    TRANSFORM.apply (called with the fast path's own arguments, which ops.py has
+    already converted and checked), or, for an op without one, the op
+    torch.ops.custom.<name> itself, whose Autograd kernel refuses the call
+    naming op_extension.ops.<name>, as the derived function's traced path does.
+    And registers every VMAP rule on the dispatcher: for the backward ops (which
+    the backward and jvp call under vmap in jacrev, jacfwd, vmap of grad) and
+    for direct torch.ops.custom callers of the forward ops. Called once, by
     op_extension/__init__.py."""
     protos = load_protos() if protos is None else protos
     entry_points = {}
     for proto in protos.values():
         module = op_defs.module(proto, protos)
-        if module is None:
-            continue
-        transform = getattr(module, "TRANSFORM", None)
-        if transform is not None and not proto.backward_of:
-            entry_points[proto.name] = transform.apply
+        if not proto.backward_of:
+            transform = getattr(module, "TRANSFORM", None)
+            entry_points[proto.name] = (getattr(torch.ops.custom, proto.name).default if transform is None
+                                        else transform.apply)
         rule = getattr(module, "VMAP", {}).get(proto.name)
         if rule is not None:
             torch.library.register_vmap(f"custom::{proto.name}", rule)

@@ -4,11 +4,14 @@ op_protos/ (op_extension.ops.<name>).
 Each function is a thin call into the dispatcher op torch.ops.custom.<name>, so
 eager mode, autograd, torch.compile and torch.export all see one custom op.
 The function is the op module's own where op_extension/op_defs/<name>.py defines
-one (argument conversions, mixed dtypes, the C++ fast path), else derived from
-the prototype (derived_function). Outside tracing, plain tensors take a C++ fast
-path into the same dispatcher op where the op has one (_C.<name>, see
-csrc/torch_ext/python_module.cpp): it saves the ~2 us that parsing arguments
-through torch.ops costs. Argument checks happen in the op itself (C++ for real
+one (argument conversions, mixed dtypes), else derived from the prototype
+(derived_function). Outside tracing, plain tensors take a C++ fast path into the
+same dispatcher op (_C.<name>, generated from the prototype for every forward
+op, see csrc/torch_ext/python_module.cpp): it saves the ~2 us that parsing
+arguments through torch.ops costs. It returns NotImplemented for tensors of
+mixed dtypes (of two or more tensor arguments, one not of the first's dtype):
+the function then converts them (the norms) or calls torch.ops.custom.<name>,
+whose check refuses them. Argument checks happen in the op itself (C++ for real
 tensors, the fake kernel under tracing), before any kernel runs.
 
 op_extension.debug needs nothing here: its switches hook in at the dispatcher
@@ -26,7 +29,7 @@ from collections.abc import Sequence
 import torch
 from torch._C import _has_torch_function
 
-from . import _transforms, op_defs
+from . import _C, _transforms, op_defs
 from ._protos import OpProto, load_protos
 
 # Filled by _collect() (op_extension/__init__.py), from the prototypes.
@@ -143,16 +146,29 @@ def _defaults(proto: OpProto) -> tuple:
     return tuple(reversed(values))
 
 
-def derived_function(proto: OpProto, namespace: str = "custom", transform=None):
+def derived_function(proto: OpProto, namespace: str = "custom", transform=None, fast=None):
     """op_extension.ops.<name> as the prototype gives it: its arguments in
     torch.arg_order with their defaults, calling <namespace>::<name> (through
     `transform`, the op's autograd.Function, under torch.func transforms and
-    forward-mode AD), with the prototype's torch.doc as docstring."""
+    forward-mode AD), with the prototype's torch.doc as docstring.
+
+    `fast`, the op's C++ fast path (_C.<name>, function_of passes it), is taken
+    by eager calls on plain tensors, as the op modules' own functions do; a call
+    it leaves (NotImplemented: tensors of mixed dtypes) goes to the op, whose
+    check refuses it. Under torch.func the fast path calls the handler
+    _transforms.register gave it (the op module's TRANSFORM), not `transform`."""
     overload = getattr(getattr(torch.ops, namespace), proto.name).default
     call = overload if transform is None else _transforms.traced(overload, transform.apply)
-    params = ", ".join(proto.arg_order)  # identifiers, checked by _protos
-    namespace_ = {"_call_op_": call}
-    exec(f"def {proto.name}({params}):\n    return _call_op_({params})\n", namespace_)  # noqa: S102
+    params = ", ".join(proto.arg_order)  # identifiers, checked by _protos; the schema's order
+    body = f"    return _call_op_({params})\n"
+    if fast is not None:
+        tensors = ", ".join(t.name for t in proto.inputs)
+        body = (f"    if _eager_({tensors}):\n"
+                f"        out_ = _fast_({params})\n"
+                "        if out_ is not NotImplemented:\n"
+                "            return out_\n") + body
+    namespace_ = {"_call_op_": call, "_fast_": fast, "_eager_": _eager}
+    exec(f"def {proto.name}({params}):\n{body}", namespace_)  # noqa: S102
     function = namespace_[proto.name]
     function.__defaults__ = _defaults(proto) or None
     function.__module__ = __name__
@@ -168,7 +184,10 @@ def function_of(proto: OpProto, protos: dict[str, OpProto] | None = None, namesp
     function = getattr(module, proto.name, None) if module is not None else None
     if function is not None:
         return function
-    return derived_function(proto, namespace, getattr(module, "TRANSFORM", None))
+    # The fast path of every built op; its torch.func handler is the TRANSFORM
+    # of the package's own op module (_transforms.register), so not with `find`'s.
+    fast = getattr(_C, proto.name, None) if namespace == "custom" and find is None else None
+    return derived_function(proto, namespace, getattr(module, "TRANSFORM", None), fast)
 
 
 def _collect() -> None:

@@ -110,6 +110,74 @@ def test_the_derived_function_on_a_real_op():
         torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
+def test_the_derived_function_takes_the_fast_path_eagerly():
+    """With `fast` (function_of passes _C.<name>), eager calls on plain tensors go
+    there with every argument positional; under a torch function mode they go to
+    the op; mixed dtypes, which the fast path leaves (NotImplemented), get the
+    op's refusal."""
+    calls = []
+
+    def fast(*args):
+        calls.append(args)
+        return op_extension._C.rotary_embedding(*args)
+
+    derived = ops.derived_function(PROTOS["rotary_embedding"], fast=fast)
+    q, k, cos, sin = torch.randn(2, 3, 4, 8), torch.randn(2, 1, 4, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8)
+    got = derived(q, k, cos, sin)
+    assert len(calls) == 1 and calls[0][4] == 1  # the prototype's default, passed on
+    for g, w in zip(got, torch.ops.custom.rotary_embedding(q, k, cos, sin)):
+        torch.testing.assert_close(g, w, atol=0, rtol=0)
+    with _SeenOps() as mode:
+        derived(q, k, cos, sin, unsqueeze_dim=1)
+    assert len(calls) == 1 and "custom.rotary_embedding.default" in mode.seen
+    with pytest.raises(TypeError, match=r"custom::rotary_embedding: k has dtype Double but q has dtype Float"):
+        derived(q, k.double(), cos, sin)
+    assert len(calls) == 2
+
+
+class _SeenOps(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", FORWARD)
+def test_every_forward_op_has_a_generated_fast_path(name):
+    """_C.<name>, generated from the prototype (op_ext_fast_path.h), documented
+    by the schema's arguments in order."""
+    assert getattr(op_extension._C, name).__doc__ == f"{name}({', '.join(PROTOS[name].arg_order)})"
+
+
+def test_the_fast_path_leaves_mixed_dtypes_to_python():
+    """A tensor of another dtype than the first tensor argument's: NotImplemented,
+    for the op's function to convert (the norms) or to refuse through the op."""
+    C = op_extension._C
+    x = torch.randn(2, 8)
+    assert C.add(x, x.double(), 1.0) is NotImplemented
+    assert C.rms_norm(x, [8], torch.randn(8, dtype=torch.float64), None) is NotImplemented
+    assert C.rms_norm(x, [8], None, None).dtype == torch.float32  # an absent optional tensor has no dtype
+    q, cs = torch.randn(1, 2, 3, 8), torch.randn(1, 3, 8)
+    assert C.rotary_embedding(q, q, cs, cs.half(), 1) is NotImplemented
+    with pytest.raises(TypeError, match="custom::add: other has dtype Double but input has dtype Float"):
+        ops.add(x, x.double())
+
+
+def test_an_op_without_a_transform_refuses_torch_func_from_the_fast_path():
+    """The fast path hands calls under torch.func, or with a tangent, to the
+    handler _transforms registered; for an op module without a TRANSFORM
+    (rotary_embedding) that is the op, whose Autograd kernel refuses them."""
+    assert getattr(op_defs.module(PROTOS["rotary_embedding"]), "TRANSFORM", None) is None
+    q, k, cos, sin = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8), torch.randn(1, 3, 8), torch.randn(1, 3, 8)
+    with pytest.raises(RuntimeError, match="custom::rotary_embedding: torch.func transforms"):
+        torch.func.grad(lambda a: ops.rotary_embedding(a, k, cos, sin)[0].sum())(q)
+    with pytest.raises(RuntimeError, match="custom::rotary_embedding: an input carries a forward-mode AD tangent"):
+        jvp(lambda a: ops.rotary_embedding(a, k, cos, sin), (q,), (torch.randn_like(q),))
+
+
 def test_the_derived_function_goes_through_the_transform_under_torch_func():
     """With the module's TRANSFORM, a derived function takes forward-mode AD as ops.gelu does."""
     module = op_defs.module(PROTOS["gelu"])

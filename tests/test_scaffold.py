@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sysconfig
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -290,7 +291,8 @@ def test_ascend_files_compile_under_the_simulator(tree, tmp_path):
 def test_the_op_is_registered_and_differentiable_without_a_shared_file_edit(tree, tmp_path):
     """The repository's C++ plus the scaffolded files, with nothing else edited:
     the build's generated registration (every op's glue under a device key),
-    typed handles and derived autograd compile with the new op in them."""
+    typed handles, derived autograd and eager fast path compile with the new op
+    in them."""
     from op_extension import _cpp_gen
 
     csrc = tmp_path / "csrc"
@@ -317,6 +319,11 @@ def test_the_op_is_registered_and_differentiable_without_a_shared_file_edit(tree
     autograd = (generated / "op_ext_autograd.cpp").read_text()
     assert "class ScaleShiftFunction" in autograd and 'm.impl("scale_shift", &scale_shift_autograd);' in autograd
     assert "scale_shift_op()" in (generated / "op_ext_handles.h").read_text()
+    fast_path = (generated / "op_ext_fast_path.h").read_text()
+    assert "PyObject* fast_scale_shift(PyObject*, PyObject* const* args, Py_ssize_t nargs) {" in fast_path
+    assert "if (mixed_dtypes(input, shift)) Py_RETURN_NOTIMPLEMENTED;" in fast_path
+    assert '{"scale_shift", fastcall(fast_scale_shift), METH_FASTCALL, "scale_shift(input, dims, shift, scale)"},' in fast_path
+    assert "fast_scale_shift_backward" not in fast_path  # backward ops are called by autograd only
     includes = [generated, csrc / "torch_ext"]
     syntax_check('#include "op_ext_glue.h"\n'
                  "struct AnyKernels {\n"
@@ -327,6 +334,27 @@ def test_the_op_is_registered_and_differentiable_without_a_shared_file_edit(tree
                  "TORCH_LIBRARY_IMPL(custom, CPU, m) { op_ext::glue::register_ops<AnyKernels>(m); }\n",
                  includes, [], tmp_path)
     syntax_check((generated / "op_ext_autograd.cpp").read_text(), includes, [], tmp_path)
+    # The module _C with the generated fast path (the scaffolded op's included).
+    syntax_check(f'#include "{csrc / "torch_ext" / "python_module.cpp"}"\n',
+                 includes + [Path(sysconfig.get_paths()["include"])], [], tmp_path)
+
+
+def test_the_fast_path_generator_names_a_type_it_cannot_unpack(tmp_path):
+    """An argument of a schema type the eager fast path has no unpacking for
+    (here int?, an optional int attr without a default) fails the generation,
+    naming the prototype, op, argument and type; the fast path unpacks every
+    type a device kernel can take (GLUE_PARAM)."""
+    from op_extension import _cpp_gen
+
+    demo = json.loads(json.dumps(DEMO))
+    demo[0]["attr"].append({"name": "groups", "param_type": "optional", "type": "int", "default_value": None})
+    demo[0]["torch"]["arg_order"].append("groups")
+    (tmp_path / "scale_shift.json").write_text(json.dumps(demo))
+    proto = _protos.parse_proto(tmp_path / "scale_shift.json")
+    with pytest.raises(_cpp_gen.FastPathError, match=r"^scale_shift.json: scale_shift: argument groups has schema "
+                                                      r"type 'int\?', which the eager fast path cannot unpack"):
+        _cpp_gen.generate_fast_path({"scale_shift": proto})
+    assert set(_cpp_gen.FAST_ARG) == set(_cpp_gen.GLUE_PARAM)
 
     # The Ascend simulator's binding: an entry per op, calling its aclnn entry in
     # CANN's order (inputs, attributes, outputs), compiled with the module.

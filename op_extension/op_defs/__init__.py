@@ -11,7 +11,8 @@ each optional, and who collects them:
 piece (module attribute)   collected by                        default (absent module or piece)
 =========================  ==================================  =============================================
 ``<name>(...)``            ``op_extension.ops.<name>``, the    ``ops.derived_function``: the prototype's
-                           package's exports                   arguments and defaults, calls
+                           package's exports                   arguments and defaults, calls the C++
+                                                               fast path ``_C.<name>`` eagerly, else
                                                                ``torch.ops.custom.<name>`` (through
                                                                ``TRANSFORM`` under torch.func), the
                                                                prototype's ``torch.doc`` as docstring

@@ -26,7 +26,9 @@ def add(input: torch.Tensor, other: torch.Tensor | numbers.Number, alpha: float 
         other = torch.full((), other, dtype=input.dtype, device=input.device)
     alpha = _float("add", "alpha", alpha)
     if _eager(input, other):
-        return _C.add(input, other, alpha)
+        out = _C.add(input, other, alpha)
+        if out is not NotImplemented:  # other of another dtype: the op's check refuses it
+            return out
     return _add(input, other, alpha)
 
 

@@ -16,7 +16,9 @@ _custom = torch.ops.custom
 def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """gelu(gate, approximate) * up."""
     if _eager(gate, up):
-        return _C.geglu(gate, up, approximate)
+        out = _C.geglu(gate, up, approximate)
+        if out is not NotImplemented:  # up of another dtype: the op's check refuses it
+            return out
     return _geglu(gate, up, approximate)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from .. import _C
 from .._fake import FakeRule, check_same_shape
+from ..ops import _eager
 
 _custom = torch.ops.custom
 
@@ -22,6 +24,10 @@ def rotary_embedding(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
     del position_ids  # deprecated and unused in Hugging Face's function too
     if not isinstance(unsqueeze_dim, int) or isinstance(unsqueeze_dim, bool):
         raise TypeError(f"custom::rotary_embedding: unsqueeze_dim must be an int, got {type(unsqueeze_dim).__name__}")
+    if _eager(q, k, cos, sin):
+        out = _C.rotary_embedding(q, k, cos, sin, unsqueeze_dim)
+        if out is not NotImplemented:  # tensors of mixed dtypes: the op's check refuses them
+            return out
     return _custom.rotary_embedding.default(q, k, cos, sin, unsqueeze_dim)
 
 

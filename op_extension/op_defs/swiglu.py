@@ -17,7 +17,9 @@ _custom = torch.ops.custom
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up, the gated unit of LLaMA-style MLPs."""
     if _eager(gate, up):
-        return _C.swiglu(gate, up)
+        out = _C.swiglu(gate, up)
+        if out is not NotImplemented:  # up of another dtype: the op's check refuses it
+            return out
     return _swiglu(gate, up)
 
 

@@ -8,9 +8,17 @@
 // only outside tracing and for plain tensors. The dispatcher still runs the op
 // with all its keys, so autograd and dispatch modes see custom::<op> as usual.
 //
+// The per-op functions are generated from the prototypes at build time
+// (op_ext_fast_path.h, op_extension/_cpp_gen.py's generate_fast_path): each
+// unpacks its schema's arguments with the helpers below and calls run(). This
+// file names no op. A call whose tensors do not all share the first tensor's
+// dtype returns NotImplemented: the op's Python function then handles the mixed
+// dtypes (the norms compute in the wider dtype) or calls torch.ops.custom.<op>,
+// whose dtype check raises.
+//
 // Under a torch.func transform, or with an input that carries a forward-mode
-// tangent, the fast path hands the call to the op's Python autograd.Function
-// in op_extension/_transforms.py instead (the C++ autograd kernels support
+// tangent, the fast path hands the call to the op's Python handler registered
+// by op_extension/_transforms.py instead (the C++ autograd kernels support
 // neither): a thread-local test here, and the Autograd kernel's refusal of a
 // tangent (TangentError) caught. A test in ops.py would cost ~0.1 us per call.
 //
@@ -23,6 +31,8 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../kernel/cpu/cpu_kernels.h"
@@ -116,6 +126,16 @@ std::string str_arg(const char* op, PyObject* obj, const char* name) {
   return std::string(s, size);
 }
 
+// No op of today takes a bool; the generator can emit it (FAST_ARG).
+[[maybe_unused]] bool bool_arg(const char* op, PyObject* obj, const char* name) {
+  if (!PyBool_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "custom::%s: %s must be a bool, got %s", op, name,
+                 Py_TYPE(obj)->tp_name);
+    throw ArgError{};
+  }
+  return obj == Py_True;
+}
+
 bool check_nargs(const char* op, Py_ssize_t nargs, Py_ssize_t expected) {
   if (nargs == expected) return true;
   PyErr_Format(PyExc_TypeError, "custom::%s: the fast path takes %zd arguments, got %zd", op,
@@ -127,6 +147,35 @@ c10::SymIntArrayRef as_sym(const std::vector<int64_t>& v) {
   return c10::fromIntArrayRefSlow(v);
 }
 
+PyObject* wrap(Tensor t) {
+  return THPVariable_Wrap(std::move(t));
+}
+
+// An op's outputs as a Python tuple of tensors, or nullptr with the error set.
+template <typename... Ts>
+PyObject* wrap(std::tuple<Ts...> results) {
+  PyObject* tuple = PyTuple_New(sizeof...(Ts));
+  if (tuple == nullptr) return nullptr;
+  Py_ssize_t i = 0;
+  bool ok = true;
+  std::apply(
+      [&](auto&... result) {
+        // PyTuple_SET_ITEM steals each reference; a failed wrap stops the rest.
+        ((ok = ok && [&] {
+            PyObject* item = wrap(std::move(result));
+            if (item != nullptr) PyTuple_SET_ITEM(tuple, i++, item);
+            return item != nullptr;
+          }()),
+         ...);
+      },
+      results);
+  if (!ok) {
+    Py_DECREF(tuple);  // unset items are NULL, which the tuple's dealloc skips
+    return nullptr;
+  }
+  return tuple;
+}
+
 // Runs the op without the GIL, as torch.ops does, and wraps the results.
 template <typename F>
 PyObject* call_unlocked(F&& f) {
@@ -135,41 +184,73 @@ PyObject* call_unlocked(F&& f) {
     pybind11::gil_scoped_release no_gil;
     result = f();
   }
-  if constexpr (std::is_same_v<decltype(result), Tensor>) {
-    return THPVariable_Wrap(std::move(result));
-  } else {
-    PyObject* first = THPVariable_Wrap(std::move(std::get<0>(result)));
-    PyObject* second = THPVariable_Wrap(std::move(std::get<1>(result)));
-    PyObject* tuple = (first && second) ? PyTuple_Pack(2, first, second) : nullptr;
-    Py_XDECREF(first);
-    Py_XDECREF(second);
-    return tuple;
-  }
+  return wrap(std::move(result));
 }
 
 // ---- torch.func transforms and forward-mode AD ------------------------------
 
-// The forward ops, in the order of kOpNames.
-enum OpIndex {
-  kAdd,
-  kGelu,
-  kSwiglu,
-  kGeglu,
-  kRmsNorm,
-  kFusedAddRmsNorm,
-  kLayerNorm,
-  kSoftmax,
-  kNumOps
-};
-constexpr const char* kOpNames[kNumOps] = {
-    "add", "gelu", "swiglu", "geglu", "rms_norm", "fused_add_rms_norm", "layer_norm", "softmax",
-};
+// Calls op_extension._transforms' handler of the forward op `op` (an OpIndex of
+// the generated fast path) with the fast path's own arguments.
+PyObject* call_transforms(int op, PyObject* const* args, Py_ssize_t nargs);
 
-// op_extension._transforms.<op> per op (strong references, set once at import).
+// Runs the op, or op_extension._transforms' handler where the C++ path cannot.
+template <typename F>
+PyObject* run(int op, PyObject* const* args, Py_ssize_t nargs, F&& f) {
+  if (functorch_active()) return call_transforms(op, args, nargs);
+  try {
+    return call_unlocked(std::forward<F>(f));
+  } catch (const TangentError&) {  // thrown before the op did anything
+    return call_transforms(op, args, nargs);
+  }
+}
+
+// ---- the generated functions' other helpers -------------------------------------
+
+bool other_dtype(const Tensor& first, const Tensor& t) {
+  return t.scalar_type() != first.scalar_type();
+}
+bool other_dtype(const Tensor& first, const OptTensor& t) {
+  return t.has_value() && t->defined() && t->scalar_type() != first.scalar_type();
+}
+
+// A tensor argument (one that is given) of another dtype than the first: the
+// fast path returns NotImplemented and leaves the call to the op's Python
+// function (the prototypes' dtype lists give every tensor of a call one dtype,
+// so such a call is one the op refuses or Python converts, as the norms do
+// under autocast). One comparison here instead of attribute reads in Python.
+template <typename... Ts>
+bool mixed_dtypes(const Tensor& first, const Ts&... others) {
+  return (other_dtype(first, others) || ...);
+}
+
+PyCFunction fastcall(PyObject* (*f)(PyObject*, PyObject* const*, Py_ssize_t)) {
+  return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(f));
+}
+
+#define OP_EXT_FAST_BEGIN(op, n)                  \
+  HANDLE_TH_ERRORS                                \
+  if (!check_nargs(op, nargs, n)) return nullptr; \
+  try {
+#define OP_EXT_FAST_END     \
+  }                         \
+  catch (const ArgError&) { \
+    return nullptr;         \
+  }                         \
+  END_HANDLE_TH_ERRORS
+
+}  // namespace
+}  // namespace op_ext
+
+// fast_<op> for every forward op, OpIndex, kOpNames, fast_path_methods.
+#include "op_ext_fast_path.h"
+
+namespace op_ext {
+namespace {
+
+// op_extension._transforms' handler per op (strong references, set once at import).
 PyObject* transform_handlers[kNumOps] = {};
 
-// Calls op_extension._transforms.<op> with the fast path's own arguments.
-PyObject* call_transforms(OpIndex op, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* call_transforms(int op, PyObject* const* args, Py_ssize_t nargs) {
   PyObject* handler = transform_handlers[op];
   if (handler == nullptr) {
     PyErr_Format(PyExc_RuntimeError,
@@ -179,17 +260,6 @@ PyObject* call_transforms(OpIndex op, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   return PyObject_Vectorcall(handler, args, nargs, nullptr);
-}
-
-// Runs the op, or op_extension._transforms.<op> where the C++ path cannot.
-template <typename F>
-PyObject* run(OpIndex op, PyObject* const* args, Py_ssize_t nargs, F&& f) {
-  if (functorch_active()) return call_transforms(op, args, nargs);
-  try {
-    return call_unlocked(std::forward<F>(f));
-  } catch (const TangentError&) {  // thrown before the op did anything
-    return call_transforms(op, args, nargs);
-  }
 }
 
 // _set_transform_handlers({op name: callable}) for every forward op.
@@ -211,108 +281,6 @@ PyObject* set_transform_handlers(PyObject*, PyObject* arg) {
     Py_XSETREF(transform_handlers[i], found[i]);
   }
   Py_RETURN_NONE;
-}
-
-// A parameter (or residual) of another dtype than the input's: op_extension.ops
-// handles that in Python (computing in the wider dtype, _mixed_*), where the
-// fast path returns NotImplemented. One comparison here instead of attribute
-// reads on every Python call.
-bool mixed_dtypes(const Tensor& input, const OptTensor& param) {
-  return param.has_value() && param->defined() && param->scalar_type() != input.scalar_type();
-}
-
-#define OP_EXT_FAST_BEGIN(op, n)               \
-  HANDLE_TH_ERRORS                             \
-  if (!check_nargs(op, nargs, n)) return nullptr; \
-  try {
-#define OP_EXT_FAST_END          \
-  }                              \
-  catch (const ArgError&) {      \
-    return nullptr;              \
-  }                              \
-  END_HANDLE_TH_ERRORS
-
-PyObject* fast_add(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  OP_EXT_FAST_BEGIN("add", 3)
-  const Tensor& input = tensor_arg("add", args[0], "input");
-  const Tensor& other = tensor_arg("add", args[1], "other");
-  const double alpha = float_arg("add", args[2], "alpha");
-  return run(kAdd, args, nargs, [&] { return add_op().call(input, other, alpha); });
-  OP_EXT_FAST_END
-}
-
-PyObject* fast_gelu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  OP_EXT_FAST_BEGIN("gelu", 2)
-  const Tensor& input = tensor_arg("gelu", args[0], "input");
-  const std::string approximate = str_arg("gelu", args[1], "approximate");
-  return run(kGelu, args, nargs, [&] { return gelu_op().call(input, approximate); });
-  OP_EXT_FAST_END
-}
-
-PyObject* fast_swiglu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  OP_EXT_FAST_BEGIN("swiglu", 2)
-  const Tensor& gate = tensor_arg("swiglu", args[0], "gate");
-  const Tensor& up = tensor_arg("swiglu", args[1], "up");
-  return run(kSwiglu, args, nargs, [&] { return swiglu_op().call(gate, up); });
-  OP_EXT_FAST_END
-}
-
-PyObject* fast_geglu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  OP_EXT_FAST_BEGIN("geglu", 3)
-  const Tensor& gate = tensor_arg("geglu", args[0], "gate");
-  const Tensor& up = tensor_arg("geglu", args[1], "up");
-  const std::string approximate = str_arg("geglu", args[2], "approximate");
-  return run(kGeglu, args, nargs,
-             [&] { return geglu_op().call(gate, up, approximate); });
-  OP_EXT_FAST_END
-}
-
-PyObject* fast_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  OP_EXT_FAST_BEGIN("rms_norm", 4)
-  const Tensor& input = tensor_arg("rms_norm", args[0], "input");
-  const auto shape = int_list_arg("rms_norm", args[1], "normalized_shape");
-  const OptTensor weight = optional_tensor_arg("rms_norm", args[2], "weight");
-  const auto eps = optional_float_arg("rms_norm", args[3], "eps");
-  if (mixed_dtypes(input, weight)) Py_RETURN_NOTIMPLEMENTED;
-  return run(kRmsNorm, args, nargs,
-             [&] { return rms_norm_op().call(input, as_sym(shape), weight, eps); });
-  OP_EXT_FAST_END
-}
-
-PyObject* fast_fused_add_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  constexpr const char* op = "fused_add_rms_norm";
-  OP_EXT_FAST_BEGIN(op, 5)
-  const Tensor& input = tensor_arg(op, args[0], "input");
-  const Tensor& residual = tensor_arg(op, args[1], "residual");
-  const auto shape = int_list_arg(op, args[2], "normalized_shape");
-  const OptTensor weight = optional_tensor_arg(op, args[3], "weight");
-  const auto eps = optional_float_arg(op, args[4], "eps");
-  if (residual.scalar_type() != input.scalar_type() || mixed_dtypes(input, weight)) Py_RETURN_NOTIMPLEMENTED;
-  return run(kFusedAddRmsNorm, args, nargs, [&] {
-    return fused_add_rms_norm_op().call(input, residual, as_sym(shape), weight, eps);
-  });
-  OP_EXT_FAST_END
-}
-
-PyObject* fast_layer_norm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  OP_EXT_FAST_BEGIN("layer_norm", 5)
-  const Tensor& input = tensor_arg("layer_norm", args[0], "input");
-  const auto shape = int_list_arg("layer_norm", args[1], "normalized_shape");
-  const OptTensor weight = optional_tensor_arg("layer_norm", args[2], "weight");
-  const OptTensor bias = optional_tensor_arg("layer_norm", args[3], "bias");
-  const double eps = float_arg("layer_norm", args[4], "eps");
-  if (mixed_dtypes(input, weight) || mixed_dtypes(input, bias)) Py_RETURN_NOTIMPLEMENTED;
-  return run(kLayerNorm, args, nargs,
-             [&] { return layer_norm_op().call(input, as_sym(shape), weight, bias, eps); });
-  OP_EXT_FAST_END
-}
-
-PyObject* fast_softmax(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  OP_EXT_FAST_BEGIN("softmax", 2)
-  const Tensor& input = tensor_arg("softmax", args[0], "input");
-  const int64_t dim = int_arg("softmax", args[1], "dim");
-  return run(kSoftmax, args, nargs, [&] { return softmax_op().call(input, dim); });
-  OP_EXT_FAST_END
 }
 
 // ---- CPU kernel variant -------------------------------------------------------
@@ -349,20 +317,8 @@ PyObject* set_cpu_isa(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
-#define OP_EXT_FASTCALL(name, fn, doc) \
-  {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)), METH_FASTCALL, doc}
-
+// The module's functions besides the fast path's (fast_path_methods, added at init).
 PyMethodDef methods[] = {
-    OP_EXT_FASTCALL("add", fast_add, "add(input, other, alpha)"),
-    OP_EXT_FASTCALL("gelu", fast_gelu, "gelu(input, approximate)"),
-    OP_EXT_FASTCALL("swiglu", fast_swiglu, "swiglu(gate, up)"),
-    OP_EXT_FASTCALL("geglu", fast_geglu, "geglu(gate, up, approximate)"),
-    OP_EXT_FASTCALL("rms_norm", fast_rms_norm, "rms_norm(input, normalized_shape, weight, eps)"),
-    OP_EXT_FASTCALL("fused_add_rms_norm", fast_fused_add_rms_norm,
-                    "fused_add_rms_norm(input, residual, normalized_shape, weight, eps)"),
-    OP_EXT_FASTCALL("layer_norm", fast_layer_norm,
-                    "layer_norm(input, normalized_shape, weight, bias, eps)"),
-    OP_EXT_FASTCALL("softmax", fast_softmax, "softmax(input, dim)"),
     {"_set_transform_handlers", set_transform_handlers, METH_O,
      "Registers op_extension._transforms' functions for calls under torch.func transforms or "
      "with forward-mode tangents."},
@@ -379,5 +335,10 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
 }  // namespace op_ext
 
 PyMODINIT_FUNC PyInit__C() {
-  return PyModule_Create(&op_ext::module_def);
+  PyObject* module = PyModule_Create(&op_ext::module_def);
+  if (module != nullptr && PyModule_AddFunctions(module, op_ext::fast_path_methods) != 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
 }
