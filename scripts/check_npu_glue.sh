@@ -35,6 +35,8 @@ PY=${PY:-.venv/bin/python}
 # The source tree whose glue is checked (default: this one); the tests point it
 # at a copy with a scaffolded op added.
 SOURCE_ROOT=${OP_EXT_SOURCE_ROOT:-.}
+# Its paths as this tree's are printed: relative, without ./
+in_root() { if [ "$SOURCE_ROOT" = "." ]; then echo "$1"; else echo "$SOURCE_ROOT/$1"; fi; }
 CXX=${CXX:-g++}
 CACHE_DIR=${OP_EXT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/op_extension}
 STAND_INS=scripts/npu_glue_check/include
@@ -51,8 +53,8 @@ if [ "$#" -gt 0 ]; then
   sources=("$@")
 else
   # The shared glue, every op's glue, and the registration derived from the prototypes.
-  sources=("$SOURCE_ROOT"/op_extension/csrc/torch_ext/npu/*.cpp "$SOURCE_ROOT"/op_extension/csrc/torch_ext/npu/ops/*.cpp
-           "$tmp/generated/op_ext_npu_registration.cpp")
+  npu_glue=$(in_root op_extension/csrc/torch_ext/npu)
+  sources=("$npu_glue"/*.cpp "$npu_glue"/ops/*.cpp "$tmp/generated/op_ext_npu_registration.cpp")
 fi
 for src in "${sources[@]}"; do
   [ -f "$src" ] || { echo "npu glue check: no such source: $src" >&2; exit 1; }
@@ -145,7 +147,7 @@ flags=(
   -isystem "$npu_include/third_party/hccl/inc"
   -isystem "$STAND_INS"
   -I "$tmp/generated"
-  -I "$SOURCE_ROOT/op_extension/csrc/host/aclnn"
+  -I "$(in_root op_extension/csrc/host/aclnn)"
   -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=_C -DOP_EXT_WITH_NPU=1
 )
 
