@@ -338,24 +338,6 @@ def test_the_op_is_registered_and_differentiable_without_a_shared_file_edit(tree
     syntax_check(f'#include "{csrc / "torch_ext" / "python_module.cpp"}"\n',
                  includes + [Path(sysconfig.get_paths()["include"])], [], tmp_path)
 
-
-def test_the_fast_path_generator_names_a_type_it_cannot_unpack(tmp_path):
-    """An argument of a schema type the eager fast path has no unpacking for
-    (here int?, an optional int attr without a default) fails the generation,
-    naming the prototype, op, argument and type; the fast path unpacks every
-    type a device kernel can take (GLUE_PARAM)."""
-    from op_extension import _cpp_gen
-
-    demo = json.loads(json.dumps(DEMO))
-    demo[0]["attr"].append({"name": "groups", "param_type": "optional", "type": "int", "default_value": None})
-    demo[0]["torch"]["arg_order"].append("groups")
-    (tmp_path / "scale_shift.json").write_text(json.dumps(demo))
-    proto = _protos.parse_proto(tmp_path / "scale_shift.json")
-    with pytest.raises(_cpp_gen.FastPathError, match=r"^scale_shift.json: scale_shift: argument groups has schema "
-                                                      r"type 'int\?', which the eager fast path cannot unpack"):
-        _cpp_gen.generate_fast_path({"scale_shift": proto})
-    assert set(_cpp_gen.FAST_ARG) == set(_cpp_gen.GLUE_PARAM)
-
     # The Ascend simulator's binding: an entry per op, calling its aclnn entry in
     # CANN's order (inputs, attributes, outputs), compiled with the module.
     sim_ops = (generated / "op_ext_ascend_sim_ops.h").read_text()
@@ -374,6 +356,24 @@ def test_the_fast_path_generator_names_a_type_it_cannot_unpack(tmp_path):
     for declared in re.findall(r"^(.* scale_shift(?:_backward)?_npu\(.*\));$", registration, re.M):
         definition = declared.replace("at::", "")
         assert definition + " {" in npu_glue, definition
+
+
+def test_the_fast_path_generator_names_a_type_it_cannot_unpack(tmp_path):
+    """An argument of a schema type the eager fast path has no unpacking for
+    (here int?, an optional int attr without a default) fails the generation,
+    naming the prototype, op, argument and type; the fast path unpacks every
+    type a device kernel can take (GLUE_PARAM)."""
+    from op_extension import _cpp_gen
+
+    demo = json.loads(json.dumps(DEMO))
+    demo[0]["attr"].append({"name": "groups", "param_type": "optional", "type": "int", "default_value": None})
+    demo[0]["torch"]["arg_order"].append("groups")
+    (tmp_path / "scale_shift.json").write_text(json.dumps(demo))
+    proto = _protos.parse_proto(tmp_path / "scale_shift.json")
+    with pytest.raises(_cpp_gen.FastPathError, match=r"^scale_shift.json: scale_shift: argument groups has schema "
+                                                      r"type 'int\?', which the eager fast path cannot unpack"):
+        _cpp_gen.generate_fast_path({"scale_shift": proto})
+    assert set(_cpp_gen.FAST_ARG) == set(_cpp_gen.GLUE_PARAM)
 
 
 def test_the_scaffold_module_plans_without_writing(tmp_path):
