@@ -9,7 +9,7 @@ softmax and LayerNorm in a model and runs op_extension's kernels there.
 
 What is rewritten (every occurrence, in the graph Dynamo captured):
   * RMSNorm written out, ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)``
-    (or ``x * x``), in the variants models use: plain float32/float64; Llama's
+    (or ``x * x``; or ``x / torch.sqrt(...)``), in the variants models use: plain float32/float64; Llama's
     (upcast to float32, normalise, cast back to the input's dtype, times the
     weight); Gemma's (normalise in float32, times ``(1 + w.float())``, cast last);
     and ``F.rms_norm`` / ``nn.RMSNorm`` -> ``custom::rms_norm``. A multiply by a
@@ -74,6 +74,8 @@ _FUNCTION_KINDS = {
     torch.add: "add", operator.add: "add",
     torch.mul: "mul", operator.mul: "mul",
     torch.rsqrt: "rsqrt",
+    torch.sqrt: "sqrt",
+    torch.div: "div", torch.true_divide: "div", operator.truediv: "div",
     torch.tanh: "tanh",
     F.silu: "silu",
     F.gelu: "gelu",
@@ -83,8 +85,9 @@ _FUNCTION_KINDS = {
 }
 if hasattr(torch, "rms_norm"):
     _FUNCTION_KINDS[torch.rms_norm] = "rms_norm"
-_METHOD_KINDS = {m: m for m in ("pow", "mean", "add", "mul", "rsqrt", "tanh", "to", "float", "type_as", "softmax",
-                                 "item")}
+_METHOD_KINDS = {m: m for m in ("pow", "mean", "add", "mul", "rsqrt", "sqrt", "div", "tanh", "to", "float", "type_as",
+                                 "softmax", "item")}
+_METHOD_KINDS["true_divide"] = "div"
 
 # Scalar arithmetic Dynamo records on unspecialised floats.
 _SCALAR_FUNCTIONS = {operator.truediv: operator.truediv, operator.mul: operator.mul, operator.add: operator.add,
@@ -144,7 +147,7 @@ def _same_tensor_type(*nodes) -> bool:
 
 
 def _binary(n: fx.Node, kind: str) -> bool:
-    """n is a plain two-operand add/mul (no alpha, no out)."""
+    """n is a plain two-operand add/mul/div (no alpha, no rounding mode, no out)."""
     if _kind(n) != kind or len(n.args) != 2:
         return False
     return not n.kwargs
@@ -251,15 +254,19 @@ class _Rewriter:
     # ---- RMSNorm -------------------------------------------------------------------
 
     def rms_norms(self) -> None:
-        for rsqrt in [n for n in self.graph.nodes if _kind(n) == "rsqrt"]:
-            self._rms_norm_at(rsqrt)
+        for root in [n for n in self.graph.nodes if _kind(n) in ("rsqrt", "sqrt")]:
+            self._rms_norm_at(root)
         for n in [n for n in self.graph.nodes if _kind(n) == "rms_norm"]:
             self._functional_rms_norm(n)
 
     def _rms_norm_at(self, rsqrt: fx.Node) -> None:
-        # rsqrt(mean(xf^2, -1, keepdim=True) + eps), then xf * rsqrt
+        # rsqrt(mean(xf^2, -1, keepdim=True) + eps), then xf * rsqrt; or the
+        # division form, xf / sqrt(mean(xf^2, -1, keepdim=True) + eps), as some
+        # hand-written norms have it, which our op computes as the multiply by
+        # the reciprocal root: within an ulp or two of float32 of the division.
         if len(rsqrt.args) != 1 or rsqrt.kwargs or not _binary(rsqrt.args[0], "add"):
             return
+        division = _kind(rsqrt) == "sqrt"
         plus = rsqrt.args[0]
         var = next((a for a in plus.args if _kind(a) == "mean"), None)
         if var is None or len(var.users) != 1:
@@ -279,7 +286,10 @@ class _Rewriter:
             self.report.left_alone.append(f"rms_norm-like at {rsqrt.name}: mean over dim {dims!r}, keepdim={keepdim}")
             return
         normed = _only_user(rsqrt)
-        if normed is None or not _binary(normed, "mul") or _other(normed, rsqrt) is not xf:
+        if division:
+            if normed is None or not _binary(normed, "div") or normed.args != (xf, rsqrt):
+                return
+        elif normed is None or not _binary(normed, "mul") or _other(normed, rsqrt) is not xf:
             return
         if val.dtype not in (torch.float32, torch.float64):
             self.report.left_alone.append(

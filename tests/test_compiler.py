@@ -102,6 +102,18 @@ class PlainRMSNorm(nn.Module):
         return x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + self.eps) * self.weight
 
 
+class DivisionRMSNorm(nn.Module):
+    """The division form: x / sqrt(mean(x^2) + eps), times the weight."""
+
+    def __init__(self, hidden, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(1 + 0.1 * torch.randn(hidden))
+        self.eps = eps
+
+    def forward(self, x):
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
 class Block(nn.Module):
     """A pre-norm decoder block's arithmetic: norm, residual add, norm, SwiGLU MLP."""
 
@@ -131,7 +143,7 @@ def check_against_eager(model, compiled, x, atol=1e-5, rtol=1e-5):
     torch.testing.assert_close(x2.grad, x1.grad, atol=atol * 10, rtol=rtol * 10)
 
 
-@pytest.mark.parametrize("norm_cls", [LlamaRMSNorm, GemmaRMSNorm, PlainRMSNorm])
+@pytest.mark.parametrize("norm_cls", [LlamaRMSNorm, GemmaRMSNorm, PlainRMSNorm, DivisionRMSNorm])
 def test_block_float32_rewritten_forward_and_backward(norm_cls):
     torch.manual_seed(0)
     model = Block(norm_cls)
