@@ -197,7 +197,11 @@ def _outputs(proto: OpProto, args: dict):
 ROW_MAJOR = "row_major"  # outputs row-major (contiguous)
 KEEP_LAYOUT = "keep"  # keeps_layout: the layout the checked tensor shares with the `same` ones, if any
 MEMORY_FORMAT = "memory_format"  # in_memory_format: the checked tensor's channels_last format, if any
-LAYOUTS = (ROW_MAJOR, KEEP_LAYOUT, MEMORY_FORMAT)
+# Each output in the layout of the input its shape rule names (empty_like), where
+# that input is dense with a unit-stride last dim (a transposed view too), else
+# row-major: rotary_buffers in csrc/torch_ext/ops/rotary_embedding.h.
+LIKE_DENSE_SOURCE = "like_dense_source"
+LAYOUTS = (ROW_MAJOR, KEEP_LAYOUT, MEMORY_FORMAT, LIKE_DENSE_SOURCE)
 
 
 @dataclass(frozen=True)
@@ -214,8 +218,8 @@ class FakeRule:
     4. `check(op, **arguments)`, the op's own checks (arguments by name, defaults
        filled in);
     5. outputs by the prototype's shape rules, in `layout` (ROW_MAJOR,
-       KEEP_LAYOUT like `dtype_of` with operands dtype_of and `same`, or
-       MEMORY_FORMAT of `dtype_of`)."""
+       KEEP_LAYOUT like `dtype_of` with operands dtype_of and `same`,
+       MEMORY_FORMAT of `dtype_of`, or LIKE_DENSE_SOURCE)."""
 
     dtype_of: str | None = None
     same: tuple[str, ...] | None = None
@@ -279,10 +283,24 @@ def derived_kernel(proto: OpProto, rule: FakeRule | None = None) -> Callable:
             return in_layout(result, ref, keeps_layout(*operands))
         if layout == MEMORY_FORMAT:
             return in_memory_format(result, ref)
+        if layout == LIKE_DENSE_SOURCE:
+            return _like_dense_sources(proto, bound, result)
         return result
 
     kernel.__name__ = kernel.__qualname__ = f"{op}_fake"
     return kernel
+
+
+def _like_dense_sources(proto: OpProto, bound: dict, result):
+    outs = result if isinstance(result, tuple) else (result,)
+    shaped = []
+    for desc, out in zip(proto.outputs, outs):
+        source = bound.get(desc.shape)
+        if (isinstance(source, torch.Tensor) and source.dim() >= 1 and source.stride(-1) == 1
+                and torch._prims_common.is_non_overlapping_and_dense_or_false(source)):
+            out = torch.empty_like(source)
+        shaped.append(out)
+    return tuple(shaped) if isinstance(result, tuple) else shaped[0]
 
 
 def register(protos: dict[str, OpProto] | None = None, namespace: str = "custom", find=None, lib=None) -> None:

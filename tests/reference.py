@@ -114,7 +114,7 @@ def reference(op: str, args: Sequence, kwargs: dict | None = None, grad_outputs:
 # Samples: each op's SAMPLES, from tests/op_cases/<op>.py
 # ---------------------------------------------------------------------------
 
-LAYOUTS = ("contiguous", "transposed", "strided", "row_strided")
+LAYOUTS = ("contiguous", "transposed", "strided", "row_strided", "heads_transposed")
 
 SAMPLES: dict[str, list[Sample]] = dict(op_cases.each("SAMPLES", FORWARD_OPS))
 

@@ -88,6 +88,28 @@ def test_non_contiguous_inputs():
         torch.testing.assert_close(g.double(), w, atol=1e-5, rtol=1e-5)
 
 
+def test_outputs_keep_the_attention_layout_of_q_and_k_as_hugging_face():
+    # q and k as attention makes them are read in place, and each output has its
+    # input's strides, as Hugging Face's composite returns them; so do the gradients.
+    q = torch.randn(2, 7, 4, 64).transpose(1, 2).requires_grad_()
+    k = torch.randn(2, 7, 2, 64).transpose(1, 2)
+    cos, sin = torch.randn(2, 7, 64), torch.randn(2, 7, 64)
+    q_embed, k_embed = ops.rotary_embedding(q, k, cos, sin)
+    hf_q, hf_k = (q * cos.unsqueeze(1) + rotate_half(q) * sin.unsqueeze(1),
+                  k * cos.unsqueeze(1) + rotate_half(k) * sin.unsqueeze(1))
+    assert q_embed.stride() == q.stride() == hf_q.stride() and k_embed.stride() == k.stride() == hf_k.stride()
+    torch.testing.assert_close(q_embed, hf_q)
+    torch.testing.assert_close(k_embed, hf_k)
+    grad = torch.randn(2, 7, 4, 64).transpose(1, 2)
+    (dq,) = torch.autograd.grad(q_embed, q, grad)
+    (hf_dq,) = torch.autograd.grad(hf_q, q, grad)
+    assert dq.stride() == grad.stride()
+    torch.testing.assert_close(dq, hf_dq)
+    # A head dim that is not innermost cannot be read in place: copied, row-major outputs.
+    q_t = torch.randn(2, 4, 64, 7).transpose(-1, -2)
+    assert ops.rotary_embedding(q_t, k, cos, sin)[0].is_contiguous()
+
+
 def test_position_ids_is_accepted_and_unused_as_in_hugging_face():
     q, k, cos, sin = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8), torch.randn(1, 3, 8), torch.randn(1, 3, 8)
     a = ops.rotary_embedding(q, k, cos, sin, position_ids=torch.arange(3)[None])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .. import _C
-from .._fake import FakeRule, check_same_shape
+from .._fake import LIKE_DENSE_SOURCE, FakeRule, check_same_shape
 from ..ops import _eager
 
 _custom = torch.ops.custom
@@ -66,9 +66,12 @@ def _check_backward(op, grad_q_embed, grad_k_embed, cos, sin, unsqueeze_dim=1):
     _check_rotary(op, grad_q_embed, "grad_q_embed", grad_k_embed, "grad_k_embed", cos, sin, unsqueeze_dim)
 
 
+# Outputs in their input's layout when it is dense with the head dim innermost
+# (the transposed q and k of attention are read in place): rotary_buffers in
+# csrc/torch_ext/ops/rotary_embedding.h.
 FAKE = {
-    "rotary_embedding": FakeRule(check=_check),
-    "rotary_embedding_backward": FakeRule(check=_check_backward),
+    "rotary_embedding": FakeRule(check=_check, layout=LIKE_DENSE_SOURCE),
+    "rotary_embedding_backward": FakeRule(check=_check_backward, layout=LIKE_DENSE_SOURCE),
 }
 
 

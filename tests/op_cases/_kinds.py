@@ -66,6 +66,9 @@ class Maker:
       transposed   the transpose of a dense tensor (last two dims swapped)
       strided      every other element of a twice-as-long last dim
       row_strided  every other row (first dim) of a twice-as-tall tensor
+      heads_transposed  dims -3 and -2 of a dense tensor swapped: the [batch, heads,
+                   seq, dim] view of [batch, seq, heads, dim] memory that attention
+                   makes of q and k (the last dim stays innermost)
     """
 
     dtype: torch.dtype = torch.float32
@@ -89,6 +92,9 @@ class Maker:
             t = rand(shape[:-1] + (2 * shape[-1],))[..., ::2]
         elif layout == "row_strided":
             t = rand((2 * shape[0],) + shape[1:])[::2]
+        elif layout == "heads_transposed":
+            assert len(shape) >= 3, "heads_transposed needs three dims"
+            t = rand(shape[:-3] + (shape[-2], shape[-3], shape[-1])).transpose(-3, -2)
         else:
             raise ValueError(layout)
         assert t.shape == shape

@@ -27,9 +27,13 @@ SAMPLES = [
     sample("cos_shared_by_batch", lambda m: ((m(3, 2, 5, 32), m(3, 2, 5, 32), cs(m, 1, 5, 32), cs(m, 1, 5, 32)), {})),
     sample("head_dim2", lambda m: ((m(1, 2, 3, 2), m(1, 1, 3, 2), cs(m, 1, 3, 2), cs(m, 1, 3, 2)), {})),
     sample("half_65", lambda m: ((m(2, 3, 9, 130), m(2, 3, 9, 130), cs(m, 2, 9, 130), cs(m, 2, 9, 130)), {})),
-    # q transposed next to a row-major k of its shape: row-major outputs (test_ops.py). The
-    # op returns row-major outputs for a transposed q alone too, where Hugging Face's
-    # composite keeps q's layout.
+    # q and k as attention makes them: read in place, each output in its input's layout,
+    # as Hugging Face's composite gives it (test_ops.py compares the layouts).
+    sample("attention_layout", lambda m: ((m(2, 4, 5, 16, layout="heads_transposed"),
+                                           m(2, 2, 5, 16, layout="heads_transposed"), cs(m, 2, 5, 16),
+                                           cs(m, 2, 5, 16)), {})),
+    # q with its head dim strided (the last two dims transposed), next to a row-major k
+    # of its shape: q is copied, both outputs row-major (test_ops.py: mixed layouts).
     sample("transposed_q", lambda m: ((m(2, 4, 5, 16, layout="transposed"), m(2, 4, 5, 16), cs(m, 2, 5, 16),
                                        cs(m, 2, 5, 16, layout="strided")), {})),
     sample("empty_seq", lambda m: ((m(2, 4, 0, 16), m(2, 2, 0, 16), cs(m, 2, 0, 16), cs(m, 2, 0, 16)), {})),
@@ -55,7 +59,21 @@ def f_rotary_embedding(q, k):
     return ops.rotary_embedding(q, k, angle.cos()[None], angle.sin()[None])
 
 
-CALLS = [Call(f_rotary_embedding, lambda n: (rand(2, 4, n, H), rand(2, 2, n, H)))]
+def f_rotary_embedding_attention(hq, hk):
+    # q and k as attention makes them: [batch, heads, seq, dim] views of the
+    # projections' [batch, seq, heads * dim] (read in place; each output keeps its
+    # input's layout, which the compiled code then indexes: the fake kernel must agree).
+    b, n = hq.shape[0], hq.shape[1]
+    q = hq.view(b, n, 4, H).transpose(1, 2)
+    k = hk.view(b, n, 2, H).transpose(1, 2)
+    angle = torch.arange(n, dtype=q.dtype, device=q.device)[:, None] * torch.arange(
+        1, H + 1, dtype=q.dtype, device=q.device) / H
+    q_embed, k_embed = ops.rotary_embedding(q, k, angle.cos()[None], angle.sin()[None])
+    return q_embed * 2 + 1, k_embed.transpose(1, 2).reshape(b, n, 2 * H)
+
+
+CALLS = [Call(f_rotary_embedding, lambda n: (rand(2, 4, n, H), rand(2, 2, n, H))),
+         Call(f_rotary_embedding_attention, lambda n: (rand(2, n, 4 * H), rand(2, n, 2 * H)))]
 FAKE = {"": Fake(lambda q, k, c, s: ops.rotary_embedding(q, k, c, s),
                  lambda d: tuple(torch.randn(*s).to(d) for s in ((2, 4, 5, H), (2, 2, 5, H), (2, 5, H), (2, 5, H))))}
 BACKWARD_FAKE = {"": Fake(lambda gq, gk, cs, sn: custom.rotary_embedding_backward(gq, gk, cs, sn, 1),

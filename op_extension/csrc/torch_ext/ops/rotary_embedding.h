@@ -3,6 +3,10 @@
 // device key (see glue_util.h for the Kernels contract).
 #pragma once
 
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
 #include "../../kernel/cpu/rotary_embedding.h"
 #include "../glue_util.h"
 
@@ -72,24 +76,55 @@ inline cpu::RotaryEmbeddingArgs rotary_args(const char* op, const Tensor& x, con
   return a;
 }
 
+// Where the kernel reads x and writes its output. A dense x whose head dim is
+// innermost -- contiguous, or a transposed view such as the [batch, heads, seq,
+// dim] view of [batch, seq, heads, dim] memory that attention makes of q and k --
+// is read in place, its leading dims in the order of their strides, and its
+// output has x's strides (empty_like), as Hugging Face's elementwise form gives
+// it; `a` is reordered to that memory order. Any other x is copied row-major,
+// with a row-major output. The fake kernel's layout rule (LIKE_DENSE_SOURCE,
+// op_extension/_fake.py) is the same.
+struct RotaryBuffers {
+  Tensor input;
+  Tensor output;
+};
+
+inline RotaryBuffers rotary_buffers(const Tensor& x, cpu::RotaryEmbeddingArgs& a) {
+  const int64_t nd = x.dim();
+  if (x.stride(-1) != 1 || !x.is_non_overlapping_and_dense()) {
+    const Tensor xc = x.contiguous();
+    return {xc, at::empty(xc.sizes(), xc.options())};
+  }
+  std::vector<int64_t> order(nd - 1);
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) { return x.stride(i) > x.stride(j); });
+  std::vector<int64_t> dims = order;
+  dims.push_back(nd - 1);
+  TORCH_INTERNAL_ASSERT(x.permute(dims).is_contiguous(), "rotary_buffers: a dense x sorted by strides is contiguous");
+  const cpu::RotaryEmbeddingArgs by_dim = a;
+  for (int64_t i = 0; i < nd - 1; ++i) {
+    a.sizes[i] = by_dim.sizes[order[i]];
+    a.cos_row_strides[i] = by_dim.cos_row_strides[order[i]];
+  }
+  return {x, at::empty_like(x)};
+}
+
 template <typename Launch>
 std::tuple<Tensor, Tensor> rotary_pair(const char* op, const Launch& launch, const Tensor& q, const char* q_name,
                                        const Tensor& k, const char* k_name, const RotaryInputs& r) {
   // Both checked before anything is copied, allocated or run.
   auto qa = rotary_args(op, q, q_name, r);
   auto ka = rotary_args(op, k, k_name, r);
-  const Tensor qc = q.contiguous();
-  const Tensor kc = k.contiguous();
-  Tensor q_out = at::empty(qc.sizes(), qc.options());
-  Tensor k_out = at::empty(kc.sizes(), kc.options());
-  qa.input = qc.const_data_ptr();
-  qa.output = q_out.mutable_data_ptr();
-  ka.input = kc.const_data_ptr();
-  ka.output = k_out.mutable_data_ptr();
+  const RotaryBuffers qb = rotary_buffers(q, qa);
+  const RotaryBuffers kb = rotary_buffers(k, ka);
+  qa.input = qb.input.const_data_ptr();
+  qa.output = qb.output.mutable_data_ptr();
+  ka.input = kb.input.const_data_ptr();
+  ka.output = kb.output.mutable_data_ptr();
   const DType d = kernel_dtype(q.scalar_type());
   if (qa.rows > 0 && qa.dim > 0) launch(d, qa);
   if (ka.rows > 0 && ka.dim > 0) launch(d, ka);
-  return {q_out, k_out};
+  return {qb.output, kb.output};
 }
 
 template <typename Kernels>
