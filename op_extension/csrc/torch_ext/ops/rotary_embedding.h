@@ -4,8 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <numeric>
-#include <vector>
 
 #include "../../kernel/cpu/rotary_embedding.h"
 #include "../glue_util.h"
@@ -90,23 +90,25 @@ struct RotaryBuffers {
 };
 
 inline RotaryBuffers rotary_buffers(const Tensor& x, cpu::RotaryEmbeddingArgs& a) {
-  const int64_t nd = x.dim();
+  if (x.is_contiguous()) return {x, at::empty(x.sizes(), x.options())};  // the common case, unchanged
+  const int nd = static_cast<int>(x.dim());
   if (x.stride(-1) != 1 || !x.is_non_overlapping_and_dense()) {
     const Tensor xc = x.contiguous();
     return {xc, at::empty(xc.sizes(), xc.options())};
   }
-  std::vector<int64_t> order(nd - 1);
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) { return x.stride(i) > x.stride(j); });
-  std::vector<int64_t> dims = order;
-  dims.push_back(nd - 1);
-  TORCH_INTERNAL_ASSERT(x.permute(dims).is_contiguous(), "rotary_buffers: a dense x sorted by strides is contiguous");
+  // The leading dims by decreasing stride: x's memory order (rotary_args allows
+  // at most kMaxDims of them). Dense with a unit-stride last dim, x is then a
+  // row-major [rows, head] block read in that order.
+  std::array<int, cpu::kMaxDims> order{};
+  std::iota(order.begin(), order.begin() + (nd - 1), 0);
+  std::stable_sort(order.begin(), order.begin() + (nd - 1),
+                   [&](int i, int j) { return x.stride(i) > x.stride(j); });
   const cpu::RotaryEmbeddingArgs by_dim = a;
-  for (int64_t i = 0; i < nd - 1; ++i) {
+  for (int i = 0; i < nd - 1; ++i) {
     a.sizes[i] = by_dim.sizes[order[i]];
     a.cos_row_strides[i] = by_dim.cos_row_strides[order[i]];
   }
-  return {x, at::empty_like(x)};
+  return {x, at::empty_like(x)};  // x's strides: non-overlapping and dense
 }
 
 template <typename Launch>
