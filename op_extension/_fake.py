@@ -199,7 +199,8 @@ KEEP_LAYOUT = "keep"  # keeps_layout: the layout the checked tensor shares with 
 MEMORY_FORMAT = "memory_format"  # in_memory_format: the checked tensor's channels_last format, if any
 # Each output in the layout of the input its shape rule names (empty_like), where
 # that input is dense with a unit-stride last dim (a transposed view too), else
-# row-major: rotary_buffers in csrc/torch_ext/ops/rotary_embedding.h.
+# row-major: for glue that reads such an input in place (the op module that uses
+# this layout names its glue).
 LIKE_DENSE_SOURCE = "like_dense_source"
 LAYOUTS = (ROW_MAJOR, KEEP_LAYOUT, MEMORY_FORMAT, LIKE_DENSE_SOURCE)
 
