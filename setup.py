@@ -28,6 +28,8 @@ Build switches (environment variables), all read in build_config():
                               (default: the name of NPU 0)
   OP_EXT_CPU_ISAS=default,avx2,avx512   CPU kernel variants to build (x86-64)
   OP_EXT_DEBUG=1              -O0 -g instead of -O3
+  OP_EXT_EXTENSIONS=_C,_cuda_sim,_ascend_sim   which extensions to build (default: all);
+                              scripts/gpu_check.sh builds them side by side, one process each
   OP_EXT_SANITIZE=address,undefined   build both extensions with these sanitizers
                               (any of address, undefined): -O1 -g, frame pointers kept,
                               UBSan aborting on its first report, -fno-wrapv; linked
@@ -87,6 +89,14 @@ def load_npu_build_module():
 npu_build = load_npu_build_module()
 
 SANITIZERS = ("address", "undefined")
+
+# Every extension keeps its own code to itself: of the project's symbols it exports
+# its module init (PyInit_<name>, which pybind11 marks visible) and nothing else.
+# Without this, g++ exports each inline global (a kernel stub, a function-local
+# static) as a GNU-unique symbol, and the dynamic linker merges those across every
+# library of the process, whatever Python's RTLD_LOCAL says: _cuda_sim, loaded
+# after _C, then wrote into _C's stubs. scripts/check_symbols.py holds the rule.
+HIDDEN = ["-fvisibility=hidden", "-fvisibility-inlines-hidden"]
 
 
 @dataclass(frozen=True)
@@ -224,7 +234,7 @@ def extensions(config: BuildConfig):
     opt = config.optimisation("-O3")
     san_compile, san_link = config.sanitizer_flags()
     # -fopenmp: at::parallel_for is inline and runs on one thread without it.
-    cxx_flags = opt + san_compile + ["-fopenmp", "-fdiagnostics-color=always", "-Wall", "-Wno-unknown-pragmas"]
+    cxx_flags = opt + san_compile + HIDDEN + ["-fopenmp", "-fdiagnostics-color=always", "-Wall", "-Wno-unknown-pragmas"]
     include_dirs = [str(ROOT / GENERATED)]
     if config.with_npu:
         return [npu_extension(sources, include_dirs, cxx_flags)]
@@ -239,7 +249,7 @@ def extensions(config: BuildConfig):
                 define_macros=[("OP_EXT_WITH_CUDA", "1")],
                 # No --use_fast_math: its exp, division and denormal flushing cost
                 # more float32 accuracy than the tests allow.
-                extra_compile_args={"cxx": cxx_flags, "nvcc": opt},
+                extra_compile_args={"cxx": cxx_flags, "nvcc": opt + [f"-Xcompiler={flag}" for flag in HIDDEN]},
                 extra_link_args=["-fopenmp"],
             )
         ]
@@ -297,7 +307,7 @@ def ascend_sim_extension(config: BuildConfig):
         + [str(ROOT / GENERATED)],
         define_macros=[("OP_EXT_ASCEND_SIM", "1")],
         # The simulated Unified Buffer is a byte array read through typed pointers.
-        extra_compile_args={"cxx": opt + san_compile + ["-fno-strict-aliasing", "-fdiagnostics-color=always", "-Wall"]},
+        extra_compile_args={"cxx": opt + san_compile + HIDDEN + ["-fno-strict-aliasing", "-fdiagnostics-color=always", "-Wall"]},
         extra_link_args=san_link,
     )
 
@@ -327,7 +337,7 @@ def cuda_sim_extension(config: BuildConfig):
         include_dirs=[str(ROOT / CSRC / "cuda_sim" / "include"), str(ROOT / GENERATED)],
         define_macros=[("OP_EXT_CUDA_SIM", "1")],
         # `#pragma unroll` is for nvcc.
-        extra_compile_args={"cxx": opt + san_compile + ["-Wno-unknown-pragmas", "-fdiagnostics-color=always", "-Wall"]},
+        extra_compile_args={"cxx": opt + san_compile + HIDDEN + ["-Wno-unknown-pragmas", "-fdiagnostics-color=always", "-Wall"]},
         extra_link_args=san_link,
     )
 
@@ -356,8 +366,24 @@ config = build_config()
 if shutil.which("ninja") is None:
     print("op_extension: ninja not found; the build will be slow (pip install ninja)")
 
+
+
+def selected_extensions(config: BuildConfig) -> list:
+    builders = {"_C": extensions, "_ascend_sim": ascend_sim_extension, "_cuda_sim": cuda_sim_extension}
+    wanted = [s.strip() for s in os.environ.get("OP_EXT_EXTENSIONS", ",".join(builders)).split(",") if s.strip()]
+    unknown = [w for w in wanted if w not in builders]
+    if unknown or not wanted:
+        raise SystemExit(f"OP_EXT_EXTENSIONS must list some of {list(builders)}, got {wanted}")
+    selected = []
+    for name in builders:
+        if name in wanted:
+            built = builders[name](config)
+            selected += built if isinstance(built, list) else [built]
+    return selected
+
+
 setup(
     packages=find_packages(include=["op_extension", "op_extension.*"]),
-    ext_modules=extensions(config) + [ascend_sim_extension(config), cuda_sim_extension(config)],
+    ext_modules=selected_extensions(config),
     cmdclass={"build_ext": BuildExt},
 )

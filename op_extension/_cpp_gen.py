@@ -167,6 +167,22 @@ def generate_glue_registry(protos: dict, csrc: Path) -> str:
     return "\n".join(lines)
 
 
+def generate_cuda_launchers(protos: dict, csrc: Path) -> str:
+    """Every op's CUDA header (kernel/cuda/<op>.cuh): the launchers and the
+    `cuda::launcher(kernel)` overloads through which the CUDA glue and the CPU
+    harness run them, bound at link time."""
+    lines = HEADER + ["#pragma once", ""]
+    for p in forward_ops(protos):
+        header = csrc / "kernel" / "cuda" / f"{p.name}.cuh"
+        if not header.exists():
+            raise FileNotFoundError(
+                f"{p.path.name}: the op {p.name} has no CUDA header {header.as_posix()} "
+                f"(python -m op_extension.scaffold {p.path.as_posix()} writes one)"
+            )
+        lines.append(f'#include "{header.resolve().as_posix()}"')
+    return "\n".join(lines + [""])
+
+
 # ---- autograd ---------------------------------------------------------------------
 
 
@@ -687,6 +703,7 @@ def write_all(protos: dict, csrc: Path, out_dir: Path, write) -> list[Path]:
     """Writes every generated file with `write(path, text)`; returns the .cpp sources."""
     write(out_dir / "op_ext_handles.h", generate_handles(protos))
     write(out_dir / "op_ext_glue.h", generate_glue_registry(protos, csrc))
+    write(out_dir / "op_ext_cuda_launchers.h", generate_cuda_launchers(protos, csrc))
     write(out_dir / "op_ext_fast_path.h", generate_fast_path(protos))
     autograd = out_dir / "op_ext_autograd.cpp"
     write(autograd, generate_autograd(protos, csrc))

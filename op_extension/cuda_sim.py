@@ -29,7 +29,7 @@ import torch
 
 from . import _cuda_sim, _sim_args
 
-__all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "run", "run_backward"]
+__all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "launch_count", "run", "run_backward"]
 
 ARCHS = ("sm_80", "sm_90")
 BLOCK_ORDERS = ("linear", "reverse")
@@ -70,6 +70,11 @@ def run_backward(op: str, *args, arch: str = "sm_80", block_order: str = "linear
         raise ValueError(f"cuda_sim: no CUDA backward kernel for op {op!r} (available: {', '.join(OPS)})")
     _configure(arch, block_order)
     return _call(f"{op}_backward", args, kwargs)
+
+
+def launch_count() -> int:
+    """Kernel launches made on the harness in this process so far."""
+    return _cuda_sim.launch_count()
 
 
 def _call(name: str, args: tuple, kwargs: dict):

@@ -1,62 +1,160 @@
 #!/usr/bin/env bash
-# The GPU check: run from the repository root on a machine with an NVIDIA GPU
-# and a CUDA build of torch already installed (never let pip pick torch here).
+# The GPU check: run from the repository root on a machine with an NVIDIA GPU and
+# a CUDA build of torch already installed (never let pip pick torch here). Made to
+# finish in at most 8 minutes on one H100 with 16 cores, build included, so that
+# it fits a 15-minute GPU lease with room for a rerun (docs/cuda.md has each
+# step's time):
 #
-#   bash scripts/gpu_check.sh            results under ./gpu_results
+#   bash scripts/gpu_check.sh               results in ./gpu_results
 #   OUT=/some/dir bash scripts/gpu_check.sh
 #
-# 1. prints the versions (nvidia-smi, nvcc, torch),
-# 2. builds the package with its CUDA extension (pip install --no-build-isolation -e .),
-# 3. runs the whole test suite (the CUDA cases included; tests/test_cuda.py),
-# 4. runs the benchmark on the GPU: python -m op_extension.bench --device cuda.
-# Every step runs even if an earlier one failed; the exit code is the first failure's.
+# 1. versions     nvidia-smi, nvcc, torch, the device;
+# 2. build        _C (CUDA), _cuda_sim and _ascend_sim side by side, one process
+#                 each (setup.py build_ext --inplace, OP_EXT_EXTENSIONS), then
+#                 scripts/check_symbols.py: no library exports or shares the
+#                 project's symbols;
+# 3. tests and sanitizers, at once:
+#    - the whole test suite under pytest-xdist (tests/test_cuda.py and the CUDA
+#      case of every device-parametrised test included);
+#    - compute-sanitizer memcheck, racecheck, synccheck and initcheck, each over
+#      every forward and backward kernel (scripts/gpu_sanitize_ops.py: the test
+#      samples' odd shapes, every dtype, strided and misaligned inputs), with
+#      PyTorch's caching allocator off; each tool's error count is reported;
+# 4. bench        python -m op_extension.bench --device cuda, alone on the GPU, on
+#                 16, 2048 and 8192 tokens (hidden 4096, 11008 for SwiGLU/GEGLU).
+# Every step runs even if an earlier one failed; the exit code is the first
+# failure's. At most 7 files are written to $OUT: summary.txt (versions, each
+# step's exit code and seconds, each sanitizer's error count), build.log,
+# tests.log, sanitizers.log, bench.log, and the benchmark's bench_cuda_<time>.json
+# and speedup_cuda_<time>.png. Commit them under benchmarks/results/ with the
+# date and the device (docs/cuda.md).
 #
-#   PYTHON=python       the interpreter with the CUDA torch
-#   MAX_JOBS=16         parallel compile jobs
-#   BENCH_ARGS=...      extra benchmark options (e.g. --quick)
-#   PYTEST_ARGS=...     extra pytest options
+#   PYTHON=python        the interpreter with the CUDA torch
+#   JOBS=$(nproc)        cores to use (compile jobs, test workers)
+#   TEST_WORKERS=...     pytest-xdist workers (default: JOBS - 4, the sanitizers
+#                        run beside them)
+#   BENCH_ARGS=...       replaces the benchmark's options after --device cuda
+#   PYTEST_ARGS=...      extra pytest options
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python}
 OUT=${OUT:-./gpu_results}
-export MAX_JOBS=${MAX_JOBS:-16}
-mkdir -p "$OUT"
+JOBS=${JOBS:-$(nproc)}
+TEST_WORKERS=${TEST_WORKERS:-$((JOBS > 8 ? JOBS - 4 : JOBS))}
+BENCH_ARGS=${BENCH_ARGS:---quick --tokens 16,2048,8192 --no-hf --no-model}
+mkdir -p "$OUT" build
+OUT=$(cd "$OUT" && pwd)
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
 status=0
-step() {  # step NAME CMD...: runs CMD, logs to $OUT/NAME.log, remembers the first failure
-  local name=$1
-  shift
-  echo "== $name: $*"
-  "$@" 2>&1 | tee "$OUT/$name.log"
-  local rc=${PIPESTATUS[0]}
-  echo "== $name: exit $rc"
-  if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
-  return 0
+check_start=$SECONDS
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# finished NAME RC START: records a step's exit code and time; remembers the first failure.
+finished() {
+  note "== $1: exit $2 in $((SECONDS - $3)) s"
+  if [ "$2" -ne 0 ] && [ "$status" -eq 0 ]; then status=$2; fi
 }
 
-step versions bash -c "nvidia-smi; command -v nvcc && nvcc --version; $PYTHON -c '
+# ---- 1. versions ---------------------------------------------------------------
+start=$SECONDS
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  command -v nvcc >/dev/null && nvcc --version | tail -n 2
+  command -v compute-sanitizer >/dev/null && compute-sanitizer --version | tail -n 1
+  "$PYTHON" -c '
 import torch
-print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"available\", torch.cuda.is_available())
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
 if torch.cuda.is_available():
-    print(\"device\", torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
-'"
-
-# OP_EXT_WITH_CUDA=1: fail loudly instead of quietly building the CPU-only package.
-step build env OP_EXT_WITH_CUDA=1 "$PYTHON" -m pip install --no-build-isolation --no-deps -v -e .
-
-step import "$PYTHON" -c '
-import torch, op_extension
-x = torch.randn(4, 64, device="cuda")
-y = op_extension.ops.rms_norm(x, [64])
-torch.cuda.synchronize()
-print("custom::rms_norm on", y.device, "ok")
+    print("device", torch.cuda.get_device_name(0), "capability", torch.cuda.get_device_capability(0))
 '
+  echo "cores $(nproc), jobs $JOBS, test workers $TEST_WORKERS, commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%FT%TZ)"
+} 2>&1 | tee -a "$SUMMARY"
+finished versions "${PIPESTATUS[0]}" "$start"
 
+# ---- 2. build --------------------------------------------------------------------
+# One process per extension, so that nvcc (_C) and g++ (the two simulators) run
+# side by side; each has its own build folder (ninja's build file lives there).
+# The generated sources are written once first, so that the three processes only
+# read them.
+start=$SECONDS
+{
+  "$PYTHON" op_extension/_cpp_gen.py build/generated
+  pids=()
+  for ext in _C _cuda_sim _ascend_sim; do
+    if [ "$ext" = _C ]; then jobs=$((JOBS / 2)); else jobs=$((JOBS / 4 > 0 ? JOBS / 4 : 1)); fi
+    # OP_EXT_WITH_CUDA=1: fail loudly instead of quietly building the CPU-only _C.
+    OP_EXT_WITH_CUDA=1 OP_EXT_EXTENSIONS=$ext MAX_JOBS=$jobs \
+      "$PYTHON" setup.py build_ext --inplace --build-temp "build/gpu_check/$ext" >"build/gpu_check_$ext.log" 2>&1 &
+    pids+=("$!")
+  done
+  rc=0
+  for pid in "${pids[@]}"; do
+    wait "$pid" || rc=1
+  done
+  for ext in _C _cuda_sim _ascend_sim; do
+    echo "---- $ext"
+    tail -n 40 "build/gpu_check_$ext.log"
+  done
+  [ "$rc" -eq 0 ] && "$PYTHON" scripts/check_symbols.py || rc=1
+  exit "$rc"
+} >"$OUT/build.log" 2>&1
+rc=$?
+tail -n 3 "$OUT/build.log"
+finished build "$rc" "$start"
+
+# ---- 3. tests and sanitizers, side by side ---------------------------------------
+# The sanitizers need few cores; the tests take the rest. Both on the GPU at once is
+# fine for correctness (nothing here is timed).
+start=$SECONDS
+(
+  # shellcheck disable=SC2086
+  "$PYTHON" -m pytest -q -p no:cacheprovider -n "$TEST_WORKERS" --durations=15 ${PYTEST_ARGS:-} tests \
+    >"$OUT/tests.log" 2>&1
+) &
+tests_pid=$!
+
+sanitize() {  # sanitize TOOL: one compute-sanitizer run over every kernel; prints its log
+  local extra=()
+  # initcheck reports reads of memory nothing wrote; the caching allocator's reuse
+  # would hide them. racecheck and synccheck watch shared memory and barriers.
+  [ "$1" = racecheck ] && extra=(--racecheck-report all)
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$1" "${extra[@]}" --error-exitcode 99 \
+    --print-limit 20 "$PYTHON" scripts/gpu_sanitize_ops.py --device cuda 2>&1
+}
+tools=(memcheck racecheck synccheck initcheck)
+declare -A sanitizer_pid
+: >"$OUT/sanitizers.log"
+for tool in "${tools[@]}"; do
+  sanitize "$tool" >"build/gpu_check_sanitizer_$tool.log" 2>&1 &
+  sanitizer_pid[$tool]=$!
+done
+sanitizer_rc=0
+for tool in "${tools[@]}"; do
+  wait "${sanitizer_pid[$tool]}"
+  tool_rc=$?
+  log="build/gpu_check_sanitizer_$tool.log"
+  errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | tail -n 1 | grep -Eo '[0-9]+$')
+  note "== sanitizer $tool: ${errors:-no ERROR SUMMARY line (did it run?)} errors, exit $tool_rc"
+  if [ "$tool_rc" -ne 0 ] || [ "${errors:-x}" != 0 ]; then sanitizer_rc=1; fi
+  { echo "==== compute-sanitizer --tool $tool"; cat "$log"; } >>"$OUT/sanitizers.log"
+done
+finished sanitizers "$sanitizer_rc" "$start"
+
+wait "$tests_pid"
+rc=$?
+tail -n 1 "$OUT/tests.log" | tee -a "$SUMMARY"
+finished tests "$rc" "$start"
+
+# ---- 4. benchmark, alone on the GPU ----------------------------------------------
+start=$SECONDS
 # shellcheck disable=SC2086
-step tests "$PYTHON" -m pytest -q --durations=15 -p no:cacheprovider ${PYTEST_ARGS:-} tests
+"$PYTHON" -m op_extension.bench --device cuda --out "$OUT" $BENCH_ARGS >"$OUT/bench.log" 2>&1
+rc=$?
+tail -n 5 "$OUT/bench.log"
+finished bench "$rc" "$start"
 
-# shellcheck disable=SC2086
-step bench "$PYTHON" -m op_extension.bench --device cuda --out "$OUT/bench_cuda" ${BENCH_ARGS:-}
-
-echo "== gpu_check: logs and benchmark results in $OUT (exit $status)"
+note "== gpu_check: $((SECONDS - check_start)) s in all, exit $status; results in $OUT"
 exit "$status"

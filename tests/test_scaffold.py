@@ -328,8 +328,8 @@ def test_the_op_is_registered_and_differentiable_without_a_shared_file_edit(tree
     syntax_check('#include "op_ext_glue.h"\n'
                  "struct AnyKernels {\n"
                  "  explicit AnyKernels(const at::Tensor&) {}\n"
-                 "  template <typename Args>\n"
-                 "  void operator()(const op_ext::cpu::KernelStub<Args>& k, op_ext::cpu::DType d, const Args& a) const { k(d, a); }\n"
+                 "  template <typename Kernel>\n"
+                 "  void operator()(const Kernel& k, op_ext::cpu::DType d, const typename Kernel::ArgsType& a) const { k(d, a); }\n"
                  "};\n"
                  "TORCH_LIBRARY_IMPL(custom, CPU, m) { op_ext::glue::register_ops<AnyKernels>(m); }\n",
                  includes, [], tmp_path)

@@ -32,6 +32,7 @@
 #include <fstream>
 #include <iterator>
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -651,6 +652,12 @@ void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared)
 
 void set_arch(Arch a) { g_arch = a; }
 void set_block_order(BlockOrder order) { g_block_order = order; }
+
+namespace {
+std::atomic<uint64_t> g_launches{0};
+}  // namespace
+
+uint64_t launches() { return g_launches.load(std::memory_order_relaxed); }
 Arch arch() { return g_arch; }
 
 unsigned char* dynamic_shared_memory() { return g_launch->dynamic_shared; }
@@ -702,6 +709,7 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
             void* closure) {
   check_config(kernel_name, grid, block, dynamic_shared_bytes);
   if (g_launch != nullptr) throw std::runtime_error("cuda_sim: a kernel launched from inside a kernel");
+  g_launches.fetch_add(1, std::memory_order_relaxed);
   Launch l;
   l.name = kernel_name;
   l.grid = grid;

@@ -11,8 +11,8 @@ namespace {
 struct CpuKernels {
   explicit CpuKernels(const Tensor&) {}
 
-  template <typename Args>
-  void operator()(const cpu::KernelStub<Args>& kernel, cpu::DType dtype, const Args& args) const {
+  template <typename Kernel>
+  void operator()(const Kernel& kernel, cpu::DType dtype, const typename Kernel::ArgsType& args) const {
     kernel(dtype, args);
   }
 };

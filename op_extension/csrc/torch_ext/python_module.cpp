@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "../kernel/cpu/cpu_kernels.h"
+#include "../kernel/cpu/rms_norm.h"
 #include "op_ext_handles.h"
 #include "transforms.h"
 
@@ -317,6 +318,12 @@ PyObject* set_cpu_isa(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+// The address of one kernel stub as this library's code sees it: differs from
+// _cuda_sim's unless the dynamic linker merged the two (tests/test_library_isolation.py).
+PyObject* kernel_stub_address(PyObject*, PyObject*) {
+  return PyLong_FromVoidPtr(static_cast<void*>(&cpu::rms_norm_forward));
+}
+
 // The module's functions besides the fast path's (fast_path_methods, added at init).
 PyMethodDef methods[] = {
     {"_set_transform_handlers", set_transform_handlers, METH_O,
@@ -326,6 +333,8 @@ PyMethodDef methods[] = {
     {"best_cpu_isa", best_cpu_isa, METH_NOARGS, "The best instruction set this CPU supports."},
     {"set_cpu_isa", set_cpu_isa, METH_O,
      "Use the CPU kernels built for 'default', 'avx2' or 'avx512'."},
+    {"_kernel_stub_address", kernel_stub_address, METH_NOARGS,
+     "The address of the rms_norm_forward kernel stub in this library (a test of library isolation)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

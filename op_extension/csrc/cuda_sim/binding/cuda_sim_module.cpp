@@ -2,8 +2,9 @@
 // with OP_EXT_CUDA_SIM) run on the CPU harness, for CPU tensors.
 //
 // The ops are the real ones: every op's glue (torch_ext/ops/<op>.h: checks,
-// dense inputs, outputs, args structs) with a Kernels type that calls the CUDA
-// launchers registered in the kernels' stubs, registered as
+// dense inputs, outputs, args structs) with a Kernels type that calls each
+// kernel's CUDA launcher (cuda::launcher, kernel/cuda/<op>.cuh, bound at link
+// time to the .cu code compiled into this library), registered as
 // torch.ops.cuda_sim.<op> with the schemas of torch.ops.custom.<op> (both
 // generated from the prototypes). So the sim runs exactly what cuda_ops.cpp runs
 // on a GPU; only the memory is the host's. Every output (and workspace) is filled
@@ -18,6 +19,7 @@
 #include <c10/core/CPUAllocator.h>
 
 #include "cuda_sim/runtime.h"
+#include "op_ext_cuda_launchers.h"
 #include "op_ext_glue.h"
 #include "op_ext_schemas.h"
 
@@ -60,8 +62,8 @@ void install_poisoning_allocator() {
   c10::SetCPUAllocator(&allocator, 1);
 }
 
-// Runs each kernel's CUDA launcher (registered in its stub by the .cu file,
-// compiled here by g++) on the harness, with the workspace it asks for.
+// Runs each kernel's CUDA launcher (its .cu file compiled here by g++) on the
+// harness, with the workspace it asks for.
 class SimKernels {
  public:
   explicit SimKernels(const Tensor&) { ++poisoning_depth; }
@@ -69,14 +71,13 @@ class SimKernels {
   SimKernels(const SimKernels&) = delete;
   SimKernels& operator=(const SimKernels&) = delete;
 
-  template <typename Args>
-  void operator()(const cpu::KernelStub<Args>& kernel, cpu::DType dtype, const Args& args) const {
-    TORCH_CHECK(kernel.cuda_fn != nullptr, "cuda_sim: the kernel ", kernel.name,
-                " has no CUDA launcher (its .cu file registers none with OP_EXT_REGISTER_CUDA_KERNEL)");
-    const Tensor workspace = kernel.cuda_workspace_bytes != nullptr
-                                 ? at::empty({static_cast<int64_t>(kernel.cuda_workspace_bytes(dtype, args))}, at::kByte)
-                                 : Tensor();
-    kernel.cuda_fn(dtype, args, {nullptr, workspace.defined() ? workspace.data_ptr() : nullptr});
+  template <typename Kernel>
+  void operator()(const Kernel& kernel, cpu::DType dtype, const typename Kernel::ArgsType& args) const {
+    const auto launcher = cuda::launcher(kernel);
+    const size_t workspace_bytes = launcher.workspace_bytes(dtype, args);
+    const Tensor workspace =
+        workspace_bytes > 0 ? at::empty({static_cast<int64_t>(workspace_bytes)}, at::kByte) : Tensor();
+    launcher(dtype, args, workspace.defined() ? workspace.data_ptr() : nullptr, nullptr);
   }
 };
 
@@ -118,6 +119,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   op_ext::install_poisoning_allocator();
   m.def("set_arch", &op_ext::set_arch);
   m.def("set_block_order", &op_ext::set_block_order);
+  m.def("launch_count", &cuda_sim::launches, "Kernel launches made on the harness in this process.");
+  // The address of one kernel stub as this library's code sees it: differs from
+  // _C's unless the dynamic linker merged the two (tests/test_library_isolation.py).
+  m.def("_kernel_stub_address", [] { return reinterpret_cast<uintptr_t>(&op_ext::cpu::rms_norm_forward); });
   m.def("_run_misuse", &op_ext_cuda_sim_run_misuse_kernel);
   m.def("_order_dependent_sum", &op_ext_cuda_sim_order_dependent_sum);
 }

@@ -34,10 +34,16 @@ struct ReduceToArgs {
   double alpha;
 };
 
-// The kernels, as the glue names them: filled by elementwise.cpp, once per
-// instruction set (register_kernel.h), and by ../cuda/elementwise.cu with its
-// CUDA launchers (OP_EXT_REGISTER_CUDA_KERNEL).
-inline KernelStub<AddArgs> add_forward{"add_forward"};
-inline KernelStub<ReduceToArgs> reduce_to{"reduce_to"};
+// The kernels, as the glue names them: their CPU variants filled in by elementwise.cpp,
+// once per instruction set (register_kernel.h); their CUDA launchers defined in
+// ../cuda/elementwise.cu and bound to them by cuda::launcher (../cuda/add.cuh).
+struct AddForward final : KernelStub<AddArgs> {
+  using KernelStub::KernelStub;
+};
+inline AddForward add_forward{"add_forward"};
+struct ReduceTo final : KernelStub<ReduceToArgs> {
+  using KernelStub::KernelStub;
+};
+inline ReduceTo reduce_to{"reduce_to"};
 
 }  // namespace op_ext::cpu

@@ -23,22 +23,23 @@ inline constexpr int kMaxDims = 16;
 template <typename Args>
 using KernelFn = void (*)(DType, const Args&);
 
-// Where a device kernel runs: the stream (a cudaStream_t) and the workspace the
-// device glue allocated for it (nullptr when the kernel asks for none). Opaque
-// here, so that this header stays free of CUDA as well as of torch.
-struct DeviceLaunch {
-  void* stream;
-  void* workspace;
-};
-
-// One kernel, as the glue names it (torch_ext/ops/<op>.h calls
-// kernels(cpu::<kernel>, dtype, args)): its CPU variants, one per instruction
-// set, filled in by static registration from each variant's translation unit
-// (register_kernel.h), and its CUDA launcher, registered by the kernel's .cu file
-// (OP_EXT_REGISTER_CUDA_KERNEL, kernel/cuda/cuda_kernels.h), as ATen's
-// DispatchStub keeps its CPU and CUDA slots. Declared `inline` in its op's own
-// header (kernel/cpu/<op>.h), so a new kernel adds no line to a shared file;
-// constant-initialised, so the registrations may run in any order.
+// One kernel's CPU variants, one per instruction set, filled in by static
+// registration from each variant's translation unit (register_kernel.h), the
+// way ATen's DispatchStub keeps its CPU slots. Constant-initialised, so the
+// registrations may run in any order.
+//
+// Each kernel is a type of its own, derived from this one in its op's header
+// (kernel/cpu/<op>.h), with one object the glue names:
+//
+//   struct RmsNormForward final : KernelStub<RmsNormArgs> { using KernelStub::KernelStub; };
+//   inline RmsNormForward rms_norm_forward{"rms_norm_forward"};
+//
+// so that a device's glue finds that device's implementation of the kernel by
+// overload at compile time: the CUDA glue calls `cuda::launcher(kernel)`,
+// declared beside the launcher in kernel/cuda/<op>.cuh and bound at link time
+// to the function its .cu file defines. Nothing is written into a stub but its
+// own library's CPU variants: the extensions are built with hidden visibility,
+// so each library (_C, _cuda_sim, _ascend_sim) has its own stubs.
 template <typename Args>
 struct KernelStub {
   using ArgsType = Args;
@@ -49,9 +50,6 @@ struct KernelStub {
   KernelFn<Args> default_fn = nullptr;
   KernelFn<Args> avx2_fn = nullptr;
   KernelFn<Args> avx512_fn = nullptr;
-  void (*cuda_fn)(DType, const Args&, const DeviceLaunch&) = nullptr;
-  // Bytes of workspace the CUDA launcher needs; nullptr: none.
-  size_t (*cuda_workspace_bytes)(DType, const Args&) = nullptr;
 
   // Runs the best CPU variant.
   void operator()(DType dtype, const Args& args) const;

@@ -8,10 +8,16 @@
 
 namespace op_ext::cpu {
 
-// The kernels, as the glue names them: filled by activation.cpp, once per
-// instruction set (register_kernel.h), and by ../cuda/activation.cu with its
-// CUDA launchers (OP_EXT_REGISTER_CUDA_KERNEL).
-inline KernelStub<GluArgs> geglu_forward{"geglu_forward"};
-inline KernelStub<GluBackwardArgs> geglu_backward{"geglu_backward"};
+// The kernels, as the glue names them: their CPU variants filled in by activation.cpp,
+// once per instruction set (register_kernel.h); their CUDA launchers defined in
+// ../cuda/activation.cu and bound to them by cuda::launcher (../cuda/geglu.cuh).
+struct GegluForward final : KernelStub<GluArgs> {
+  using KernelStub::KernelStub;
+};
+inline GegluForward geglu_forward{"geglu_forward"};
+struct GegluBackward final : KernelStub<GluBackwardArgs> {
+  using KernelStub::KernelStub;
+};
+inline GegluBackward geglu_backward{"geglu_backward"};
 
 }  // namespace op_ext::cpu

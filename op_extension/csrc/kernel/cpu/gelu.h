@@ -25,10 +25,16 @@ struct GeluBackwardArgs {
   GeluApprox approximate;
 };
 
-// The kernels, as the glue names them: filled by activation.cpp, once per
-// instruction set (register_kernel.h), and by ../cuda/activation.cu with its
-// CUDA launchers (OP_EXT_REGISTER_CUDA_KERNEL).
-inline KernelStub<GeluArgs> gelu_forward{"gelu_forward"};
-inline KernelStub<GeluBackwardArgs> gelu_backward{"gelu_backward"};
+// The kernels, as the glue names them: their CPU variants filled in by activation.cpp,
+// once per instruction set (register_kernel.h); their CUDA launchers defined in
+// ../cuda/activation.cu and bound to them by cuda::launcher (../cuda/gelu.cuh).
+struct GeluForward final : KernelStub<GeluArgs> {
+  using KernelStub::KernelStub;
+};
+inline GeluForward gelu_forward{"gelu_forward"};
+struct GeluBackward final : KernelStub<GeluBackwardArgs> {
+  using KernelStub::KernelStub;
+};
+inline GeluBackward gelu_backward{"gelu_backward"};
 
 }  // namespace op_ext::cpu

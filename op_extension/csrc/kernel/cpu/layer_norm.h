@@ -31,10 +31,16 @@ struct LayerNormBackwardArgs {
   double eps;
 };
 
-// The kernels, as the glue names them: filled by norm.cpp, once per
-// instruction set (register_kernel.h), and by ../cuda/norm.cu with its
-// CUDA launchers (OP_EXT_REGISTER_CUDA_KERNEL_WITH_WORKSPACE for the backward).
-inline KernelStub<LayerNormArgs> layer_norm_forward{"layer_norm_forward"};
-inline KernelStub<LayerNormBackwardArgs> layer_norm_backward{"layer_norm_backward"};
+// The kernels, as the glue names them: their CPU variants filled in by norm.cpp,
+// once per instruction set (register_kernel.h); their CUDA launchers defined in
+// ../cuda/norm.cu and bound to them by cuda::launcher (../cuda/layer_norm.cuh).
+struct LayerNormForward final : KernelStub<LayerNormArgs> {
+  using KernelStub::KernelStub;
+};
+inline LayerNormForward layer_norm_forward{"layer_norm_forward"};
+struct LayerNormBackward final : KernelStub<LayerNormBackwardArgs> {
+  using KernelStub::KernelStub;
+};
+inline LayerNormBackward layer_norm_backward{"layer_norm_backward"};
 
 }  // namespace op_ext::cpu

@@ -33,10 +33,16 @@ struct RmsNormBackwardArgs {
   double eps;
 };
 
-// The kernels, as the glue names them: filled by norm.cpp, once per
-// instruction set (register_kernel.h), and by ../cuda/norm.cu with its
-// CUDA launchers (OP_EXT_REGISTER_CUDA_KERNEL_WITH_WORKSPACE for the backward).
-inline KernelStub<RmsNormArgs> rms_norm_forward{"rms_norm_forward"};
-inline KernelStub<RmsNormBackwardArgs> rms_norm_backward{"rms_norm_backward"};
+// The kernels, as the glue names them: their CPU variants filled in by norm.cpp,
+// once per instruction set (register_kernel.h); their CUDA launchers defined in
+// ../cuda/norm.cu and bound to them by cuda::launcher (../cuda/rms_norm.cuh).
+struct RmsNormForward final : KernelStub<RmsNormArgs> {
+  using KernelStub::KernelStub;
+};
+inline RmsNormForward rms_norm_forward{"rms_norm_forward"};
+struct RmsNormBackward final : KernelStub<RmsNormBackwardArgs> {
+  using KernelStub::KernelStub;
+};
+inline RmsNormBackward rms_norm_backward{"rms_norm_backward"};
 
 }  // namespace op_ext::cpu

@@ -34,8 +34,17 @@ struct RotaryEmbeddingArgs {
   int64_t cos_row_strides[kMaxDims];
 };
 
-// Filled by rotary_embedding.cpp, once per instruction set (register_kernel.h).
-inline KernelStub<RotaryEmbeddingArgs> rotary_embedding_forward{"rotary_embedding_forward"};
-inline KernelStub<RotaryEmbeddingArgs> rotary_embedding_backward{"rotary_embedding_backward"};
+// The kernels, as the glue names them: their CPU variants filled in by
+// rotary_embedding.cpp, once per instruction set (register_kernel.h); their CUDA
+// launchers defined in ../cuda/rotary_embedding.cu and bound to them by
+// cuda::launcher (../cuda/rotary_embedding.cuh).
+struct RotaryEmbeddingForward final : KernelStub<RotaryEmbeddingArgs> {
+  using KernelStub::KernelStub;
+};
+inline RotaryEmbeddingForward rotary_embedding_forward{"rotary_embedding_forward"};
+struct RotaryEmbeddingBackward final : KernelStub<RotaryEmbeddingArgs> {
+  using KernelStub::KernelStub;
+};
+inline RotaryEmbeddingBackward rotary_embedding_backward{"rotary_embedding_backward"};
 
 }  // namespace op_ext::cpu

@@ -26,10 +26,16 @@ struct SoftmaxBackwardArgs {
   int64_t inner;
 };
 
-// The kernels, as the glue names them: filled by softmax.cpp, once per
-// instruction set (register_kernel.h), and by ../cuda/softmax.cu with its
-// CUDA launchers (OP_EXT_REGISTER_CUDA_KERNEL).
-inline KernelStub<SoftmaxArgs> softmax_forward{"softmax_forward"};
-inline KernelStub<SoftmaxBackwardArgs> softmax_backward{"softmax_backward"};
+// The kernels, as the glue names them: their CPU variants filled in by softmax.cpp,
+// once per instruction set (register_kernel.h); their CUDA launchers defined in
+// ../cuda/softmax.cu and bound to them by cuda::launcher (../cuda/softmax.cuh).
+struct SoftmaxForward final : KernelStub<SoftmaxArgs> {
+  using KernelStub::KernelStub;
+};
+inline SoftmaxForward softmax_forward{"softmax_forward"};
+struct SoftmaxBackward final : KernelStub<SoftmaxBackwardArgs> {
+  using KernelStub::KernelStub;
+};
+inline SoftmaxBackward softmax_backward{"softmax_backward"};
 
 }  // namespace op_ext::cpu

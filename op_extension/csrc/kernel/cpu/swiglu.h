@@ -8,10 +8,16 @@
 
 namespace op_ext::cpu {
 
-// The kernels, as the glue names them: filled by activation.cpp, once per
-// instruction set (register_kernel.h), and by ../cuda/activation.cu with its
-// CUDA launchers (OP_EXT_REGISTER_CUDA_KERNEL).
-inline KernelStub<GluArgs> swiglu_forward{"swiglu_forward"};
-inline KernelStub<GluBackwardArgs> swiglu_backward{"swiglu_backward"};
+// The kernels, as the glue names them: their CPU variants filled in by activation.cpp,
+// once per instruction set (register_kernel.h); their CUDA launchers defined in
+// ../cuda/activation.cu and bound to them by cuda::launcher (../cuda/swiglu.cuh).
+struct SwigluForward final : KernelStub<GluArgs> {
+  using KernelStub::KernelStub;
+};
+inline SwigluForward swiglu_forward{"swiglu_forward"};
+struct SwigluBackward final : KernelStub<GluBackwardArgs> {
+  using KernelStub::KernelStub;
+};
+inline SwigluBackward swiglu_backward{"swiglu_backward"};
 
 }  // namespace op_ext::cpu

@@ -177,11 +177,4 @@ void geglu_backward(DType dtype, const GluBackwardArgs& a, cudaStream_t stream) 
   });
 }
 
-OP_EXT_REGISTER_CUDA_KERNEL(gelu_forward, gelu_forward);
-OP_EXT_REGISTER_CUDA_KERNEL(gelu_backward, gelu_backward);
-OP_EXT_REGISTER_CUDA_KERNEL(swiglu_forward, swiglu_forward);
-OP_EXT_REGISTER_CUDA_KERNEL(swiglu_backward, swiglu_backward);
-OP_EXT_REGISTER_CUDA_KERNEL(geglu_forward, geglu_forward);
-OP_EXT_REGISTER_CUDA_KERNEL(geglu_backward, geglu_backward);
-
 }  // namespace op_ext::cuda

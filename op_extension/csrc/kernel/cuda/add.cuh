@@ -21,4 +21,10 @@ void add_forward(DType dtype, const cpu::AddArgs& args, cudaStream_t stream);
 size_t reduce_to_workspace_bytes(DType dtype, const cpu::ReduceToArgs& args);
 void reduce_to(DType dtype, const cpu::ReduceToArgs& args, void* workspace, cudaStream_t stream);
 
+// The launcher the device glue runs for each kernel of ../cpu/add.h.
+constexpr Launcher<cpu::AddArgs> launcher(const cpu::AddForward&) { return {&add_forward}; }
+constexpr Launcher<cpu::ReduceToArgs> launcher(const cpu::ReduceTo&) {
+  return {&reduce_to, &reduce_to_workspace_bytes};
+}
+
 }  // namespace op_ext::cuda

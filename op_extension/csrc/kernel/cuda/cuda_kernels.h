@@ -1,11 +1,18 @@
-// The machinery every CUDA kernel shares: the registration of a .cu file's
-// launchers in its kernels' stubs (OP_EXT_REGISTER_CUDA_KERNEL below), where the
-// device glue (torch_ext/cuda/cuda_ops.cpp, the CUDA harness) finds them. The
-// launchers take raw device pointers, sizes, strides and the stream to launch
-// on, and are declared in their op's own header, kernel/cuda/<op>.cuh, with the
-// args structs of kernel/cpu/<op>.h: a new op adds no line here. Nothing here
+// The machinery every CUDA kernel shares: Launcher, through which the device glue
+// (torch_ext/cuda/cuda_ops.cpp, the CUDA harness) runs a kernel. The launchers
+// take raw device pointers, sizes, strides and the stream to launch on, and are
+// declared in their op's own header, kernel/cuda/<op>.cuh, with the args structs
+// of kernel/cpu/<op>.h and one `launcher(kernel)` per kernel, which names the
+// launcher the glue runs for that kernel: a new op adds no line here. Nothing here
 // knows torch, so the .cu files compile with plain nvcc (CI does that on a
 // machine without a GPU).
+//
+// The binding is made at compile and link time, as vLLM's ops.h does: the glue
+// calls `cuda::launcher(cpu::rms_norm_forward)`, which returns the address of
+// cuda::rms_norm_forward, defined by the .cu file built into the same library.
+// Nothing is written at load time, so two libraries of one process that both
+// hold the kernels (_C built by nvcc, _cuda_sim by g++ for the CPU harness)
+// cannot overwrite each other's launchers.
 //
 // The args structs are the torch-free contract of the CPU kernels (same fields,
 // same meaning: dense row-major tensors unless a stride says otherwise, outputs
@@ -34,33 +41,38 @@ namespace op_ext::cuda {
 using cpu::DType;
 using cpu::kMaxDims;
 
+// The CUDA launcher of one kernel, as its op's header binds it:
+//   constexpr Launcher<RmsNormArgs> launcher(const cpu::RmsNormForward&) { return {&rms_norm_forward}; }
+// or, for a launcher that takes a workspace of workspace_bytes(dtype, args) bytes
+// (which the device glue allocates on the stream):
+//   constexpr Launcher<RmsNormBackwardArgs> launcher(const cpu::RmsNormBackward&) {
+//     return {&rms_norm_backward, &rms_norm_backward_workspace_bytes};
+//   }
+template <typename Args>
+struct Launcher {
+  using Plain = void (*)(DType, const Args&, cudaStream_t);
+  using WithWorkspace = void (*)(DType, const Args&, void*, cudaStream_t);
+  using WorkspaceBytes = size_t (*)(DType, const Args&);
+
+  constexpr Launcher(Plain launch) : plain(launch) {}
+  constexpr Launcher(WithWorkspace launch, WorkspaceBytes bytes) : with_workspace(launch), workspace_bytes_fn(bytes) {}
+
+  // Bytes of workspace the launch needs (0: none).
+  size_t workspace_bytes(DType dtype, const Args& args) const {
+    return workspace_bytes_fn != nullptr ? workspace_bytes_fn(dtype, args) : 0;
+  }
+
+  void operator()(DType dtype, const Args& args, void* workspace, cudaStream_t stream) const {
+    if (with_workspace != nullptr) {
+      with_workspace(dtype, args, workspace, stream);
+    } else {
+      plain(dtype, args, stream);
+    }
+  }
+
+  Plain plain = nullptr;
+  WithWorkspace with_workspace = nullptr;
+  WorkspaceBytes workspace_bytes_fn = nullptr;
+};
+
 }  // namespace op_ext::cuda
-
-#define OP_EXT_CUDA_CONCAT_INNER(a, b) a##b
-#define OP_EXT_CUDA_CONCAT(a, b) OP_EXT_CUDA_CONCAT_INNER(a, b)
-
-// In namespace op_ext::cuda of a .cu file: `launcher(dtype, args, stream)` becomes
-// the CUDA launcher of the stub cpu::<stub>, run at load time of the extension.
-#define OP_EXT_REGISTER_CUDA_KERNEL(stub, launcher)                                                     \
-  static const bool OP_EXT_CUDA_CONCAT(op_ext_cuda_registered_, stub) = [] {                            \
-    using StubArgs = decltype(::op_ext::cpu::stub)::ArgsType;                                           \
-    ::op_ext::cpu::stub.cuda_fn = [](::op_ext::cpu::DType d, const StubArgs& a,                         \
-                                     const ::op_ext::cpu::DeviceLaunch& l) {                            \
-      launcher(d, a, static_cast<cudaStream_t>(l.stream));                                              \
-    };                                                                                                  \
-    return true;                                                                                        \
-  }()
-
-// The same for a launcher that takes a workspace, `launcher(dtype, args,
-// workspace, stream)`, of `workspace_bytes(dtype, args)` bytes that the device
-// glue allocates on the stream.
-#define OP_EXT_REGISTER_CUDA_KERNEL_WITH_WORKSPACE(stub, launcher, workspace_bytes)                     \
-  static const bool OP_EXT_CUDA_CONCAT(op_ext_cuda_registered_, stub) = [] {                            \
-    using StubArgs = decltype(::op_ext::cpu::stub)::ArgsType;                                           \
-    ::op_ext::cpu::stub.cuda_fn = [](::op_ext::cpu::DType d, const StubArgs& a,                         \
-                                     const ::op_ext::cpu::DeviceLaunch& l) {                            \
-      launcher(d, a, l.workspace, static_cast<cudaStream_t>(l.stream));                                 \
-    };                                                                                                  \
-    ::op_ext::cpu::stub.cuda_workspace_bytes = &workspace_bytes;                                        \
-    return true;                                                                                        \
-  }()

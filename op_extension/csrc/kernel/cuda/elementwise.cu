@@ -328,7 +328,4 @@ void reduce_to(DType dtype, const ReduceToArgs& args, void* workspace, cudaStrea
   });
 }
 
-OP_EXT_REGISTER_CUDA_KERNEL(add_forward, add_forward);
-OP_EXT_REGISTER_CUDA_KERNEL_WITH_WORKSPACE(reduce_to, reduce_to, reduce_to_workspace_bytes);
-
 }  // namespace op_ext::cuda

@@ -17,4 +17,8 @@ using cpu::GluBackwardArgs;
 void geglu_forward(DType dtype, const cpu::GluArgs& args, cudaStream_t stream);
 void geglu_backward(DType dtype, const cpu::GluBackwardArgs& args, cudaStream_t stream);
 
+// The launcher the device glue runs for each kernel of ../cpu/geglu.h.
+constexpr Launcher<cpu::GluArgs> launcher(const cpu::GegluForward&) { return {&geglu_forward}; }
+constexpr Launcher<cpu::GluBackwardArgs> launcher(const cpu::GegluBackward&) { return {&geglu_backward}; }
+
 }  // namespace op_ext::cuda

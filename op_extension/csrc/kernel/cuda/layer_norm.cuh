@@ -22,4 +22,12 @@ size_t layer_norm_backward_workspace_bytes(DType dtype, const cpu::LayerNormBack
 void layer_norm_backward(DType dtype, const cpu::LayerNormBackwardArgs& args, void* workspace,
                          cudaStream_t stream);
 
+// The launcher the device glue runs for each kernel of ../cpu/layer_norm.h.
+constexpr Launcher<cpu::LayerNormArgs> launcher(const cpu::LayerNormForward&) {
+  return {&layer_norm_forward};
+}
+constexpr Launcher<cpu::LayerNormBackwardArgs> launcher(const cpu::LayerNormBackward&) {
+  return {&layer_norm_backward, &layer_norm_backward_workspace_bytes};
+}
+
 }  // namespace op_ext::cuda

@@ -602,9 +602,4 @@ void layer_norm_backward(DType dtype, const LayerNormBackwardArgs& args, void* w
   });
 }
 
-OP_EXT_REGISTER_CUDA_KERNEL(rms_norm_forward, rms_norm_forward);
-OP_EXT_REGISTER_CUDA_KERNEL_WITH_WORKSPACE(rms_norm_backward, rms_norm_backward, rms_norm_backward_workspace_bytes);
-OP_EXT_REGISTER_CUDA_KERNEL(layer_norm_forward, layer_norm_forward);
-OP_EXT_REGISTER_CUDA_KERNEL_WITH_WORKSPACE(layer_norm_backward, layer_norm_backward, layer_norm_backward_workspace_bytes);
-
 }  // namespace op_ext::cuda

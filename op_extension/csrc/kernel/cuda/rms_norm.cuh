@@ -22,4 +22,10 @@ size_t rms_norm_backward_workspace_bytes(DType dtype, const cpu::RmsNormBackward
 void rms_norm_backward(DType dtype, const cpu::RmsNormBackwardArgs& args, void* workspace,
                        cudaStream_t stream);
 
+// The launcher the device glue runs for each kernel of ../cpu/rms_norm.h.
+constexpr Launcher<cpu::RmsNormArgs> launcher(const cpu::RmsNormForward&) { return {&rms_norm_forward}; }
+constexpr Launcher<cpu::RmsNormBackwardArgs> launcher(const cpu::RmsNormBackward&) {
+  return {&rms_norm_backward, &rms_norm_backward_workspace_bytes};
+}
+
 }  // namespace op_ext::cuda

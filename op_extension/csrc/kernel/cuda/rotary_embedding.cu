@@ -126,7 +126,4 @@ void rotary_embedding_backward(DType dtype, const cpu::RotaryEmbeddingArgs& args
   });
 }
 
-OP_EXT_REGISTER_CUDA_KERNEL(rotary_embedding_forward, rotary_embedding_forward);
-OP_EXT_REGISTER_CUDA_KERNEL(rotary_embedding_backward, rotary_embedding_backward);
-
 }  // namespace op_ext::cuda

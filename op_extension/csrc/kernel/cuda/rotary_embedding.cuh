@@ -12,4 +12,12 @@ namespace op_ext::cuda {
 void rotary_embedding_forward(DType dtype, const cpu::RotaryEmbeddingArgs& args, cudaStream_t stream);
 void rotary_embedding_backward(DType dtype, const cpu::RotaryEmbeddingArgs& args, cudaStream_t stream);
 
+// The launcher the device glue runs for each kernel of ../cpu/rotary_embedding.h.
+constexpr Launcher<cpu::RotaryEmbeddingArgs> launcher(const cpu::RotaryEmbeddingForward&) {
+  return {&rotary_embedding_forward};
+}
+constexpr Launcher<cpu::RotaryEmbeddingArgs> launcher(const cpu::RotaryEmbeddingBackward&) {
+  return {&rotary_embedding_backward};
+}
+
 }  // namespace op_ext::cuda

@@ -206,7 +206,4 @@ void softmax_backward(DType dtype, const SoftmaxBackwardArgs& args, cudaStream_t
                  [&](auto tag) { softmax_backward_typed<typename decltype(tag)::type>(args, stream); });
 }
 
-OP_EXT_REGISTER_CUDA_KERNEL(softmax_forward, softmax_forward);
-OP_EXT_REGISTER_CUDA_KERNEL(softmax_backward, softmax_backward);
-
 }  // namespace op_ext::cuda

@@ -1,6 +1,7 @@
 // CUDA implementations of the custom ops: every op's glue (../ops/<op>.h:
-// checks, dense inputs, outputs) running the CUDA launchers that the .cu files
-// registered in the kernels' stubs (kernel/cuda/cuda_kernels.h).
+// checks, dense inputs, outputs) running each kernel's CUDA launcher, which
+// `cuda::launcher(kernel)` (kernel/cuda/<op>.cuh, all included by the generated
+// op_ext_cuda_launchers.h) names and the linker binds to this library's .cu code.
 //
 // Every launch happens under a device guard for the tensors' device, on that
 // device's current stream (so user streams, CUDA graphs and
@@ -14,6 +15,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include "op_ext_cuda_launchers.h"
 #include "op_ext_glue.h"
 
 namespace op_ext {
@@ -24,17 +26,13 @@ class CudaKernels {
   // Only remembers where the op's tensors are; the glue's checks run next.
   explicit CudaKernels(const Tensor& ref) : options_(ref.options()) {}
 
-  // Runs the CUDA launcher that the kernel's .cu file registered in its stub,
-  // with the workspace it asks for.
-  template <typename Args>
-  void operator()(const cpu::KernelStub<Args>& kernel, cpu::DType dtype, const Args& args) const {
-    TORCH_CHECK(kernel.cuda_fn != nullptr, "op_extension: the kernel ", kernel.name,
-                " has no CUDA launcher (its .cu file registers none with OP_EXT_REGISTER_CUDA_KERNEL)");
-    const Tensor workspace =
-        kernel.cuda_workspace_bytes != nullptr ? allocate(kernel.cuda_workspace_bytes(dtype, args)) : Tensor();
-    launch([&](cudaStream_t s) {
-      kernel.cuda_fn(dtype, args, {s, workspace.defined() ? workspace.data_ptr() : nullptr});
-    });
+  // Runs the kernel's CUDA launcher with the workspace it asks for.
+  template <typename Kernel>
+  void operator()(const Kernel& kernel, cpu::DType dtype, const typename Kernel::ArgsType& args) const {
+    const auto launcher = cuda::launcher(kernel);
+    const size_t workspace_bytes = launcher.workspace_bytes(dtype, args);
+    const Tensor workspace = workspace_bytes > 0 ? allocate(workspace_bytes) : Tensor();
+    launch([&](cudaStream_t s) { launcher(dtype, args, workspace.defined() ? workspace.data_ptr() : nullptr, s); });
   }
 
  private:

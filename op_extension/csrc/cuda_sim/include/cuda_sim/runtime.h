@@ -104,6 +104,10 @@ Arch arch();
 enum class BlockOrder { Linear, Reverse };
 void set_block_order(BlockOrder order);
 
+// Kernel launches made by this process's harness so far (every launch counts,
+// including one that reports a misuse).
+uint64_t launches();
+
 // Runs body(closure) as every thread of every block; throws std::runtime_error
 // with the first report.
 void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
