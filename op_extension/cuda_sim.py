@@ -29,7 +29,7 @@ import torch
 
 from . import _cuda_sim, _sim_args
 
-__all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "launch_count", "run", "run_backward"]
+__all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "launch_count", "run", "run_backward", "traffic"]
 
 ARCHS = ("sm_80", "sm_90")
 BLOCK_ORDERS = ("linear", "reverse")
@@ -72,6 +72,54 @@ def run_backward(op: str, *args, arch: str = "sm_80", block_order: str = "linear
     return _call(f"{op}_backward", args, kwargs)
 
 
+def traffic(op: str, *args, backward: bool = False, arch: str = "sm_80", **kwargs) -> dict:
+    """Runs forward op `op` (or, with backward=True, custom::<op>_backward on its
+    arguments) once on the harness and returns what a GPU's memory system would
+    see of it, counted at every global load and store of its kernels:
+
+      launches           kernel launches
+      bytes_read         global bytes the kernels read
+      bytes_written      global bytes the kernels wrote
+      min_bytes          each input tensor read once plus each output written once
+                         (min_bytes_read + min_bytes_written)
+      workspace_bytes    the workspace the glue allocated for the kernels (its
+                         traffic is in bytes_read and bytes_written)
+      sector_efficiency  the bytes the accesses asked for over the bytes of the
+                         32-byte sectors each warp-wide access touched: 1.0 when
+                         every warp's accesses use whole sectors (coalesced)
+
+    Every read counts, as on a GPU without caches: a row read twice counts twice,
+    a weight re-read for every row counts each time. Timing is not modelled.
+    """
+    _cuda_sim._traffic_begin()
+    try:
+        out = (run_backward if backward else run)(op, *args, arch=arch, **kwargs)
+    finally:
+        counts = _cuda_sim._traffic_end()
+    counts = _with_efficiency(counts)
+    counts["min_bytes_read"] = sum(t.numel() * t.element_size() for t in _tensors((args, kwargs)))
+    counts["min_bytes_written"] = sum(t.numel() * t.element_size() for t in _tensors(out))
+    counts["min_bytes"] = counts["min_bytes_read"] + counts["min_bytes_written"]
+    return counts
+
+
+def _with_efficiency(counts: dict) -> dict:
+    """The harness's counts with requested and sector bytes turned into sector_efficiency."""
+    requested, sectors = counts.pop("requested_bytes"), counts.pop("sector_bytes")
+    counts["sector_efficiency"] = requested / sectors if sectors else 1.0
+    return counts
+
+
+def _tensors(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
 def launch_count() -> int:
     """Kernel launches made on the harness in this process so far."""
     return _cuda_sim.launch_count()
@@ -90,6 +138,19 @@ def _run_misuse(name: str, arch: str = "sm_80") -> None:
     raises RuntimeError with the harness's report. "clean" runs without error."""
     _configure(arch, "linear")
     _cuda_sim._run_misuse(name)
+
+
+def _misuse_traffic(name: str) -> dict:
+    """The traffic of a planted kernel of csrc/cuda_sim/misuse ("traffic_copy",
+    "traffic_extra_pass", "traffic_strided": 4096 floats copied), as traffic()
+    counts it, without min_bytes (the planted kernel's is 2 * 4096 * 4)."""
+    _configure("sm_80", "linear")
+    _cuda_sim._traffic_begin()
+    try:
+        _cuda_sim._run_misuse(name)
+    finally:
+        counts = _cuda_sim._traffic_end()
+    return _with_efficiency(counts)
 
 
 def _order_dependent_sum(block_order: str) -> float:

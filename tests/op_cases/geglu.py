@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from op_cases import HUGE, SAME_DTYPE, Bad, Call, Fake, H, huge, rand
+from op_cases import HUGE, SAME_DTYPE, Bad, Call, Fake, H, huge, rand, sample
 from op_cases.swiglu import glu_samples
 from op_extension import ops
 
@@ -13,6 +13,9 @@ SAMPLES = glu_samples(["none", "tanh"])
 EXPANDED_GRAD_SAMPLE = "tanh-3d"
 PARTIAL_GRAD_SAMPLE = "tanh-3x769"
 LOW_PRECISION_OPCHECK = ("none-3x769", "tanh-3x769")
+
+# An LLM-like call for the CUDA traffic model (tests/test_cuda_sim_traffic.py).
+TRAFFIC = [sample("tanh_4x2048", lambda m: ((m(4, 2048), m(4, 2048), "tanh"), {}))]
 
 
 def schema_args(x):

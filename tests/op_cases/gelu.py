@@ -29,6 +29,9 @@ SAMPLES = _samples()
 EXPANDED_GRAD_SAMPLE = "none-strided_3d"
 LOW_PRECISION_OPCHECK = ("none-3x769", "tanh-3x769")
 
+# An LLM-like call for the CUDA traffic model (tests/test_cuda_sim_traffic.py).
+TRAFFIC = [sample("tanh_4x2048", lambda m: ((m(4, 2048), "tanh"), {}))]
+
 
 def schema_args(x):
     return x(2, 3, 4), "tanh"

@@ -25,6 +25,9 @@ SAMPLES = [
 ]
 EXPANDED_GRAD_SAMPLE = "3d_dim1"
 
+# An LLM-like call for the CUDA traffic model (tests/test_cuda_sim_traffic.py).
+TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048, scale=3), -1), {}))]
+
 
 def schema_args(x):
     return x(2, 3, 4), -1

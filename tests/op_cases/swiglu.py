@@ -31,6 +31,9 @@ def glu_samples(approximations):
 SAMPLES = glu_samples([None])
 EXPANDED_GRAD_SAMPLE = "3d"
 
+# An LLM-like call for the CUDA traffic model (tests/test_cuda_sim_traffic.py).
+TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048), m(4, 2048)), {}))]
+
 
 def schema_args(x):
     return x(2, 3, 4), x(2, 3, 4)

@@ -37,6 +37,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda_sim/runtime.h"
@@ -629,6 +630,88 @@ void run_block(Launch& l) {
   }
 }
 
+// ---- global-memory traffic ------------------------------------------------------------
+
+// What a GPU's memory system would see of the kernels' global accesses, counted
+// while traffic_begin() .. traffic_end() is open. Every global access of the
+// kernels goes through their load/store helpers (kernel/cuda/cuda_common.cuh),
+// which call record_global. The helpers are always inlined (runtime.h's
+// __forceinline__), so the address record_global returns to names the access's
+// place in the kernel: the k-th time each lane of a warp reaches one place is one
+// warp-wide instruction, whose 32-byte sectors are what coalescing is about.
+struct TrafficState {
+  bool on = false;
+  TrafficCounts counts;
+  // This block's accesses: per (lane, place) how often it was reached, and per
+  // (warp, place, occurrence) the sectors the instruction touched.
+  struct Place {
+    uint32_t fiber;
+    uintptr_t site;
+    bool operator==(const Place& o) const { return fiber == o.fiber && site == o.site; }
+  };
+  struct PlaceHash {
+    size_t operator()(const Place& p) const { return std::hash<uintptr_t>()(p.site * 1315423911u ^ p.fiber); }
+  };
+  struct Instruction {
+    uint32_t warp;
+    uintptr_t site;
+    uint32_t occurrence;
+    bool operator==(const Instruction& o) const {
+      return warp == o.warp && site == o.site && occurrence == o.occurrence;
+    }
+  };
+  struct InstructionHash {
+    size_t operator()(const Instruction& i) const {
+      return std::hash<uintptr_t>()(i.site * 2654435761u ^ (uint64_t{i.warp} << 32 | i.occurrence));
+    }
+  };
+  std::unordered_map<Place, uint32_t, PlaceHash> reached;
+  // Each instruction's accesses: (first byte, bytes).
+  std::unordered_map<Instruction, std::vector<std::pair<uint64_t, uint64_t>>, InstructionHash> accesses;
+};
+thread_local TrafficState g_traffic;
+
+// At a block's end: per warp-wide instruction, the distinct bytes its lanes asked
+// for (lanes reading one address are served once, as on the GPU) and the distinct
+// 32-byte sectors those bytes lie in.
+void fold_block_traffic() {
+  if (!g_traffic.on) return;
+  for (auto& [instruction, ranges] : g_traffic.accesses) {
+    std::sort(ranges.begin(), ranges.end());
+    uint64_t covered_end = 0, last_sector = UINT64_MAX;
+    for (const auto& [begin, bytes] : ranges) {
+      const uint64_t end = begin + bytes;
+      const uint64_t from = std::max(begin, covered_end);
+      if (end <= from) continue;
+      g_traffic.counts.requested_bytes += end - from;
+      covered_end = end;
+      for (uint64_t sector = from / 32; sector <= (end - 1) / 32; ++sector) {
+        if (sector != last_sector) g_traffic.counts.sector_bytes += 32;
+        last_sector = sector;
+      }
+    }
+  }
+  g_traffic.accesses.clear();
+  g_traffic.reached.clear();
+}
+
+// True for memory that is not global: the launch's shared memory (dynamic, or a
+// static __shared__ array) and the running fiber's stack (a kernel's local arrays).
+bool is_shared_or_local(uintptr_t a, const void* stack) {
+  const Watch* w = g_handler.watch;
+  if (w != nullptr) {
+    if (w->map != nullptr && a >= reinterpret_cast<uintptr_t>(w->map) &&
+        a < reinterpret_cast<uintptr_t>(w->map) + w->map_bytes) {
+      return true;
+    }
+    for (const Region& r : w->statics) {
+      if (a >= r.guard_begin && a < r.guard_end) return true;
+    }
+  }
+  const auto base = reinterpret_cast<uintptr_t>(stack);
+  return a >= base && a < base + kStackBytes;
+}
+
 void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared) {
   auto fail = [&](const std::string& what) {
     char dims[128];
@@ -658,6 +741,34 @@ std::atomic<uint64_t> g_launches{0};
 }  // namespace
 
 uint64_t launches() { return g_launches.load(std::memory_order_relaxed); }
+
+void traffic_begin() {
+  g_traffic = TrafficState{};
+  g_traffic.on = true;
+}
+
+TrafficCounts traffic_end() {
+  fold_block_traffic();
+  const TrafficCounts counts = g_traffic.counts;
+  g_traffic = TrafficState{};
+  return counts;
+}
+
+void note_workspace(uint64_t bytes) {
+  if (g_traffic.on) g_traffic.counts.workspace_bytes += bytes;
+}
+
+__attribute__((noinline)) void record_global(const void* p, size_t bytes, bool write) {
+  if (!g_traffic.on || g_launch == nullptr || g_launch->current < 0) return;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  Launch& l = *g_launch;
+  if (is_shared_or_local(a, l.fibers[l.current].stack)) return;
+  const auto site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  const auto fiber = static_cast<uint32_t>(l.current);
+  const uint32_t occurrence = g_traffic.reached[{fiber, site}]++;
+  g_traffic.accesses[{fiber / 32, site, occurrence}].emplace_back(a, bytes);
+  (write ? g_traffic.counts.bytes_written : g_traffic.counts.bytes_read) += bytes;
+}
 Arch arch() { return g_arch; }
 
 unsigned char* dynamic_shared_memory() { return g_launch->dynamic_shared; }
@@ -710,6 +821,7 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   check_config(kernel_name, grid, block, dynamic_shared_bytes);
   if (g_launch != nullptr) throw std::runtime_error("cuda_sim: a kernel launched from inside a kernel");
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  if (g_traffic.on) ++g_traffic.counts.launches;
   Launch l;
   l.name = kernel_name;
   l.grid = grid;
@@ -753,6 +865,7 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
     ++g_handler.epoch;
     watch_block(watch);
     run_block(l);
+    fold_block_traffic();
     if (!l.error.empty()) throw std::runtime_error(l.error);
   }
 }

@@ -13,6 +13,7 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,7 @@ class SimKernels {
     const size_t workspace_bytes = launcher.workspace_bytes(dtype, args);
     const Tensor workspace =
         workspace_bytes > 0 ? at::empty({static_cast<int64_t>(workspace_bytes)}, at::kByte) : Tensor();
+    cuda_sim::note_workspace(workspace_bytes);
     launcher(dtype, args, workspace.defined() ? workspace.data_ptr() : nullptr, nullptr);
   }
 };
@@ -120,6 +122,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_arch", &op_ext::set_arch);
   m.def("set_block_order", &op_ext::set_block_order);
   m.def("launch_count", &cuda_sim::launches, "Kernel launches made on the harness in this process.");
+  m.def("_traffic_begin", &cuda_sim::traffic_begin);
+  m.def("_traffic_end", [] {
+    const cuda_sim::TrafficCounts c = cuda_sim::traffic_end();
+    return std::map<std::string, uint64_t>{{"launches", c.launches},         {"bytes_read", c.bytes_read},
+                                           {"bytes_written", c.bytes_written}, {"requested_bytes", c.requested_bytes},
+                                           {"sector_bytes", c.sector_bytes},   {"workspace_bytes", c.workspace_bytes}};
+  });
   // The address of one kernel stub as this library's code sees it: differs from
   // _C's unless the dynamic linker merged the two (tests/test_library_isolation.py).
   m.def("_kernel_stub_address", [] { return reinterpret_cast<uintptr_t>(&op_ext::cpu::rms_norm_forward); });

@@ -3,11 +3,15 @@
 // "clean" uses the same features correctly and must pass.
 // Standard headers first: runtime.h defines __noinline__, which libstdc++'s
 // <memory> uses as an attribute name.
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
 
 #include <cuda_runtime.h>
+
+#include "../../kernel/cuda/cuda_common.cuh"
 
 // UBSan's bounds and object-size checks (-fsanitize=undefined, the sanitizer
 // build) would stop an index past a fixed-size array before the access; the
@@ -137,6 +141,27 @@ __global__ void global_out_of_bounds_kernel(const float* in, float* out, int n) 
 
 // Not a mistake the harness reports: one thread per block adds its block's
 // value to a global total in block order, as atomicAdd would in arrival order.
+// Global-memory traffic (op_extension.cuda_sim.traffic; tests/test_cuda_sim_traffic.py):
+// a copy through the kernels' load/store helpers, moving each byte once in whole
+// sectors; the same copy with an extra pass over its input; and a copy whose
+// lanes read every 8th float, so that each lane's 4 bytes cost a 32-byte sector.
+__global__ void traffic_copy_kernel(const float* in, float* out, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) detail::store_global(out + i, detail::load_global(in + i));
+}
+
+__global__ void traffic_extra_pass_kernel(const float* in, float* out, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  const float first = detail::load_global(in + i);
+  detail::store_global(out + i, first + detail::load_global(in + i) - first);
+}
+
+__global__ void traffic_strided_kernel(const float* in, float* out, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) detail::store_global(out + i, detail::load_global(in + 8 * i));
+}
+
 // Float addition does not associate, so the bits depend on the order.
 __global__ void order_dependent_sum_kernel(const float* values, float* total) {
   if (threadIdx.x == 0) *total += values[blockIdx.x];
@@ -182,6 +207,25 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
     constexpr int kN = 32;
     const std::unique_ptr<float[]> in(new float[kN]());
     launch_kernel<global_out_of_bounds_kernel>(1, kN + 1, 0, nullptr, in.get(), out, kN);
+  } else if (n.rfind("traffic_", 0) == 0) {
+    // 4096 floats copied (the input 8 times as long for the strided copy), in
+    // buffers aligned as cudaMalloc's (256 bytes): a warp's 128 bytes are 4 sectors.
+    constexpr int kN = 4096;
+    struct Free {
+      void operator()(float* p) const { std::free(p); }
+    };
+    const std::unique_ptr<float, Free> in(static_cast<float*>(std::aligned_alloc(256, 8 * kN * sizeof(float))));
+    const std::unique_ptr<float, Free> copy(static_cast<float*>(std::aligned_alloc(256, kN * sizeof(float))));
+    std::fill(in.get(), in.get() + 8 * kN, 1.0f);
+    if (n == "traffic_copy") {
+      launch_kernel<traffic_copy_kernel>(kN / 256, 256, 0, nullptr, in.get(), copy.get(), kN);
+    } else if (n == "traffic_extra_pass") {
+      launch_kernel<traffic_extra_pass_kernel>(kN / 256, 256, 0, nullptr, in.get(), copy.get(), kN);
+    } else if (n == "traffic_strided") {
+      launch_kernel<traffic_strided_kernel>(kN / 256, 256, 0, nullptr, in.get(), copy.get(), kN);
+    } else {
+      throw std::invalid_argument("cuda_sim: no misuse kernel " + n);
+    }
   } else if (n == "barrier_after_exit") {
     launch_kernel<barrier_after_exit_kernel>(1, 32, 0, nullptr);
   } else if (n == "barrier_in_branch") {

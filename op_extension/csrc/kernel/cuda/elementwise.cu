@@ -49,14 +49,14 @@ __global__ void add_kernel(AddArgs args, int64_t numel) {
     if (kVec == 1 || a_dense) {
       load_acc<kVec>(a + off_a, va);
     } else {
-      const Acc s = to_acc(a[off_a]);
+      const Acc s = to_acc(load_global(a + off_a));
 #pragma unroll
       for (int e = 0; e < kVec; ++e) va[e] = s;
     }
     if (kVec == 1 || b_dense) {
       load_acc<kVec>(b + off_b, vb);
     } else {
-      const Acc s = to_acc(b[off_b]);
+      const Acc s = to_acc(load_global(b + off_b));
 #pragma unroll
       for (int e = 0; e < kVec; ++e) vb[e] = s;
     }
@@ -176,7 +176,7 @@ template <typename T>
 __global__ void fill_zero_kernel(T* out, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    out[i] = from_acc<T>(acc_t<T>(0));
+    store_global(out + i, from_acc<T>(acc_t<T>(0)));
   }
 }
 
@@ -190,9 +190,9 @@ __global__ void chunk_row_sums_kernel(const T* grad, acc_t<T>* partial, int64_t 
     const int64_t begin = (b % chunks) * kRowChunk;
     const int64_t end = min(R, begin + kRowChunk);
     Acc s[1] = {Acc(0)};
-    for (int64_t r = begin + threadIdx.x; r < end; r += blockDim.x) s[0] += to_acc(grad[a * R + r]);
+    for (int64_t r = begin + threadIdx.x; r < end; r += blockDim.x) s[0] += to_acc(load_global(grad + a * R + r));
     block_reduce(s, SumOp{});
-    if (threadIdx.x == 0) partial[b] = s[0];
+    if (threadIdx.x == 0) store_global(partial + b, s[0]);
   }
 }
 
@@ -213,7 +213,7 @@ __global__ void chunk_col_sums_kernel(const T* grad, acc_t<T>* partial, int64_t 
     Acc s = Acc(0);
     if (c < C) {
       for (int64_t r = k * kColChunk + threadIdx.y; r < r_end; r += kPartialRows) {
-        s += to_acc(grad[(a * R + r) * C + c]);
+        s += to_acc(load_global(grad + (a * R + r) * C + c));
       }
     }
     sums[threadIdx.y][threadIdx.x] = s;
@@ -222,7 +222,7 @@ __global__ void chunk_col_sums_kernel(const T* grad, acc_t<T>* partial, int64_t 
       Acc total = Acc(0);
 #pragma unroll
       for (int y = 0; y < kPartialRows; ++y) total += sums[y][threadIdx.x];
-      partial[(a * chunks + k) * C + c] = total;
+      store_global(partial + (a * chunks + k) * C + c, total);
     }
     __syncthreads();
   }
@@ -257,7 +257,7 @@ __global__ void reduce_general_kernel(ReduceToArgs args, const T* grad, T* out, 
       for (int d = 0; d < nd; ++d) {
         if (args.reduced[d]) off += idx[d] * strides[d];
       }
-      sum += to_acc(grad[off]);
+      sum += to_acc(load_global(grad + off));
       int d = nd - 1;
       for (; d >= 0; --d) {
         if (!args.reduced[d]) continue;
@@ -266,7 +266,7 @@ __global__ void reduce_general_kernel(ReduceToArgs args, const T* grad, T* out, 
       }
       if (d < 0) break;
     }
-    out[o] = from_acc<T>(sum * alpha);
+    store_global(out + o, from_acc<T>(sum * alpha));
   }
 }
 

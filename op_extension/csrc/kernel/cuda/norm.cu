@@ -38,7 +38,7 @@ RowGroups row_groups(int64_t rows) {
 // partial[j] = value for the first row of a group, += for the others.
 template <typename Acc>
 __device__ __forceinline__ void accumulate(Acc* partial, bool first_row, Acc value) {
-  *partial = first_row ? value : *partial + value;
+  store_global(partial, first_row ? value : load_global(partial) + value);
 }
 
 // ---- RMSNorm (and fused residual add) forward -------------------------------------

@@ -62,9 +62,9 @@ __global__ void __launch_bounds__(kRopeThreads) rotary_embedding_kernel(RotaryEm
     for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
       Acc x1[kVec], x2[kVec], c1[kVec], c2[kVec], s1[kVec], s2[kVec];
       // Each pack copied whole first: one 128-bit load.
-      const P px1 = x[base + p], px2 = x[base + pairs + p];
-      const P pc1 = cos_p[cbase + p], pc2 = cos_p[cbase + pairs + p];
-      const P ps1 = sin_p[cbase + p], ps2 = sin_p[cbase + pairs + p];
+      const P px1 = load_global(x + base + p), px2 = load_global(x + base + pairs + p);
+      const P pc1 = load_global(cos_p + cbase + p), pc2 = load_global(cos_p + cbase + pairs + p);
+      const P ps1 = load_global(sin_p + cbase + p), ps2 = load_global(sin_p + cbase + pairs + p);
       widen(px1, x1);
       widen(px2, x2);
       widen(pc1, c1);
@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(kRopeThreads) rotary_embedding_kernel(RotaryEm
           o2.v[e] = from_acc<T>(x2[e] * c2[e] + x1[e] * s2[e]);
         }
       }
-      out[base + p] = o1;
-      out[base + pairs + p] = o2;
+      store_global(out + base + p, o1);
+      store_global(out + base + pairs + p, o2);
     }
   }
 }

@@ -118,12 +118,12 @@ __global__ void softmax_strided_kernel(const T* input, T* output, int64_t outer,
     const T* x = input + base;
     T* y = output + base;
     Acc m = neg_infinity<Acc>();
-    for (int64_t d = 0; d < dim_size; ++d) m = MaxOp{}(m, to_acc(x[d * inner]));
+    for (int64_t d = 0; d < dim_size; ++d) m = MaxOp{}(m, to_acc(load_global(x + d * inner)));
     Acc sum = Acc(0);
-    for (int64_t d = 0; d < dim_size; ++d) sum += dev_exp(to_acc(x[d * inner]) - m);
+    for (int64_t d = 0; d < dim_size; ++d) sum += dev_exp(to_acc(load_global(x + d * inner)) - m);
     const Acc inv = Acc(1) / sum;
     for (int64_t d = 0; d < dim_size; ++d) {
-      y[d * inner] = from_acc<T>(dev_exp(to_acc(x[d * inner]) - m) * inv);
+      store_global(y + d * inner, from_acc<T>(dev_exp(to_acc(load_global(x + d * inner)) - m) * inv));
     }
   }
 }
@@ -139,11 +139,11 @@ __global__ void softmax_backward_strided_kernel(const T* grad_output, const T* o
     const int64_t base = (t / inner) * dim_size * inner + t % inner;
     Acc dot = Acc(0);
     for (int64_t d = 0; d < dim_size; ++d) {
-      dot += to_acc(grad_output[base + d * inner]) * to_acc(output[base + d * inner]);
+      dot += to_acc(load_global(grad_output + base + d * inner)) * to_acc(load_global(output + base + d * inner));
     }
     for (int64_t d = 0; d < dim_size; ++d) {
       const int64_t i = base + d * inner;
-      grad_input[i] = from_acc<T>(to_acc(output[i]) * (to_acc(grad_output[i]) - dot));
+      store_global(grad_input + i, from_acc<T>(to_acc(load_global(output + i)) * (to_acc(load_global(grad_output + i)) - dot)));
     }
   }
 }

@@ -33,7 +33,9 @@
 #define __global__
 #define __device__
 #define __host__
-#define __forceinline__ inline
+// Always inlined, as nvcc does: record_global tells accesses apart by the place
+// in the kernel it returns to.
+#define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
@@ -107,6 +109,26 @@ void set_block_order(BlockOrder order);
 // Kernel launches made by this process's harness so far (every launch counts,
 // including one that reports a misuse).
 uint64_t launches();
+
+// Global-memory traffic of the launches between traffic_begin() and
+// traffic_end() on this thread (op_extension.cuda_sim.traffic): bytes the
+// kernels read and wrote through their load/store helpers, the distinct bytes
+// each warp-wide access asked for and the bytes of the 32-byte sectors they lie
+// in (their ratio is the coalescing: 1.0 when every sector is used whole), and
+// the workspace the glue allocated for them.
+struct TrafficCounts {
+  uint64_t launches = 0;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t requested_bytes = 0;
+  uint64_t sector_bytes = 0;
+  uint64_t workspace_bytes = 0;
+};
+void traffic_begin();
+TrafficCounts traffic_end();
+void note_workspace(uint64_t bytes);
+// Called by the kernels' global load/store helpers for every access.
+void record_global(const void* p, size_t bytes, bool write);
 
 // Runs body(closure) as every thread of every block; throws std::runtime_error
 // with the first report.
