@@ -40,7 +40,7 @@ TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048), [2048], w(m, 2048), m(2048))
 # per lane with lanes a 128-bit access apart, and sums them in two more launches.
 TRAFFIC_CEILING = {
     ('4x2048', 'forward'): {'moved': 1.6},
-    ('4x2048', 'backward'): {'moved': 1.69, 'efficiency': 0.32, 'launches': 3},
+    ('4x2048', 'backward'): {'moved': 1.38, 'efficiency': 0.32, 'launches': 3},
 }
 
 

@@ -10,6 +10,8 @@
 // workspace (each thread to the columns it owns, so no atomics and no barrier),
 // and sum_partials_kernel then adds the partial rows in a fixed order. The
 // result is bit-identical run after run.
+#include <algorithm>
+
 #include "row_common.cuh"
 #include "fused_add_rms_norm.cuh"
 #include "layer_norm.cuh"
@@ -138,16 +140,58 @@ void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
 
 // ---- RMSNorm backward -------------------------------------------------------------
 
+// The row slices a thread owns, v = threadIdx.x + i * blockDim.x (each kVec
+// elements at v * kVec), passed to f(i, v). With kHeld > 0 the row has at most
+// kHeld slices per thread, i is a compile-time index (the loop is unrolled), and
+// per-slice state lives in registers across a group's rows; with kHeld == 0 the
+// row may be any length and i is always 0.
+template <int kHeld, typename F>
+__device__ __forceinline__ void for_each_slice(int64_t accesses, const F& f) {
+  if constexpr (kHeld > 0) {
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+      const int64_t v = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      if (v < accesses) f(i, v);
+    }
+  } else {
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) f(0, v);
+  }
+}
+
+// Slices per thread the backward norms hold in registers (the weight and the
+// weight-gradient sums): 16 32-bit registers of such state, so that the kernel
+// stays within the 64 registers a thread of a 1024-thread block has
+// (check_cuda_compile.sh refuses spills). A row of up to 1024 x kHeldSlices
+// slices (8192 elements in float and 16-bit, 4096 in double, on the 128-bit
+// path; 4096 on the scalar path) takes a block of ceil(slices / kHeldSlices) threads and reads its weight
+// and writes its partial once per group; a longer row takes kHeld == 0.
+// At most 4 slices: the unrolled slice loop's indices cost registers too.
+template <typename T, int kVec>
+inline constexpr int kHeldSlices = std::clamp(8 / (kVec * static_cast<int>(sizeof(acc_t<T>) / 4)), 1, 4);
+
+// Threads for a held row of `accesses` slices: a multiple of 32.
+inline int held_threads(int64_t accesses, int held) {
+  const int64_t threads = ceil_div(ceil_div(accesses, held), 32) * 32;
+  return static_cast<int>(threads < 32 ? 32 : threads);
+}
+
 // With g = dy * w and xhat = x * rstd (y = w * xhat):
 //   dx = rstd * (g - xhat * mean(g * xhat)),  dw = sum over rows of dy * xhat,
 // written with xhat rather than rstd^3 * x * mean(g * x), whose rstd^3
 // underflows for rows with |x| past ~1e13 in float. `input` is the normalised
 // tensor (residual_out for the fused op, whose grad_residual_out is added to dx).
-template <typename T, int kVec>
+//
+// The weight and the group's weight-gradient sums: with kHeld, the thread's
+// slices of the weight are read once per group and its sums of dy * xhat are kept
+// in registers over the group's rows (in row order, as the float partial row
+// would add them) and written once, a whole pack per slice; without, they are
+// re-read and read-modify-written per row in the workspace.
+template <typename T, int kVec, int kHeld>
 __global__ void __launch_bounds__(kMaxRowThreads)
     rms_norm_backward_kernel(RmsNormBackwardArgs a, acc_t<T>* partial_w, RowGroups groups,
                              bool cached) {
   using Acc = acc_t<T>;
+  constexpr int kSlots = kHeld > 0 ? kHeld : 1;
   unsigned char* const row_cache = dynamic_shared_bytes();
   const int64_t cols = a.cols;
   T* cache_x = reinterpret_cast<T*>(row_cache);
@@ -156,16 +200,38 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   const int64_t accesses = cols / kVec;
   const Acc eps = static_cast<Acc>(a.eps);
   const Acc n = static_cast<Acc>(cols);
+  Acc w_held[kSlots][kVec];
+  Acc dw_held[kSlots][kVec];
+  // dy * w of slice (i, v) into gv.
+  const auto apply_weight = [&](int i, int64_t v, Acc (&gv)[kVec]) {
+    if (weight == nullptr) return;
+    Acc w[kVec];
+    if constexpr (kHeld > 0) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) w[e] = w_held[i][e];
+    } else {
+      load_acc<kVec>(weight + v * kVec, w);
+    }
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
+  };
   for (int64_t g = blockIdx.x; g < groups.groups; g += gridDim.x) {
     const int64_t row_begin = g * groups.rows_per_group;
     const int64_t row_end = min(a.rows, row_begin + groups.rows_per_group);
     Acc* partial = partial_w != nullptr ? partial_w + g * cols : nullptr;
+    if constexpr (kHeld > 0) {
+      for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
+        if (weight != nullptr) load_acc<kVec>(weight + v * kVec, w_held[i]);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) dw_held[i][e] = Acc(0);
+      });
+    }
     for (int64_t row = row_begin; row < row_end; ++row) {
       const T* x = static_cast<const T*>(a.input) + row * cols;
       const T* dy = static_cast<const T*>(a.grad_output) + row * cols;
       T* dx = static_cast<T*>(a.grad_input) + row * cols;
       Acc sums[2] = {Acc(0), Acc(0)};  // sum(x^2), sum(dy * w * x)
-      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
         const int64_t j = v * kVec;
         const Pack<T, kVec> xp = load_pack<kVec>(x + j);
         const Pack<T, kVec> gp = load_pack<kVec>(dy + j);
@@ -176,18 +242,13 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         Acc xv[kVec], gv[kVec];
         widen(xp, xv);
         widen(gp, gv);
-        if (weight != nullptr) {
-          Acc w[kVec];
-          load_acc<kVec>(weight + j, w);
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
-        }
+        apply_weight(i, v, gv);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           sums[0] += xv[e] * xv[e];
           sums[1] += gv[e] * xv[e];
         }
-      }
+      });
       block_reduce(sums, SumOp{});
       const T* x_src = cached ? cache_x : x;
       const T* dy_src = cached ? cache_dy : dy;
@@ -200,24 +261,19 @@ __global__ void __launch_bounds__(kMaxRowThreads)
           scale = s;
           eps_scaled = eps * s * s;
           sums[0] = sums[1] = Acc(0);
-          for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+          for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
             const int64_t j = v * kVec;
             Acc xv[kVec], gv[kVec];
             load_acc<kVec>(x_src + j, xv);
             load_acc<kVec>(dy_src + j, gv);
-            if (weight != nullptr) {
-              Acc w[kVec];
-              load_acc<kVec>(weight + j, w);
-#pragma unroll
-              for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
-            }
+            apply_weight(i, v, gv);
 #pragma unroll
             for (int e = 0; e < kVec; ++e) {
               const Acc xs = xv[e] * s;
               sums[0] += xs * xs;
               sums[1] += gv[e] * xs;
             }
-          }
+          });
           block_reduce(sums, SumOp{});
         }
       }
@@ -227,7 +283,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       const T* gr = a.grad_residual_out != nullptr
                         ? static_cast<const T*>(a.grad_residual_out) + row * cols
                         : nullptr;
-      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
         const int64_t j = v * kVec;
         Acc xv[kVec], dyv[kVec], out[kVec];
         load_acc<kVec>(x_src + j, xv);
@@ -235,12 +291,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         Acc gv[kVec];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) gv[e] = dyv[e];
-        if (weight != nullptr) {
-          Acc w[kVec];
-          load_acc<kVec>(weight + j, w);
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
-        }
+        apply_weight(i, v, gv);
         Acc xhat[kVec];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
@@ -255,12 +306,28 @@ __global__ void __launch_bounds__(kMaxRowThreads)
           for (int e = 0; e < kVec; ++e) out[e] = out[e] + grv[e];
         }
         store_acc<kVec>(dx + j, out);
-        if (partial != nullptr) {
+        if (partial == nullptr) return;
+        if constexpr (kHeld > 0) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            dw_held[i][e] = row == row_begin ? dyv[e] * xhat[e] : dw_held[i][e] + dyv[e] * xhat[e];
+          }
+        } else {
 #pragma unroll
           for (int e = 0; e < kVec; ++e) {
             accumulate(partial + j + e, row == row_begin, dyv[e] * xhat[e]);
           }
         }
+      });
+    }
+    if constexpr (kHeld > 0) {
+      if (partial != nullptr && row_end > row_begin) {
+        for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
+          Pack<Acc, kVec> pack;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) pack.v[e] = dw_held[i][e];
+          store_pack<kVec>(partial + v * kVec, pack);
+        });
       }
     }
   }
@@ -280,12 +347,25 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
         (a.grad_residual_out == nullptr || is_aligned16(a.grad_residual_out));
     const RowLaunch launch = plan_rows<T>(a.cols, aligned, 2);
     const bool cached = launch.cache_bytes > 0;
-    if (launch.vectorized) {
-      launch_kernel<rms_norm_backward_kernel<T, kVecOf<T>>>(row_grid(groups.groups), launch.threads,
-          launch.cache_bytes, stream, a, partial_w, groups, cached);
+    constexpr int kHeldVec = kHeldSlices<T, kVecOf<T>>, kHeldScalar = kHeldSlices<T, 1>;
+    const int64_t accesses = launch.vectorized ? a.cols / kVecOf<T> : a.cols;
+    const int held_slices = launch.vectorized ? kHeldVec : kHeldScalar;
+    const bool held = accesses <= int64_t{kMaxRowThreads} * held_slices;
+    const int threads = held ? held_threads(accesses, held_slices) : launch.threads;
+    const unsigned grid = row_grid(groups.groups);
+    const size_t shared = launch.cache_bytes;
+    if (launch.vectorized && held) {
+      launch_kernel<rms_norm_backward_kernel<T, kVecOf<T>, kHeldVec>>(grid, threads, shared, stream, a, partial_w,
+          groups, cached);
+    } else if (launch.vectorized) {
+      launch_kernel<rms_norm_backward_kernel<T, kVecOf<T>, 0>>(grid, launch.threads, shared, stream, a, partial_w,
+          groups, cached);
+    } else if (held) {
+      launch_kernel<rms_norm_backward_kernel<T, 1, kHeldScalar>>(grid, threads, shared, stream, a, partial_w,
+          groups, cached);
     } else {
-      launch_kernel<rms_norm_backward_kernel<T, 1>>(row_grid(groups.groups), launch.threads,
-          launch.cache_bytes, stream, a, partial_w, groups, cached);
+      launch_kernel<rms_norm_backward_kernel<T, 1, 0>>(grid, launch.threads, shared, stream, a, partial_w, groups,
+          cached);
     }
   }
   // With no rows the sum is over nothing: sum_partials writes zeros.
