@@ -326,12 +326,14 @@ void launch_map(const MapPtrs<T, kIn, kOut>& p, int64_t n, const F& f, cudaStrea
 // out[a * C + c] = alpha * sum over k in [0, K) of partial[(a * K + k) * C + c].
 // A (32 x 8) block owns 32 columns of one `a`: each thread row sums every 8th
 // partial in order, then thread row 0 adds the 8 sums in order. The result
-// depends on K and C only, never on timing: no atomics.
+// depends on K and C only, never on timing: no atomics. With `out_1` set (and
+// A == 2), row a == 1 goes there instead: two sums of one workspace, each into a
+// tensor of its own (LayerNorm's weight and bias gradients), in one launch.
 inline constexpr int kPartialCols = 32;
 inline constexpr int kPartialRows = 8;
 
 template <typename T>
-__global__ void sum_partials_kernel(const acc_t<T>* partial, T* out, int64_t A, int64_t K,
+__global__ void sum_partials_kernel(const acc_t<T>* partial, T* out, T* out_1, int64_t A, int64_t K,
                                     int64_t C, acc_t<T> alpha) {
   using Acc = acc_t<T>;
   __shared__ Acc sums[kPartialRows][kPartialCols];
@@ -349,7 +351,8 @@ __global__ void sum_partials_kernel(const acc_t<T>* partial, T* out, int64_t A, 
       Acc total = Acc(0);
 #pragma unroll
       for (int r = 0; r < kPartialRows; ++r) total += sums[r][threadIdx.x];
-      store_global(out + a * C + c, from_acc<T>(total * alpha));
+      T* const dst = out_1 != nullptr && a == 1 ? out_1 + c : out + a * C + c;
+      store_global(dst, from_acc<T>(total * alpha));
     }
     __syncthreads();  // `sums` is reused by the next column block
   }
@@ -357,11 +360,11 @@ __global__ void sum_partials_kernel(const acc_t<T>* partial, T* out, int64_t A, 
 
 template <typename T>
 void launch_sum_partials(const acc_t<T>* partial, T* out, int64_t A, int64_t K, int64_t C,
-                         acc_t<T> alpha, cudaStream_t stream) {
+                         acc_t<T> alpha, cudaStream_t stream, T* out_1 = nullptr) {
   if (A <= 0 || C <= 0) return;
   const dim3 block(kPartialCols, kPartialRows);
   launch_kernel<sum_partials_kernel<T>>(grid_for(A * ceil_div(C, kPartialCols), 1), block, 0,
-      stream, partial, out, A, K, C, alpha);
+      stream, partial, out, out_1, A, K, C, alpha);
 }
 
 // ---- dtype switch ---------------------------------------------------------------------

@@ -490,15 +490,26 @@ void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
 
 // ---- LayerNorm backward -----------------------------------------------------------
 
+// Slices per thread the LayerNorm backward holds in registers: the weight and
+// the weight- and bias-gradient sums, three values per element, in about 16
+// 32-bit registers (at least one slice: 24 for the 16-bit types' 8-element packs,
+// which check_cuda_compile.sh shows fit without spilling).
+template <typename T, int kVec>
+inline constexpr int kLayerNormHeldSlices =
+    std::clamp(5 / (kVec * static_cast<int>(sizeof(acc_t<T>) / 4)), 1, 4);
+
 // g = dy * w, d = x - mean, xhat = d * rstd:
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat));
 // dw = sum over rows of dy * xhat, db = sum over rows of dy. Written with xhat
 // rather than rstd^2 * d * mean(g * d), whose rstd^2 underflows for wide rows.
-template <typename T, int kVec>
+// Weight and sums held as in rms_norm_backward_kernel (kHeld; 0: re-read and
+// read-modify-written per row, for long rows).
+template <typename T, int kVec, int kHeld>
 __global__ void __launch_bounds__(kMaxRowThreads)
     layer_norm_backward_kernel(LayerNormBackwardArgs a, acc_t<T>* partial_w, acc_t<T>* partial_b,
                                RowGroups groups, bool cached) {
   using Acc = acc_t<T>;
+  constexpr int kSlots = kHeld > 0 ? kHeld : 1;
   unsigned char* const row_cache = dynamic_shared_bytes();
   const int64_t cols = a.cols;
   T* cache_x = reinterpret_cast<T*>(row_cache);
@@ -507,17 +518,39 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   const int64_t accesses = cols / kVec;
   const Acc eps = static_cast<Acc>(a.eps);
   const Acc n = static_cast<Acc>(cols);
+  Acc w_held[kSlots][kVec];
+  Acc dw_held[kSlots][kVec];
+  Acc db_held[kSlots][kVec];
+  // The weight of slice (i, v) (1 without a weight).
+  const auto weight_of = [&](int i, int64_t v, Acc (&w)[kVec]) {
+    if (weight == nullptr) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) w[e] = Acc(1);
+    } else if constexpr (kHeld > 0) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) w[e] = w_held[i][e];
+    } else {
+      load_acc<kVec>(weight + v * kVec, w);
+    }
+  };
   for (int64_t g = blockIdx.x; g < groups.groups; g += gridDim.x) {
     const int64_t row_begin = g * groups.rows_per_group;
     const int64_t row_end = min(a.rows, row_begin + groups.rows_per_group);
     Acc* pw = partial_w != nullptr ? partial_w + g * cols : nullptr;
     Acc* pb = partial_b != nullptr ? partial_b + g * cols : nullptr;
+    if constexpr (kHeld > 0) {
+      for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
+        if (weight != nullptr) load_acc<kVec>(weight + v * kVec, w_held[i]);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) dw_held[i][e] = db_held[i][e] = Acc(0);
+      });
+    }
     for (int64_t row = row_begin; row < row_end; ++row) {
       const T* x = static_cast<const T*>(a.input) + row * cols;
       const T* dy = static_cast<const T*>(a.grad_output) + row * cols;
       T* dx = static_cast<T*>(a.grad_input) + row * cols;
       Acc sum[1] = {Acc(0)};
-      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
         const int64_t j = v * kVec;
         const Pack<T, kVec> xp = load_pack<kVec>(x + j);
         if (cached) {
@@ -528,7 +561,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         widen(xp, xv);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) sum[0] += xv[e];
-      }
+      });
       block_reduce(sum, SumOp{});
       const T* x_src = cached ? cache_x : x;
       const T* dy_src = cached ? cache_dy : dy;
@@ -537,25 +570,21 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       Acc sums[3];  // sum(d^2), sum(g), sum(g * d)
       auto row_sums = [&](Acc s) {
         sums[0] = sums[1] = sums[2] = Acc(0);
-        for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
           const int64_t j = v * kVec;
-          Acc xv[kVec], gv[kVec];
+          Acc xv[kVec], gv[kVec], w[kVec];
           load_acc<kVec>(x_src + j, xv);
           load_acc<kVec>(dy_src + j, gv);
-          if (weight != nullptr) {
-            Acc w[kVec];
-            load_acc<kVec>(weight + j, w);
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
-          }
+          weight_of(i, v, w);
 #pragma unroll
           for (int e = 0; e < kVec; ++e) {
+            gv[e] = weight != nullptr ? gv[e] * w[e] : gv[e];
             const Acc d = (s != Acc(1) ? xv[e] * s : xv[e]) - mean;
             sums[0] += d * d;
             sums[1] += gv[e];
             sums[2] += gv[e] * d;
           }
-        }
+        });
         block_reduce(sums, SumOp{});
       };
       row_sums(Acc(1));
@@ -578,23 +607,42 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps_scaled);
       const Acc mean_g = sums[1] / n;
       const Acc mean_gxhat = rstd * (sums[2] / n);
-      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      const bool first = row == row_begin;
+      for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
         const int64_t j = v * kVec;
-        Acc xv[kVec], dyv[kVec], out[kVec];
+        Acc xv[kVec], dyv[kVec], out[kVec], w[kVec];
         load_acc<kVec>(x_src + j, xv);
         load_acc<kVec>(dy_src + j, dyv);
-        Acc w[kVec] = {};  // read only with a weight; zeroed for the compilers' flow analysis
-        if (weight != nullptr) load_acc<kVec>(weight + j, w);
+        weight_of(i, v, w);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           const Acc xhat = ((scale != Acc(1) ? xv[e] * scale : xv[e]) - mean) * rstd;
           const Acc gv = weight != nullptr ? dyv[e] * w[e] : dyv[e];
           out[e] = rstd * (gv - mean_g - xhat * mean_gxhat);
           if (scale != Acc(1)) out[e] = out[e] * scale;
-          if (pw != nullptr) accumulate(pw + j + e, row == row_begin, dyv[e] * xhat);
-          if (pb != nullptr) accumulate(pb + j + e, row == row_begin, dyv[e]);
+          if constexpr (kHeld > 0) {
+            dw_held[i][e] = first ? dyv[e] * xhat : dw_held[i][e] + dyv[e] * xhat;
+            db_held[i][e] = first ? dyv[e] : db_held[i][e] + dyv[e];
+          } else {
+            if (pw != nullptr) accumulate(pw + j + e, first, dyv[e] * xhat);
+            if (pb != nullptr) accumulate(pb + j + e, first, dyv[e]);
+          }
         }
         store_acc<kVec>(dx + j, out);
+      });
+    }
+    if constexpr (kHeld > 0) {
+      if (row_end > row_begin) {
+        for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
+          Pack<Acc, kVec> wp, bp;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            wp.v[e] = dw_held[i][e];
+            bp.v[e] = db_held[i][e];
+          }
+          if (pw != nullptr) store_pack<kVec>(pw + v * kVec, wp);
+          if (pb != nullptr) store_pack<kVec>(pb + v * kVec, bp);
+        });
       }
     }
   }
@@ -620,23 +668,38 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
                          (a.weight == nullptr || is_aligned16(a.weight));
     const RowLaunch launch = plan_rows<T>(a.cols, aligned, 2);
     const bool cached = launch.cache_bytes > 0;
-    if (launch.vectorized) {
-      launch_kernel<layer_norm_backward_kernel<T, kVecOf<T>>>(row_grid(groups.groups),
-          launch.threads, launch.cache_bytes, stream, a, partial_w, partial_b, groups, cached);
+    constexpr int kHeldVec = kLayerNormHeldSlices<T, kVecOf<T>>, kHeldScalar = kLayerNormHeldSlices<T, 1>;
+    const int64_t accesses = launch.vectorized ? a.cols / kVecOf<T> : a.cols;
+    const int held_slices = launch.vectorized ? kHeldVec : kHeldScalar;
+    const bool held = accesses <= int64_t{kMaxRowThreads} * held_slices;
+    const int threads = held ? held_threads(accesses, held_slices) : launch.threads;
+    const unsigned grid = row_grid(groups.groups);
+    const size_t shared = launch.cache_bytes;
+    if (launch.vectorized && held) {
+      launch_kernel<layer_norm_backward_kernel<T, kVecOf<T>, kHeldVec>>(grid, threads, shared, stream, a,
+          partial_w, partial_b, groups, cached);
+    } else if (launch.vectorized) {
+      launch_kernel<layer_norm_backward_kernel<T, kVecOf<T>, 0>>(grid, launch.threads, shared, stream, a,
+          partial_w, partial_b, groups, cached);
+    } else if (held) {
+      launch_kernel<layer_norm_backward_kernel<T, 1, kHeldScalar>>(grid, threads, shared, stream, a, partial_w,
+          partial_b, groups, cached);
     } else {
-      launch_kernel<layer_norm_backward_kernel<T, 1>>(row_grid(groups.groups), launch.threads,
-          launch.cache_bytes, stream, a, partial_w, partial_b, groups, cached);
+      launch_kernel<layer_norm_backward_kernel<T, 1, 0>>(grid, launch.threads, shared, stream, a, partial_w,
+          partial_b, groups, cached);
     }
   }
   // Decided by the outputs, not the partial pointers: with no rows the
-  // workspace is empty (maybe null) and the sums over nothing are zeros.
-  if (a.grad_weight != nullptr) {
-    launch_sum_partials<T>(partial_w, static_cast<T*>(a.grad_weight), 1, groups.groups, a.cols,
-                           Acc(1), stream);
-  }
-  if (a.grad_bias != nullptr) {
-    launch_sum_partials<T>(partial_b, static_cast<T*>(a.grad_bias), 1, groups.groups, a.cols,
-                           Acc(1), stream);
+  // workspace is empty (maybe null) and the sums over nothing are zeros. The
+  // bias partials follow the weight's in the workspace: one launch sums both.
+  T* const grad_weight = static_cast<T*>(a.grad_weight);
+  T* const grad_bias = static_cast<T*>(a.grad_bias);
+  if (grad_weight != nullptr && grad_bias != nullptr) {
+    launch_sum_partials<T>(partial_w, grad_weight, 2, groups.groups, a.cols, Acc(1), stream, grad_bias);
+  } else if (grad_weight != nullptr || grad_bias != nullptr) {
+    launch_sum_partials<T>(grad_weight != nullptr ? partial_w : partial_b,
+                           grad_weight != nullptr ? grad_weight : grad_bias, 1, groups.groups, a.cols, Acc(1),
+                           stream);
   }
 }
 
