@@ -146,14 +146,7 @@ def generate_glue_registry(protos: dict, csrc: Path) -> str:
         "#include <torch/library.h>",
         "",
     ]
-    for p in forward_ops(protos):
-        header = csrc / "torch_ext" / "ops" / f"{p.name}.h"
-        if not header.exists():
-            raise FileNotFoundError(
-                f"{p.path.name}: the op {p.name} has no glue header {header.as_posix()} "
-                f"(python -m op_extension.scaffold {p.path.as_posix()} writes one)"
-            )
-        lines.append(f'#include "{header.resolve().as_posix()}"')
+    lines += _include_each_op(protos, csrc / "torch_ext" / "ops", ".h", "glue header")
     lines += [
         "",
         "namespace op_ext::glue {",
@@ -172,15 +165,22 @@ def generate_cuda_launchers(protos: dict, csrc: Path) -> str:
     `cuda::launcher(kernel)` overloads through which the CUDA glue and the CPU
     harness run them, bound at link time."""
     lines = HEADER + ["#pragma once", ""]
+    lines += _include_each_op(protos, csrc / "kernel" / "cuda", ".cuh", "CUDA header")
+    return "\n".join(lines + [""])
+
+
+def _include_each_op(protos: dict, folder: Path, suffix: str, what: str) -> list[str]:
+    """An #include of folder/<op><suffix> for every forward op; a missing one names the scaffold."""
+    lines = []
     for p in forward_ops(protos):
-        header = csrc / "kernel" / "cuda" / f"{p.name}.cuh"
+        header = folder / f"{p.name}{suffix}"
         if not header.exists():
             raise FileNotFoundError(
-                f"{p.path.name}: the op {p.name} has no CUDA header {header.as_posix()} "
+                f"{p.path.name}: the op {p.name} has no {what} {header.as_posix()} "
                 f"(python -m op_extension.scaffold {p.path.as_posix()} writes one)"
             )
         lines.append(f'#include "{header.resolve().as_posix()}"')
-    return "\n".join(lines + [""])
+    return lines
 
 
 # ---- autograd ---------------------------------------------------------------------

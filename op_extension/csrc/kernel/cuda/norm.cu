@@ -11,6 +11,7 @@
 // and sum_partials_kernel then adds the partial rows in a fixed order. The
 // result is bit-identical run after run.
 #include <algorithm>
+#include <type_traits>
 
 #include "row_common.cuh"
 #include "fused_add_rms_norm.cuh"
@@ -169,10 +170,27 @@ __device__ __forceinline__ void for_each_slice(int64_t accesses, const F& f) {
 template <typename T, int kVec>
 inline constexpr int kHeldSlices = std::clamp(8 / (kVec * static_cast<int>(sizeof(acc_t<T>) / 4)), 1, 4);
 
-// Threads for a held row of `accesses` slices: a multiple of 32.
-inline int held_threads(int64_t accesses, int held) {
-  const int64_t threads = ceil_div(ceil_div(accesses, held), 32) * 32;
-  return static_cast<int>(threads < 32 ? 32 : threads);
+// Launches a backward norm's kernel<kVec, kHeld> for rows planned as `launch`:
+// run(vec, held, threads) with vec and held std::integral_constants. A row of at
+// most kMaxRowThreads x held slices is held (kHeldVec or kHeldScalar slices per
+// thread, one thread per held slices, a multiple of 32); a longer one is not
+// (kHeld 0, the planned block).
+template <typename T, int kHeldVec, int kHeldScalar, typename Run>
+void launch_held(const RowLaunch& launch, int64_t cols, const Run& run) {
+  const int64_t accesses = launch.vectorized ? cols / kVecOf<T> : cols;
+  const int held_slices = launch.vectorized ? kHeldVec : kHeldScalar;
+  const bool held = accesses <= int64_t{kMaxRowThreads} * held_slices;
+  const int64_t held_threads = std::max<int64_t>(32, ceil_div(ceil_div(accesses, held_slices), 32) * 32);
+  using std::integral_constant;
+  if (launch.vectorized && held) {
+    run(integral_constant<int, kVecOf<T>>{}, integral_constant<int, kHeldVec>{}, static_cast<int>(held_threads));
+  } else if (launch.vectorized) {
+    run(integral_constant<int, kVecOf<T>>{}, integral_constant<int, 0>{}, launch.threads);
+  } else if (held) {
+    run(integral_constant<int, 1>{}, integral_constant<int, kHeldScalar>{}, static_cast<int>(held_threads));
+  } else {
+    run(integral_constant<int, 1>{}, integral_constant<int, 0>{}, launch.threads);
+  }
 }
 
 // With g = dy * w and xhat = x * rstd (y = w * xhat):
@@ -347,26 +365,10 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
         (a.grad_residual_out == nullptr || is_aligned16(a.grad_residual_out));
     const RowLaunch launch = plan_rows<T>(a.cols, aligned, 2);
     const bool cached = launch.cache_bytes > 0;
-    constexpr int kHeldVec = kHeldSlices<T, kVecOf<T>>, kHeldScalar = kHeldSlices<T, 1>;
-    const int64_t accesses = launch.vectorized ? a.cols / kVecOf<T> : a.cols;
-    const int held_slices = launch.vectorized ? kHeldVec : kHeldScalar;
-    const bool held = accesses <= int64_t{kMaxRowThreads} * held_slices;
-    const int threads = held ? held_threads(accesses, held_slices) : launch.threads;
-    const unsigned grid = row_grid(groups.groups);
-    const size_t shared = launch.cache_bytes;
-    if (launch.vectorized && held) {
-      launch_kernel<rms_norm_backward_kernel<T, kVecOf<T>, kHeldVec>>(grid, threads, shared, stream, a, partial_w,
-          groups, cached);
-    } else if (launch.vectorized) {
-      launch_kernel<rms_norm_backward_kernel<T, kVecOf<T>, 0>>(grid, launch.threads, shared, stream, a, partial_w,
-          groups, cached);
-    } else if (held) {
-      launch_kernel<rms_norm_backward_kernel<T, 1, kHeldScalar>>(grid, threads, shared, stream, a, partial_w,
-          groups, cached);
-    } else {
-      launch_kernel<rms_norm_backward_kernel<T, 1, 0>>(grid, launch.threads, shared, stream, a, partial_w, groups,
-          cached);
-    }
+    launch_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>>(launch, a.cols, [&](auto vec, auto held, int threads) {
+      launch_kernel<rms_norm_backward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
+          row_grid(groups.groups), threads, launch.cache_bytes, stream, a, partial_w, groups, cached);
+    });
   }
   // With no rows the sum is over nothing: sum_partials writes zeros.
   if (want_dw) {
@@ -668,26 +670,11 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
                          (a.weight == nullptr || is_aligned16(a.weight));
     const RowLaunch launch = plan_rows<T>(a.cols, aligned, 2);
     const bool cached = launch.cache_bytes > 0;
-    constexpr int kHeldVec = kLayerNormHeldSlices<T, kVecOf<T>>, kHeldScalar = kLayerNormHeldSlices<T, 1>;
-    const int64_t accesses = launch.vectorized ? a.cols / kVecOf<T> : a.cols;
-    const int held_slices = launch.vectorized ? kHeldVec : kHeldScalar;
-    const bool held = accesses <= int64_t{kMaxRowThreads} * held_slices;
-    const int threads = held ? held_threads(accesses, held_slices) : launch.threads;
-    const unsigned grid = row_grid(groups.groups);
-    const size_t shared = launch.cache_bytes;
-    if (launch.vectorized && held) {
-      launch_kernel<layer_norm_backward_kernel<T, kVecOf<T>, kHeldVec>>(grid, threads, shared, stream, a,
-          partial_w, partial_b, groups, cached);
-    } else if (launch.vectorized) {
-      launch_kernel<layer_norm_backward_kernel<T, kVecOf<T>, 0>>(grid, launch.threads, shared, stream, a,
-          partial_w, partial_b, groups, cached);
-    } else if (held) {
-      launch_kernel<layer_norm_backward_kernel<T, 1, kHeldScalar>>(grid, threads, shared, stream, a, partial_w,
-          partial_b, groups, cached);
-    } else {
-      launch_kernel<layer_norm_backward_kernel<T, 1, 0>>(grid, launch.threads, shared, stream, a, partial_w,
-          partial_b, groups, cached);
-    }
+    launch_held<T, kLayerNormHeldSlices<T, kVecOf<T>>, kLayerNormHeldSlices<T, 1>>(
+        launch, a.cols, [&](auto vec, auto held, int threads) {
+          launch_kernel<layer_norm_backward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
+              row_grid(groups.groups), threads, launch.cache_bytes, stream, a, partial_w, partial_b, groups, cached);
+        });
   }
   // Decided by the outputs, not the partial pointers: with no rows the
   // workspace is empty (maybe null) and the sums over nothing are zeros. The
