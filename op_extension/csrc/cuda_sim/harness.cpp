@@ -643,7 +643,7 @@ struct TrafficState {
   bool on = false;
   TrafficCounts counts;
   // This block's accesses: per (lane, place) how often it was reached, and per
-  // (warp, place, occurrence) the sectors the instruction touched.
+  // (warp, place, occurrence) the byte ranges its lanes asked for.
   struct Place {
     uint32_t fiber;
     uintptr_t site;
