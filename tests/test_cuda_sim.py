@@ -296,6 +296,37 @@ def test_weight_gradients_bit_identical_in_any_block_order(op, dtype):
                       name)
 
 
+@pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm", "layer_norm"])
+def test_forward_norms_take_rows_in_steps(op):
+    """The forward norms take up to 4 rows at a time (a step), with at most 256
+    blocks when the weight is held, so 1031 rows make blocks of several steps and
+    a last step of 3 rows. Within one step, one row whose squares overflow float
+    and one constant row far from 0 (LayerNorm refines its mean) take their own
+    paths while their neighbours do not: every row matches float64 (the constant
+    row's output is exactly the bias, where an unrefined mean gives ~0.02 off)."""
+    torch.manual_seed(0)
+    rows, cols = 1031, 24
+    x = torch.randn(rows, cols, dtype=torch.float64)
+    x[1029, 0] = 3e38  # the last step: rows 1028..1030
+    x[1030] = 1000.1  # a float sum of 24 of them is off by ulps: LayerNorm's mean is refined
+    x = x.float()
+    w, b = torch.randn(cols).float(), torch.randn(cols).float()
+    x64, w64, b64 = x.double(), w.double(), b.double()
+    if op == "layer_norm":
+        got = cuda_sim.run(op, x, [cols], w, b, 1e-5)
+        expected = F.layer_norm(x64, [cols], w64, b64, 1e-5)
+    elif op == "rms_norm":
+        got = cuda_sim.run(op, x, [cols], w, 1e-6)
+        expected = F.rms_norm(x64, [cols], w64, 1e-6)
+    else:
+        residual = torch.zeros_like(x)
+        got, residual_out = cuda_sim.run(op, x, residual, [cols], w, 1e-6)
+        assert torch.equal(residual_out, x)
+        expected = F.rms_norm(x64, [cols], w64, 1e-6)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_special_values_follow_the_cpu_kernels():
     x = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1e30, -1e30, 3.0])
     for approximate in ("none", "tanh"):

@@ -34,11 +34,6 @@ SAMPLES = [
 
 # An LLM-like call for the CUDA traffic model (tests/test_cuda_sim_traffic.py).
 TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048), [2048], w(m, 2048), m(2048)), {}))]
-# Where its kernels are still above the traffic targets (issue 26), the figures they
-# are held to: weight and bias are re-read for every row (one row per block).
-TRAFFIC_CEILING = {
-    ('4x2048', 'forward'): {'moved': 1.6},
-}
 
 
 def schema_args(x):

@@ -44,102 +44,7 @@ __device__ __forceinline__ void accumulate(Acc* partial, bool first_row, Acc val
   store_global(partial, first_row ? value : load_global(partial) + value);
 }
 
-// ---- RMSNorm (and fused residual add) forward -------------------------------------
-
-template <typename T, int kVec>
-__global__ void __launch_bounds__(kMaxRowThreads)
-    rms_norm_forward_kernel(RmsNormArgs a, bool cached) {
-  using Acc = acc_t<T>;
-  unsigned char* const row_cache = dynamic_shared_bytes();
-  T* cache = reinterpret_cast<T*>(row_cache);
-  const T* weight = static_cast<const T*>(a.weight);
-  const int64_t cols = a.cols;
-  const int64_t accesses = cols / kVec;
-  const Acc eps = static_cast<Acc>(a.eps);
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-    const T* x = static_cast<const T*>(a.input) + row * cols;
-    T* y = static_cast<T*>(a.output) + row * cols;
-    const T* res = a.residual != nullptr ? static_cast<const T*>(a.residual) + row * cols : nullptr;
-    T* z = a.residual != nullptr ? static_cast<T*>(a.residual_out) + row * cols : nullptr;
-    Acc sum_sq[1] = {Acc(0)};
-    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-      const int64_t j = v * kVec;
-      Pack<T, kVec> pack;
-      if (res != nullptr) {
-        // residual_out = input + residual, rounded to T as the unfused ops
-        // would store it; the norm reads the rounded values.
-        Acc xv[kVec], rv[kVec];
-        load_acc<kVec>(x + j, xv);
-        load_acc<kVec>(res + j, rv);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) pack.v[e] = from_acc<T>(xv[e] + rv[e]);
-        store_pack<kVec>(z + j, pack);
-      } else {
-        pack = load_pack<kVec>(x + j);
-      }
-      if (cached) store_pack<kVec>(cache + j, pack);
-      Acc s[kVec];
-      widen(pack, s);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) sum_sq[0] += s[e] * s[e];
-    }
-    block_reduce(sum_sq, SumOp{});
-    const T* src = cached ? cache : (z != nullptr ? z : x);
-    // y = (x * scale) * rstd; scale is 1 unless the squares overflowed.
-    Acc scale = Acc(1);
-    Acc eps_scaled = eps;
-    if (!dev_isfinite(sum_sq[0])) {
-      const Acc s = overflow_scale(row_abs_max<kVec>(src, accesses));
-      if (s != Acc(0)) {
-        scale = s;
-        eps_scaled = eps * s * s;
-        sum_sq[0] = Acc(0);
-        for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-          Acc xv[kVec];
-          load_acc<kVec>(src + v * kVec, xv);
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) sum_sq[0] += (xv[e] * s) * (xv[e] * s);
-        }
-        block_reduce(sum_sq, SumOp{});
-      }
-    }
-    const Acc rstd = Acc(1) / dev_sqrt(sum_sq[0] / static_cast<Acc>(cols) + eps_scaled);
-    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-      const int64_t j = v * kVec;
-      Acc out[kVec];
-      load_acc<kVec>(src + j, out);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) out[e] = (scale != Acc(1) ? out[e] * scale : out[e]) * rstd;
-      if (weight != nullptr) {
-        Acc w[kVec];
-        load_acc<kVec>(weight + j, w);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) out[e] = out[e] * w[e];
-      }
-      store_acc<kVec>(y + j, out);
-    }
-  }
-}
-
-template <typename T>
-void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
-  if (a.rows <= 0 || a.cols <= 0) return;
-  const bool fused = a.residual != nullptr;
-  const bool aligned = is_aligned16(a.input) && is_aligned16(a.output) &&
-                       (a.weight == nullptr || is_aligned16(a.weight)) &&
-                       (!fused || (is_aligned16(a.residual) && is_aligned16(a.residual_out)));
-  const RowLaunch launch = plan_rows<T>(a.cols, aligned, 1);
-  const bool cached = launch.cache_bytes > 0;
-  if (launch.vectorized) {
-    launch_kernel<rms_norm_forward_kernel<T, kVecOf<T>>>(row_grid(a.rows), launch.threads,
-        launch.cache_bytes, stream, a, cached);
-  } else {
-    launch_kernel<rms_norm_forward_kernel<T, 1>>(row_grid(a.rows), launch.threads,
-        launch.cache_bytes, stream, a, cached);
-  }
-}
-
-// ---- RMSNorm backward -------------------------------------------------------------
+// ---- the slices of a row a thread owns ----------------------------------------------
 
 // The row slices a thread owns, v = threadIdx.x + i * blockDim.x (each kVec
 // elements at v * kVec), passed to f(i, v). With kHeld > 0 the row has at most
@@ -159,18 +64,7 @@ __device__ __forceinline__ void for_each_slice(int64_t accesses, const F& f) {
   }
 }
 
-// Slices per thread the backward norms hold in registers (the weight and the
-// weight-gradient sums): 16 32-bit registers of such state, so that the kernel
-// stays within the 64 registers a thread of a 1024-thread block has
-// (check_cuda_compile.sh refuses spills). A row of up to 1024 x kHeldSlices
-// slices (8192 elements in float and 16-bit, 4096 in double, on the 128-bit
-// path; 4096 on the scalar path) takes a block of ceil(slices / kHeldSlices) threads and reads its weight
-// and writes its partial once per group; a longer row takes kHeld == 0.
-// At most 4 slices: the unrolled slice loop's indices cost registers too.
-template <typename T, int kVec>
-inline constexpr int kHeldSlices = std::clamp(8 / (kVec * static_cast<int>(sizeof(acc_t<T>) / 4)), 1, 4);
-
-// Launches a backward norm's kernel<kVec, kHeld> for rows planned as `launch`:
+// Launches a row norm's kernel<kVec, kHeld> for rows planned as `launch`:
 // run(vec, held, threads) with vec and held std::integral_constants. A row of at
 // most kMaxRowThreads x held slices is held (kHeldVec or kHeldScalar slices per
 // thread, one thread per held slices, a multiple of 32); a longer one is not
@@ -192,6 +86,212 @@ void launch_held(const RowLaunch& launch, int64_t cols, const Run& run) {
     run(integral_constant<int, 1>{}, integral_constant<int, 0>{}, launch.threads);
   }
 }
+
+// ---- forward rows: several at a time, the weight held --------------------------------
+//
+// A forward block takes up to kMaxStepRows rows at a time ("a step"): each
+// thread issues the loads of its slices of all of them before the block
+// reduces their statistics together (one block_reduce of kMaxStepRows values),
+// so a small batch keeps as many loads in flight as one block per row would,
+// and a large one runs at most kMaxHeldBlocks blocks. Where the row fits in
+// kHeld slices per thread, each thread reads its slices of the weight (and
+// bias) once, into registers, for all the rows of its block: the weight is
+// read once per block, not once per row. The step's rows are kept in the row
+// cache (row r at cache + r * cols) when they fit; otherwise a step is one row,
+// re-read from global memory.
+
+inline constexpr int kMaxStepRows = 4;
+inline constexpr int64_t kMaxHeldBlocks = 256;
+
+// Slices per thread a forward norm holds: its weight's (and bias's) packs, in
+// at most 16 32-bit registers (4 per 128-bit pack), 8 for the 16-bit types,
+// whose packs widen to 8 floats per row in flight (check_cuda_compile.sh shows
+// more spills); at most 4 slices.
+template <typename T, int kVec, int kHeldArrays>
+inline constexpr int kForwardHeldSlices =
+    std::clamp((sizeof(T) == 2 ? 8 : 16) / (kHeldArrays * std::max(1, kVec * static_cast<int>(sizeof(T)) / 4)), 1, 4);
+
+struct ForwardRows {
+  int step_rows;   // rows per step, 1..kMaxStepRows
+  bool cached;     // the step's rows are kept in the row cache
+  size_t cache_bytes;
+};
+
+// The step of a forward row launch: as many rows (up to kMaxStepRows) as the
+// row cache holds, or one uncached row when not even one fits.
+template <typename T>
+ForwardRows plan_forward_rows(int64_t rows, int64_t cols) {
+  const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
+  ForwardRows f{1, false, 0};
+  if (row_bytes > kRowCacheBytes) return f;
+  const int64_t fit = static_cast<int64_t>(kRowCacheBytes / row_bytes);
+  f.step_rows = static_cast<int>(std::min<int64_t>({fit, int64_t{kMaxStepRows}, std::max<int64_t>(rows, 1)}));
+  f.cached = true;
+  f.cache_bytes = row_bytes * static_cast<size_t>(f.step_rows);
+  return f;
+}
+
+// Blocks of a forward row launch: one per step, at most kMaxHeldBlocks when the
+// weight is held (each block reads it once, so fewer blocks read it less).
+inline unsigned forward_grid(int64_t rows, int step_rows, bool held) {
+  const int64_t steps = ceil_div(rows, static_cast<int64_t>(step_rows));
+  return static_cast<unsigned>(std::min(steps, held ? kMaxHeldBlocks : kMaxGridBlocks));
+}
+
+// The packs of an optional per-column parameter (weight, bias) a thread uses:
+// held in registers (kHeld > 0, read once by load) or read where used.
+template <typename T, int kVec, int kHeld>
+struct ColumnParam {
+  const T* base;
+  Pack<T, kVec> held[kHeld > 0 ? kHeld : 1];
+
+  __device__ __forceinline__ void load(int64_t accesses) {
+    if constexpr (kHeld > 0) {
+      if (base == nullptr) return;
+      for_each_slice<kHeld>(accesses, [&](int i, int64_t v) { held[i] = load_pack<kVec>(base + v * kVec); });
+    }
+  }
+  // Slice (i, v) widened into out; only called when base is not null.
+  __device__ __forceinline__ void get(int i, int64_t v, acc_t<T> (&out)[kVec]) const {
+    if constexpr (kHeld > 0) {
+      widen(held[i], out);
+    } else {
+      load_acc<kVec>(base + v * kVec, out);
+    }
+  }
+};
+
+// ---- RMSNorm (and fused residual add) forward -------------------------------------
+
+template <typename T, int kVec, int kHeld>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rms_norm_forward_kernel(RmsNormArgs a, ForwardRows step) {
+  using Acc = acc_t<T>;
+  T* const cache = reinterpret_cast<T*>(dynamic_shared_bytes());
+  const int64_t cols = a.cols;
+  const int64_t accesses = cols / kVec;
+  const Acc eps = static_cast<Acc>(a.eps);
+  const bool fused = a.residual != nullptr;
+  ColumnParam<T, kVec, kHeld> weight{static_cast<const T*>(a.weight)};
+  weight.load(accesses);
+  for (int64_t row0 = int64_t{blockIdx.x} * step.step_rows; row0 < a.rows;
+       row0 += int64_t{gridDim.x} * step.step_rows) {
+    const int nrows = static_cast<int>(min(int64_t{step.step_rows}, a.rows - row0));
+    // Where row r's values are read back: the cache, or the tensor the norm reads.
+    const auto src = [&](int r) -> const T* {
+      if (step.cached) return cache + r * cols;
+      return fused ? static_cast<const T*>(a.residual_out) + (row0 + r) * cols
+                   : static_cast<const T*>(a.input) + (row0 + r) * cols;
+    };
+    Acc sum_sq[kMaxStepRows] = {};
+    for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
+      const int64_t j = v * kVec;
+#pragma unroll
+      for (int r = 0; r < kMaxStepRows; ++r) {
+        if (r >= nrows) break;
+        const int64_t offset = (row0 + r) * cols + j;
+        Pack<T, kVec> pack;
+        if (fused) {
+          // residual_out = input + residual, rounded to T as the unfused ops
+          // would store it; the norm reads the rounded values.
+          Acc xv[kVec], rv[kVec];
+          load_acc<kVec>(static_cast<const T*>(a.input) + offset, xv);
+          load_acc<kVec>(static_cast<const T*>(a.residual) + offset, rv);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) pack.v[e] = from_acc<T>(xv[e] + rv[e]);
+          store_pack<kVec>(static_cast<T*>(a.residual_out) + offset, pack);
+        } else {
+          pack = load_pack<kVec>(static_cast<const T*>(a.input) + offset);
+        }
+        if (step.cached) store_pack<kVec>(cache + r * cols + j, pack);
+        Acc s[kVec];
+        widen(pack, s);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) sum_sq[r] += s[e] * s[e];
+      }
+    });
+    block_reduce(sum_sq, SumOp{});
+    // y = (x * scale) * rstd; scale is 1 unless the row's squares overflowed
+    // (a test on reduced values: the same for every thread of the block).
+    Acc scale[kMaxStepRows], rstd[kMaxStepRows];
+#pragma unroll
+    for (int r = 0; r < kMaxStepRows; ++r) {
+      if (r >= nrows) break;
+      scale[r] = Acc(1);
+      Acc eps_scaled = eps;
+      if (!dev_isfinite(sum_sq[r])) {
+        const Acc s = overflow_scale(row_abs_max<kVec>(src(r), accesses));
+        if (s != Acc(0)) {
+          scale[r] = s;
+          eps_scaled = eps * s * s;
+          Acc sq[1] = {Acc(0)};
+          for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+            Acc xv[kVec];
+            load_acc<kVec>(src(r) + v * kVec, xv);
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) sq[0] += (xv[e] * s) * (xv[e] * s);
+          }
+          block_reduce(sq, SumOp{});
+          sum_sq[r] = sq[0];
+        }
+      }
+      rstd[r] = Acc(1) / dev_sqrt(sum_sq[r] / static_cast<Acc>(cols) + eps_scaled);
+    }
+    for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
+      const int64_t j = v * kVec;
+      Acc w[kVec] = {};  // set (and used) only with a weight
+      if (weight.base != nullptr) weight.get(i, v, w);
+#pragma unroll
+      for (int r = 0; r < kMaxStepRows; ++r) {
+        if (r >= nrows) break;
+        Acc out[kVec];
+        load_acc<kVec>(src(r) + j, out);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          out[e] = (scale[r] != Acc(1) ? out[e] * scale[r] : out[e]) * rstd[r];
+          if (weight.base != nullptr) out[e] = out[e] * w[e];
+        }
+        store_acc<kVec>(static_cast<T*>(a.output) + (row0 + r) * cols + j, out);
+      }
+    });
+  }
+}
+
+// Launches a forward norm's kernel<kVec, kHeld> (run(vec, held, threads), as
+// launch_held) with kForwardHeldSlices for `held_arrays` per-column parameters.
+template <typename T, int kHeldArrays, typename Run>
+void launch_forward(int64_t cols, bool aligned, const Run& run) {
+  const RowLaunch launch = plan_rows<T>(cols, aligned, 1);
+  launch_held<T, kForwardHeldSlices<T, kVecOf<T>, kHeldArrays>, kForwardHeldSlices<T, 1, kHeldArrays>>(
+      launch, cols, run);
+}
+
+template <typename T>
+void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
+  if (a.rows <= 0 || a.cols <= 0) return;
+  const bool fused = a.residual != nullptr;
+  const bool aligned = is_aligned16(a.input) && is_aligned16(a.output) &&
+                       (a.weight == nullptr || is_aligned16(a.weight)) &&
+                       (!fused || (is_aligned16(a.residual) && is_aligned16(a.residual_out)));
+  const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols);
+  launch_forward<T, 1>(a.cols, aligned, [&](auto vec, auto held, int threads) {
+    launch_kernel<rms_norm_forward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
+        forward_grid(a.rows, step.step_rows, decltype(held)::value > 0), threads, step.cache_bytes, stream, a, step);
+  });
+}
+
+// ---- RMSNorm backward -------------------------------------------------------------
+
+// Slices per thread the backward norms hold in registers (the weight and the
+// weight-gradient sums): 16 32-bit registers of such state, so that the kernel
+// stays within the 64 registers a thread of a 1024-thread block has
+// (check_cuda_compile.sh refuses spills). A row of up to 1024 x kHeldSlices
+// slices (8192 elements in float and 16-bit, 4096 in double, on the 128-bit
+// path; 4096 on the scalar path) takes a block of ceil(slices / kHeldSlices) threads and reads its weight
+// and writes its partial once per group; a longer row takes kHeld == 0.
+// At most 4 slices: the unrolled slice loop's indices cost registers too.
+template <typename T, int kVec>
+inline constexpr int kHeldSlices = std::clamp(8 / (kVec * static_cast<int>(sizeof(acc_t<T>) / 4)), 1, 4);
 
 // With g = dy * w and xhat = x * rstd (y = w * xhat):
 //   dx = rstd * (g - xhat * mean(g * xhat)),  dw = sum over rows of dy * xhat,
@@ -389,87 +489,97 @@ __device__ __forceinline__ bool mean_needs_refining(Acc mean, Acc var, Acc eps) 
   return mean * mean > Acc(256) * (var + eps);
 }
 
-template <typename T, int kVec>
+template <typename T, int kVec, int kHeld>
 __global__ void __launch_bounds__(kMaxRowThreads)
-    layer_norm_forward_kernel(LayerNormArgs a, bool cached) {
+    layer_norm_forward_kernel(LayerNormArgs a, ForwardRows step) {
   using Acc = acc_t<T>;
-  unsigned char* const row_cache = dynamic_shared_bytes();
-  T* cache = reinterpret_cast<T*>(row_cache);
-  const T* weight = static_cast<const T*>(a.weight);
-  const T* bias = static_cast<const T*>(a.bias);
+  T* const cache = reinterpret_cast<T*>(dynamic_shared_bytes());
   const int64_t cols = a.cols;
   const int64_t accesses = cols / kVec;
   const Acc eps = static_cast<Acc>(a.eps);
   const Acc n = static_cast<Acc>(cols);
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-    const T* x = static_cast<const T*>(a.input) + row * cols;
-    T* y = static_cast<T*>(a.output) + row * cols;
-    Acc sum[1] = {Acc(0)};
-    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+  ColumnParam<T, kVec, kHeld> weight{static_cast<const T*>(a.weight)};
+  ColumnParam<T, kVec, kHeld> bias{static_cast<const T*>(a.bias)};
+  weight.load(accesses);
+  bias.load(accesses);
+  for (int64_t row0 = int64_t{blockIdx.x} * step.step_rows; row0 < a.rows;
+       row0 += int64_t{gridDim.x} * step.step_rows) {
+    const int nrows = static_cast<int>(min(int64_t{step.step_rows}, a.rows - row0));
+    const auto src = [&](int r) -> const T* {
+      return step.cached ? cache + r * cols : static_cast<const T*>(a.input) + (row0 + r) * cols;
+    };
+    Acc mean[kMaxStepRows] = {};
+    for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
       const int64_t j = v * kVec;
-      const Pack<T, kVec> pack = load_pack<kVec>(x + j);
-      if (cached) store_pack<kVec>(cache + j, pack);
-      Acc xv[kVec];
-      widen(pack, xv);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) sum[0] += xv[e];
-    }
-    block_reduce(sum, SumOp{});
-    const T* src = cached ? cache : x;
-    // Two-pass variance: no cancellation for rows with a large mean. Mean and
-    // variance are those of x * scale; scale is 1 unless they overflowed.
-    Acc mean = sum[0] / n;
-    Acc var[1] = {Acc(0)};
-    auto variance = [&](Acc s) {
-      var[0] = Acc(0);
-      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      for (int r = 0; r < kMaxStepRows; ++r) {
+        if (r >= nrows) break;
+        const Pack<T, kVec> pack = load_pack<kVec>(static_cast<const T*>(a.input) + (row0 + r) * cols + j);
+        if (step.cached) store_pack<kVec>(cache + r * cols + j, pack);
         Acc xv[kVec];
-        load_acc<kVec>(src + v * kVec, xv);
+        widen(pack, xv);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const Acc d = (s != Acc(1) ? xv[e] * s : xv[e]) - mean;
-          var[0] += d * d;
+        for (int e = 0; e < kVec; ++e) mean[r] += xv[e];
+      }
+    });
+    block_reduce(mean, SumOp{});
+    // Two-pass variance: no cancellation for rows with a large mean.
+    Acc var[kMaxStepRows] = {};
+#pragma unroll
+    for (int r = 0; r < kMaxStepRows; ++r) mean[r] /= n;
+    for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
+#pragma unroll
+      for (int r = 0; r < kMaxStepRows; ++r) {
+        if (r >= nrows) break;
+        Acc xv[kVec];
+        load_acc<kVec>(src(r) + v * kVec, xv);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) var[r] += (xv[e] - mean[r]) * (xv[e] - mean[r]);
+      }
+    });
+    block_reduce(var, SumOp{});
+    // Mean and variance are those of x * scale; scale is 1 unless they
+    // overflowed. Both tests are on reduced values: uniform over the block.
+    Acc scale[kMaxStepRows], rstd[kMaxStepRows];
+#pragma unroll
+    for (int r = 0; r < kMaxStepRows; ++r) {
+      if (r >= nrows) break;
+      scale[r] = Acc(1);
+      Acc eps_scaled = eps;
+      if (!dev_isfinite(mean[r]) || !dev_isfinite(var[r])) {
+        const Acc s = overflow_scale(row_abs_max<kVec>(src(r), accesses));
+        if (s != Acc(0)) {
+          scale[r] = s;
+          eps_scaled = eps * s * s;
+          mean[r] = row_shifted_sum<kVec>(src(r), accesses, s, Acc(0)) / n;
+          var[r] = row_centered_squares<kVec>(src(r), accesses, s, mean[r]);
         }
       }
-      block_reduce(var, SumOp{});
-    };
-    variance(Acc(1));
-    Acc scale = Acc(1);
-    Acc eps_scaled = eps;
-    if (!dev_isfinite(mean) || !dev_isfinite(var[0])) {
-      const Acc s = overflow_scale(row_abs_max<kVec>(src, accesses));
-      if (s != Acc(0)) {
-        scale = s;
-        eps_scaled = eps * s * s;
-        mean = row_shifted_sum<kVec>(src, accesses, s, Acc(0)) / n;
-        variance(s);
+      if (mean_needs_refining(mean[r], var[r] / n, eps_scaled)) {
+        mean[r] += row_shifted_sum<kVec>(src(r), accesses, scale[r], mean[r]) / n;
+        var[r] = row_centered_squares<kVec>(src(r), accesses, scale[r], mean[r]);
       }
+      rstd[r] = Acc(1) / dev_sqrt(var[r] / n + eps_scaled);
     }
-    if (mean_needs_refining(mean, var[0] / n, eps_scaled)) {
-      mean += row_shifted_sum<kVec>(src, accesses, scale, mean) / n;
-      variance(scale);
-    }
-    const Acc rstd = Acc(1) / dev_sqrt(var[0] / n + eps_scaled);
-    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+    for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
       const int64_t j = v * kVec;
-      Acc out[kVec];
-      load_acc<kVec>(src + j, out);
+      Acc w[kVec] = {}, b[kVec] = {};  // set (and used) only with a weight, a bias
+      if (weight.base != nullptr) weight.get(i, v, w);
+      if (bias.base != nullptr) bias.get(i, v, b);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) out[e] = ((scale != Acc(1) ? out[e] * scale : out[e]) - mean) * rstd;
-      if (weight != nullptr) {
-        Acc w[kVec];
-        load_acc<kVec>(weight + j, w);
+      for (int r = 0; r < kMaxStepRows; ++r) {
+        if (r >= nrows) break;
+        Acc out[kVec];
+        load_acc<kVec>(src(r) + j, out);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) out[e] = out[e] * w[e];
+        for (int e = 0; e < kVec; ++e) {
+          out[e] = ((scale[r] != Acc(1) ? out[e] * scale[r] : out[e]) - mean[r]) * rstd[r];
+          if (weight.base != nullptr) out[e] = out[e] * w[e];
+          if (bias.base != nullptr) out[e] = out[e] + b[e];
+        }
+        store_acc<kVec>(static_cast<T*>(a.output) + (row0 + r) * cols + j, out);
       }
-      if (bias != nullptr) {
-        Acc b[kVec];
-        load_acc<kVec>(bias + j, b);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) out[e] = out[e] + b[e];
-      }
-      store_acc<kVec>(y + j, out);
-    }
+    });
   }
 }
 
@@ -479,15 +589,12 @@ void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
   const bool aligned = is_aligned16(a.input) && is_aligned16(a.output) &&
                        (a.weight == nullptr || is_aligned16(a.weight)) &&
                        (a.bias == nullptr || is_aligned16(a.bias));
-  const RowLaunch launch = plan_rows<T>(a.cols, aligned, 1);
-  const bool cached = launch.cache_bytes > 0;
-  if (launch.vectorized) {
-    launch_kernel<layer_norm_forward_kernel<T, kVecOf<T>>>(row_grid(a.rows), launch.threads,
-        launch.cache_bytes, stream, a, cached);
-  } else {
-    launch_kernel<layer_norm_forward_kernel<T, 1>>(row_grid(a.rows), launch.threads,
-        launch.cache_bytes, stream, a, cached);
-  }
+  const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols);
+  launch_forward<T, 2>(a.cols, aligned, [&](auto vec, auto held, int threads) {
+    launch_kernel<layer_norm_forward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
+        forward_grid(a.rows, step.step_rows, decltype(held)::value > 0), threads, step.cache_bytes, stream, a,
+        step);
+  });
 }
 
 // ---- LayerNorm backward -----------------------------------------------------------

@@ -92,6 +92,25 @@ __device__ acc_t<T> row_shifted_sum(const T* src, int64_t accesses, acc_t<T> sca
   return sum[0];
 }
 
+// sum over the row of (x * scale - mean)^2 (scale 1: x - mean); every thread
+// gets it. LayerNorm's variance, recomputed for a rescaled or refined mean.
+template <int kVec, typename T>
+__device__ acc_t<T> row_centered_squares(const T* src, int64_t accesses, acc_t<T> scale, acc_t<T> mean) {
+  using Acc = acc_t<T>;
+  Acc sum[1] = {Acc(0)};
+  for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+    Acc xv[kVec];
+    load_acc<kVec>(src + v * kVec, xv);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const Acc d = (scale != Acc(1) ? xv[e] * scale : xv[e]) - mean;
+      sum[0] += d * d;
+    }
+  }
+  block_reduce(sum, SumOp{});
+  return sum[0];
+}
+
 // The power of two that brings max_abs into [0.5, 1); 0 when scaling cannot
 // help (inf or NaN in the row, or an all-zero row).
 template <typename Acc>
