@@ -232,8 +232,12 @@ def test_row_kernels_misaligned_forward_and_backward(op, cols, dtype):
 
 
 ADD_BROADCASTS = {
-    # (input shape, other shape): which path of add_kernel they take when aligned
-    "row_vector_128bit": ((3, 64), (64,)),  # other's inner dim dense, outer stride 0
+    # (input shape, other shape): which kernel and path they take when aligned.
+    # add_row_vector_kernel: one operand a row vector, the other dense; chunks of 16 rows.
+    "row_vector_128bit": ((3, 64), (64,)),
+    "row_vector_chunks": ((37, 2, 72), (72,)),  # 74 rows: 5 chunks, the last of 10 rows
+    "row_vector_size1_dims": ((1, 40, 1, 24), (1, 1, 1, 24)),
+    # add_kernel: the other patterns.
     "column_splat_128bit": ((4, 64), (4, 1)),  # other broadcast along the run: one load, splat
     "leading_dims_128bit": ((2, 3, 64), (3, 64)),
     "input_broadcast_128bit": ((64,), (5, 64)),
@@ -245,8 +249,9 @@ ADD_BROADCASTS = {
 @pytest.mark.parametrize("misaligned", [False, True], ids=["aligned", "offset1"])
 @pytest.mark.parametrize("case", ADD_BROADCASTS)
 def test_add_broadcast_paths(case, misaligned, dtype):
-    """add with broadcasting through add_kernel's 128-bit paths (a dense or a
-    splat operand) and, at storage offset 1, its one-element fallback; forward
+    """add with broadcasting through add_row_vector_kernel and add_kernel's 128-bit
+    paths (a dense or a splat operand) and, at storage offset 1, their one-element
+    fallbacks; forward
     against the reference, backward (the sums over broadcast dims) against the
     CPU kernels."""
     torch.manual_seed(len(case))

@@ -12,6 +12,8 @@
 // workspace, then adds the chunks in order (sum_partials_kernel): no atomics,
 // the same bits every run. Other patterns give each output element to one
 // thread, which walks its summed sub-space in order.
+#include <algorithm>
+
 #include "cuda_common.cuh"
 #include "add.cuh"
 
@@ -84,6 +86,99 @@ bool add_can_vectorize(const AddArgs& args) {
   return operand_ok(args.a, args.a_strides) && operand_ok(args.b, args.b_strides);
 }
 
+// ---- add with a row-vector operand: [rows, cols] + [cols] (a bias) ---------------
+//
+// The general kernel re-reads the vector for every row. Here a thread owns one
+// kVec-element pack of columns and walks the rows of its block's chunk, so the
+// vector's pack is read once per chunk: a chunk is kRowVectorChunk rows (and
+// every row when there are fewer), enough for the vector to be a small share of
+// the bytes moved, with many chunks still in flight on a large input.
+
+inline constexpr int64_t kRowVectorChunk = 16;
+
+struct RowVectorAdd {
+  int64_t rows, cols;
+  bool vector_is_b;  // out = a + alpha * vector, or vector + alpha * b
+};
+
+template <typename T, int kVec>
+__global__ void add_row_vector_kernel(AddArgs args, RowVectorAdd rv) {
+  using Acc = acc_t<T>;
+  const T* matrix = static_cast<const T*>(rv.vector_is_b ? args.a : args.b);
+  const T* vector = static_cast<const T*>(rv.vector_is_b ? args.b : args.a);
+  T* out = static_cast<T*>(args.out);
+  const Acc alpha = static_cast<Acc>(args.alpha);
+  const int64_t packs = rv.cols / kVec;
+  const int64_t col_blocks = ceil_div(packs, static_cast<int64_t>(blockDim.x));
+  const int64_t chunks = ceil_div(rv.rows, kRowVectorChunk);
+  for (int64_t task = blockIdx.x; task < col_blocks * chunks; task += gridDim.x) {
+    const int64_t pack = (task % col_blocks) * blockDim.x + threadIdx.x;
+    if (pack >= packs) continue;
+    const int64_t j = pack * kVec;
+    const int64_t row_begin = (task / col_blocks) * kRowVectorChunk;
+    const int64_t row_end = min(rv.rows, row_begin + kRowVectorChunk);
+    Acc vv[kVec];
+    load_acc<kVec>(vector + j, vv);
+#pragma unroll 4
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      Acc mv[kVec], vo[kVec];
+      load_acc<kVec>(matrix + row * rv.cols + j, mv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) vo[e] = rv.vector_is_b ? mv[e] + alpha * vv[e] : vv[e] + alpha * mv[e];
+      store_acc<kVec>(out + row * rv.cols + j, vo);
+    }
+  }
+}
+
+// Whether args is [rows, cols] (+) [cols]: one operand dense over the whole
+// output, the other dense along the last dim and broadcast over every other.
+inline bool as_row_vector_add(const AddArgs& args, RowVectorAdd& rv) {
+  const int inner = args.ndim - 1;
+  if (args.ndim < 2) return false;
+  auto dense = [&](const int64_t* strides) {
+    int64_t expected = 1;
+    for (int d = inner; d >= 0; --d) {
+      if (args.sizes[d] != 1 && strides[d] != expected) return false;
+      expected *= args.sizes[d];
+    }
+    return true;
+  };
+  auto row_vector = [&](const int64_t* strides) {
+    if (strides[inner] != 1) return false;
+    for (int d = 0; d < inner; ++d) {
+      if (args.sizes[d] != 1 && strides[d] != 0) return false;
+    }
+    return true;
+  };
+  if (dense(args.a_strides) && row_vector(args.b_strides)) {
+    rv.vector_is_b = true;
+  } else if (dense(args.b_strides) && row_vector(args.a_strides)) {
+    rv.vector_is_b = false;
+  } else {
+    return false;
+  }
+  rv.cols = args.sizes[inner];
+  rv.rows = 1;
+  for (int d = 0; d < inner; ++d) rv.rows *= args.sizes[d];
+  return rv.rows > 1;
+}
+
+template <typename T>
+void launch_row_vector_add(const AddArgs& args, const RowVectorAdd& rv, cudaStream_t stream) {
+  constexpr int kVec = kVecOf<T>;
+  const bool vector = rv.cols % kVec == 0 && is_aligned16(args.a) && is_aligned16(args.b) && is_aligned16(args.out);
+  const int64_t packs = vector ? rv.cols / kVec : rv.cols;
+  // A block of up to 256 threads across the columns; a narrow row takes one warp.
+  const int threads = static_cast<int>(std::min<int64_t>(256, ceil_div(packs, int64_t{32}) * 32));
+  const int64_t tasks = ceil_div(packs, static_cast<int64_t>(threads)) * ceil_div(rv.rows, kRowVectorChunk);
+  const unsigned grid = static_cast<unsigned>(std::min(tasks, kMaxGridBlocks));
+  if (vector) {
+    launch_kernel<add_row_vector_kernel<T, kVec>>(grid, threads, 0, stream, args, rv);
+  } else {
+    launch_kernel<add_row_vector_kernel<T, 1>>(grid, threads, 0, stream, args, rv);
+  }
+}
+
 template <typename T>
 struct AddDense {  // (a, b) -> a + alpha * b, as add_kernel computes it
   acc_t<T> alpha;
@@ -102,6 +197,11 @@ void add_typed(const AddArgs& args, cudaStream_t stream) {
     const MapPtrs<T, 2, 1> p{{static_cast<const T*>(args.a), static_cast<const T*>(args.b)},
                              {static_cast<T*>(args.out)}};
     launch_map(p, numel, AddDense<T>{static_cast<acc_t<T>>(args.alpha)}, stream);
+    return;
+  }
+  RowVectorAdd rv{};
+  if (as_row_vector_add(args, rv)) {
+    launch_row_vector_add<T>(args, rv, stream);
     return;
   }
   constexpr int kThreads = 256;

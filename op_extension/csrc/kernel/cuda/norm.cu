@@ -98,9 +98,12 @@ void launch_held(const RowLaunch& launch, int64_t cols, const Run& run) {
 // bias) once, into registers, for all the rows of its block: the weight is
 // read once per block, not once per row. The step's rows are kept in the row
 // cache (row r at cache + r * cols) when they fit; otherwise a step is one row,
-// re-read from global memory.
+// re-read from global memory. A row too long to hold its weight takes steps of
+// one row (kStepRows).
 
 inline constexpr int kMaxStepRows = 4;
+template <int kHeld>
+inline constexpr int kStepRows = kHeld > 0 ? kMaxStepRows : 1;
 inline constexpr int64_t kMaxHeldBlocks = 256;
 
 // Slices per thread a forward norm holds: its weight's (and bias's) packs, in
@@ -117,15 +120,17 @@ struct ForwardRows {
   size_t cache_bytes;
 };
 
-// The step of a forward row launch: as many rows (up to kMaxStepRows) as the
-// row cache holds, or one uncached row when not even one fits.
+// The step of a forward row launch: as many rows (up to max_step_rows) as the
+// row cache holds, or one uncached row when not even one fits. A row too long
+// to hold its weight takes steps of one row (kStepRows): its many slices per
+// thread keep loads in flight, and four rows' statistics made the kernel spill.
 template <typename T>
-ForwardRows plan_forward_rows(int64_t rows, int64_t cols) {
+ForwardRows plan_forward_rows(int64_t rows, int64_t cols, int max_step_rows) {
   const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
   ForwardRows f{1, false, 0};
   if (row_bytes > kRowCacheBytes) return f;
   const int64_t fit = static_cast<int64_t>(kRowCacheBytes / row_bytes);
-  f.step_rows = static_cast<int>(std::min<int64_t>({fit, int64_t{kMaxStepRows}, std::max<int64_t>(rows, 1)}));
+  f.step_rows = static_cast<int>(std::min<int64_t>({fit, int64_t{max_step_rows}, std::max<int64_t>(rows, 1)}));
   f.cached = true;
   f.cache_bytes = row_bytes * static_cast<size_t>(f.step_rows);
   return f;
@@ -139,7 +144,9 @@ inline unsigned forward_grid(int64_t rows, int step_rows, bool held) {
 }
 
 // The packs of an optional per-column parameter (weight, bias) a thread uses:
-// held in registers (kHeld > 0, read once by load) or read where used.
+// held in registers (kHeld > 0, read once by load) or read where used. Kept as
+// T packs, widened element by element where used: widened copies of a 16-bit
+// weight and bias (16 floats) made LayerNorm's forward spill.
 template <typename T, int kVec, int kHeld>
 struct ColumnParam {
   const T* base;
@@ -147,16 +154,21 @@ struct ColumnParam {
 
   __device__ __forceinline__ void load(int64_t accesses) {
     if constexpr (kHeld > 0) {
-      if (base == nullptr) return;
+      if (base == nullptr) {
+#pragma unroll
+        for (int i = 0; i < kHeld; ++i) held[i] = Pack<T, kVec>{};
+        return;
+      }
       for_each_slice<kHeld>(accesses, [&](int i, int64_t v) { held[i] = load_pack<kVec>(base + v * kVec); });
     }
   }
-  // Slice (i, v) widened into out; only called when base is not null.
-  __device__ __forceinline__ void get(int i, int64_t v, acc_t<T> (&out)[kVec]) const {
+  // The pack of slice (i, v); zeros without a parameter (then unused).
+  __device__ __forceinline__ Pack<T, kVec> pack(int i, int64_t v) const {
     if constexpr (kHeld > 0) {
-      widen(held[i], out);
+      return held[i];
     } else {
-      load_acc<kVec>(base + v * kVec, out);
+      if (base != nullptr) return load_pack<kVec>(base + v * kVec);
+      return Pack<T, kVec>{};
     }
   }
 };
@@ -183,12 +195,12 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       return fused ? static_cast<const T*>(a.residual_out) + (row0 + r) * cols
                    : static_cast<const T*>(a.input) + (row0 + r) * cols;
     };
-    Acc sum_sq[kMaxStepRows] = {};
+    Acc sum_sq[kStepRows<kHeld>] = {};
     for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
       const int64_t j = v * kVec;
 #pragma unroll
-      for (int r = 0; r < kMaxStepRows; ++r) {
-        if (r >= nrows) break;
+      for (int r = 0; r < kStepRows<kHeld>; ++r) {
+        if (r > 0 && r >= nrows) break;
         const int64_t offset = (row0 + r) * cols + j;
         Pack<T, kVec> pack;
         if (fused) {
@@ -213,10 +225,10 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     block_reduce(sum_sq, SumOp{});
     // y = (x * scale) * rstd; scale is 1 unless the row's squares overflowed
     // (a test on reduced values: the same for every thread of the block).
-    Acc scale[kMaxStepRows], rstd[kMaxStepRows];
+    Acc scale[kStepRows<kHeld>], rstd[kStepRows<kHeld>];
 #pragma unroll
-    for (int r = 0; r < kMaxStepRows; ++r) {
-      if (r >= nrows) break;
+    for (int r = 0; r < kStepRows<kHeld>; ++r) {
+      if (r > 0 && r >= nrows) break;  // a step has a row: row 0 needs no test
       scale[r] = Acc(1);
       Acc eps_scaled = eps;
       if (!dev_isfinite(sum_sq[r])) {
@@ -239,17 +251,16 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     }
     for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
       const int64_t j = v * kVec;
-      Acc w[kVec] = {};  // set (and used) only with a weight
-      if (weight.base != nullptr) weight.get(i, v, w);
+      const Pack<T, kVec> w = weight.pack(i, v);
 #pragma unroll
-      for (int r = 0; r < kMaxStepRows; ++r) {
-        if (r >= nrows) break;
+      for (int r = 0; r < kStepRows<kHeld>; ++r) {
+        if (r > 0 && r >= nrows) break;
         Acc out[kVec];
         load_acc<kVec>(src(r) + j, out);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           out[e] = (scale[r] != Acc(1) ? out[e] * scale[r] : out[e]) * rstd[r];
-          if (weight.base != nullptr) out[e] = out[e] * w[e];
+          if (weight.base != nullptr) out[e] = out[e] * to_acc(w.v[e]);
         }
         store_acc<kVec>(static_cast<T*>(a.output) + (row0 + r) * cols + j, out);
       }
@@ -273,10 +284,11 @@ void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
   const bool aligned = is_aligned16(a.input) && is_aligned16(a.output) &&
                        (a.weight == nullptr || is_aligned16(a.weight)) &&
                        (!fused || (is_aligned16(a.residual) && is_aligned16(a.residual_out)));
-  const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols);
   launch_forward<T, 1>(a.cols, aligned, [&](auto vec, auto held, int threads) {
-    launch_kernel<rms_norm_forward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
-        forward_grid(a.rows, step.step_rows, decltype(held)::value > 0), threads, step.cache_bytes, stream, a, step);
+    constexpr int kHeld = decltype(held)::value;
+    const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols, kStepRows<kHeld>);
+    launch_kernel<rms_norm_forward_kernel<T, decltype(vec)::value, kHeld>>(
+        forward_grid(a.rows, step.step_rows, kHeld > 0), threads, step.cache_bytes, stream, a, step);
   });
 }
 
@@ -508,12 +520,12 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     const auto src = [&](int r) -> const T* {
       return step.cached ? cache + r * cols : static_cast<const T*>(a.input) + (row0 + r) * cols;
     };
-    Acc mean[kMaxStepRows] = {};
+    Acc mean[kStepRows<kHeld>] = {};
     for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
       const int64_t j = v * kVec;
 #pragma unroll
-      for (int r = 0; r < kMaxStepRows; ++r) {
-        if (r >= nrows) break;
+      for (int r = 0; r < kStepRows<kHeld>; ++r) {
+        if (r > 0 && r >= nrows) break;
         const Pack<T, kVec> pack = load_pack<kVec>(static_cast<const T*>(a.input) + (row0 + r) * cols + j);
         if (step.cached) store_pack<kVec>(cache + r * cols + j, pack);
         Acc xv[kVec];
@@ -524,13 +536,13 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     });
     block_reduce(mean, SumOp{});
     // Two-pass variance: no cancellation for rows with a large mean.
-    Acc var[kMaxStepRows] = {};
+    Acc var[kStepRows<kHeld>] = {};
 #pragma unroll
-    for (int r = 0; r < kMaxStepRows; ++r) mean[r] /= n;
+    for (int r = 0; r < kStepRows<kHeld>; ++r) mean[r] /= n;
     for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
 #pragma unroll
-      for (int r = 0; r < kMaxStepRows; ++r) {
-        if (r >= nrows) break;
+      for (int r = 0; r < kStepRows<kHeld>; ++r) {
+        if (r > 0 && r >= nrows) break;
         Acc xv[kVec];
         load_acc<kVec>(src(r) + v * kVec, xv);
 #pragma unroll
@@ -540,10 +552,10 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     block_reduce(var, SumOp{});
     // Mean and variance are those of x * scale; scale is 1 unless they
     // overflowed. Both tests are on reduced values: uniform over the block.
-    Acc scale[kMaxStepRows], rstd[kMaxStepRows];
+    Acc scale[kStepRows<kHeld>], rstd[kStepRows<kHeld>];
 #pragma unroll
-    for (int r = 0; r < kMaxStepRows; ++r) {
-      if (r >= nrows) break;
+    for (int r = 0; r < kStepRows<kHeld>; ++r) {
+      if (r > 0 && r >= nrows) break;  // a step has a row: row 0 needs no test
       scale[r] = Acc(1);
       Acc eps_scaled = eps;
       if (!dev_isfinite(mean[r]) || !dev_isfinite(var[r])) {
@@ -563,19 +575,19 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     }
     for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
       const int64_t j = v * kVec;
-      Acc w[kVec] = {}, b[kVec] = {};  // set (and used) only with a weight, a bias
-      if (weight.base != nullptr) weight.get(i, v, w);
-      if (bias.base != nullptr) bias.get(i, v, b);
+      Pack<T, kVec> w, b;
+      if (weight.base != nullptr) w = weight.pack(i, v);
+      if (bias.base != nullptr) b = bias.pack(i, v);
 #pragma unroll
-      for (int r = 0; r < kMaxStepRows; ++r) {
-        if (r >= nrows) break;
+      for (int r = 0; r < kStepRows<kHeld>; ++r) {
+        if (r > 0 && r >= nrows) break;
         Acc out[kVec];
         load_acc<kVec>(src(r) + j, out);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           out[e] = ((scale[r] != Acc(1) ? out[e] * scale[r] : out[e]) - mean[r]) * rstd[r];
-          if (weight.base != nullptr) out[e] = out[e] * w[e];
-          if (bias.base != nullptr) out[e] = out[e] + b[e];
+          if (weight.base != nullptr) out[e] = out[e] * to_acc(w.v[e]);
+          if (bias.base != nullptr) out[e] = out[e] + to_acc(b.v[e]);
         }
         store_acc<kVec>(static_cast<T*>(a.output) + (row0 + r) * cols + j, out);
       }
@@ -589,11 +601,11 @@ void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
   const bool aligned = is_aligned16(a.input) && is_aligned16(a.output) &&
                        (a.weight == nullptr || is_aligned16(a.weight)) &&
                        (a.bias == nullptr || is_aligned16(a.bias));
-  const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols);
   launch_forward<T, 2>(a.cols, aligned, [&](auto vec, auto held, int threads) {
-    launch_kernel<layer_norm_forward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
-        forward_grid(a.rows, step.step_rows, decltype(held)::value > 0), threads, step.cache_bytes, stream, a,
-        step);
+    constexpr int kHeld = decltype(held)::value;
+    const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols, kStepRows<kHeld>);
+    launch_kernel<layer_norm_forward_kernel<T, decltype(vec)::value, kHeld>>(
+        forward_grid(a.rows, step.step_rows, kHeld > 0), threads, step.cache_bytes, stream, a, step);
   });
 }
 

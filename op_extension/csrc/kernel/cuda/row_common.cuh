@@ -63,7 +63,7 @@ inline unsigned row_grid(int64_t rows) {
 
 // max |x| over the row (NaN if the row holds one); every thread gets it.
 template <int kVec, typename T>
-__device__ acc_t<T> row_abs_max(const T* src, int64_t accesses) {
+__device__ __forceinline__ acc_t<T> row_abs_max(const T* src, int64_t accesses) {
   using Acc = acc_t<T>;
   Acc m[1] = {Acc(0)};
   for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
@@ -79,7 +79,7 @@ __device__ acc_t<T> row_abs_max(const T* src, int64_t accesses) {
 // sum over the row of x * scale - shift (x - shift when scale is 1); every
 // thread gets it. The scaled mean (shift 0) and the LayerNorm mean refinement.
 template <int kVec, typename T>
-__device__ acc_t<T> row_shifted_sum(const T* src, int64_t accesses, acc_t<T> scale, acc_t<T> shift) {
+__device__ __forceinline__ acc_t<T> row_shifted_sum(const T* src, int64_t accesses, acc_t<T> scale, acc_t<T> shift) {
   using Acc = acc_t<T>;
   Acc sum[1] = {Acc(0)};
   for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
@@ -95,7 +95,7 @@ __device__ acc_t<T> row_shifted_sum(const T* src, int64_t accesses, acc_t<T> sca
 // sum over the row of (x * scale - mean)^2 (scale 1: x - mean); every thread
 // gets it. LayerNorm's variance, recomputed for a rescaled or refined mean.
 template <int kVec, typename T>
-__device__ acc_t<T> row_centered_squares(const T* src, int64_t accesses, acc_t<T> scale, acc_t<T> mean) {
+__device__ __forceinline__ acc_t<T> row_centered_squares(const T* src, int64_t accesses, acc_t<T> scale, acc_t<T> mean) {
   using Acc = acc_t<T>;
   Acc sum[1] = {Acc(0)};
   for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
