@@ -12,7 +12,7 @@ allowed_values, outputs by each output's `shape` rule. What the prototype cannot
 say -- which tensor's dtype is checked, which tensors must also share its shape,
 the op's own checks, the output layout -- is the op's FakeRule, in the FAKE
 table of op_extension/op_defs/<op>.py (default: FakeRule()). register() is
-called once by op_extension/__init__.py, for every prototype.
+called once by op_extension/__init__.py, for every built prototype.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from dataclasses import dataclass
 import torch
 import torch._prims_common  # layout rules (keeps_layout, in_memory_format)
 
-from . import op_defs
-from ._protos import OpProto, load_protos
+from . import _built, op_defs
+from ._protos import OpProto
 
-PROTOS = load_protos()
+# The prototypes the library holds as described: a fake kernel derived from any
+# other would describe an op the kernels do not run (_built).
+PROTOS = _built.BUILT
 DTYPES = {name: tuple(getattr(torch, d) for d in proto.dtypes) for name, proto in PROTOS.items()}
 
 
@@ -305,7 +307,7 @@ def _like_dense_sources(proto: OpProto, bound: dict, result):
 
 
 def register(protos: dict[str, OpProto] | None = None, namespace: str = "custom", find=None, lib=None) -> None:
-    """Registers the derived fake kernel of every prototype (default: op_protos/)
+    """Registers the derived fake kernel of every prototype (default: the built ones of op_protos/)
     as <namespace>::<op>'s, with its op module's FakeRule; `find` and `lib` as
     op_defs.module and torch.library.register_fake take them (tests)."""
     protos = PROTOS if protos is None else protos

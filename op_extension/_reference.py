@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from . import op_defs
-from ._protos import OpProto, load_protos
+from . import _built, op_defs
+from ._protos import OpProto
 
 # ---------------------------------------------------------------------------
 # Tolerances
@@ -151,8 +151,8 @@ def tolerances(protos: dict[str, OpProto], find=None) -> dict[torch.dtype, dict[
 
 
 def collect() -> None:
-    """REFERENCES and TOLERANCES of every prototype (called once, by op_extension/__init__.py)."""
-    protos = load_protos()
+    """REFERENCES and TOLERANCES of every built prototype (called once, by op_extension/__init__.py)."""
+    protos = _built.BUILT
     REFERENCES.update(references(protos))
     for dtype, entries in tolerances(protos).items():
         TOLERANCES[dtype].update(entries)

@@ -41,8 +41,8 @@ from torch._C._functorch import TransformType as _TransformType
 from torch._C._functorch import get_interpreter_stack as _get_interpreter_stack
 from torch._C._functorch import peek_interpreter_stack as _peek_interpreter_stack
 
-from . import _C, _fake, op_defs
-from ._protos import OpProto, load_protos
+from . import _built, _fake, op_defs
+from ._protos import OpProto
 
 __all__ = ["active", "register", "traced"]
 
@@ -204,9 +204,14 @@ def register(protos: dict[str, OpProto] | None = None) -> None:
     And registers every VMAP rule on the dispatcher: for the backward ops (which
     the backward and jvp call under vmap in jacrev, jacfwd, vmap of grad) and
     for direct torch.ops.custom callers of the forward ops. Called once, by
-    op_extension/__init__.py."""
-    protos = load_protos() if protos is None else protos
-    entry_points = {}
+    op_extension/__init__.py, for the built prototypes (_built.BUILT)."""
+    protos = _built.BUILT if protos is None else protos
+    if _built.C is None:  # no library: no fast path to hand anything
+        return
+    # _C wants a handler for each forward op it was built with, which includes
+    # one whose prototype now derives another schema: its handler refuses, as
+    # ops.<name> does (its fast path is not used, but _C.<name> may be called).
+    entry_points = {name: _refuse(name) for name, u in _built.UNBUILT.items() if not u.proto.backward_of}
     for proto in protos.values():
         module = op_defs.module(proto, protos)
         if not proto.backward_of:
@@ -216,4 +221,12 @@ def register(protos: dict[str, OpProto] | None = None) -> None:
         rule = getattr(module, "VMAP", {}).get(proto.name)
         if rule is not None:
             torch.library.register_vmap(f"custom::{proto.name}", rule)
-    _C._set_transform_handlers(entry_points)
+    _built.C._set_transform_handlers(entry_points)
+
+
+def _refuse(name: str):
+    def unbuilt(*args, **kwargs):
+        raise RuntimeError(f"op_extension._C.{_built.message(name)}")
+
+    unbuilt.__name__ = f"{name}_unbuilt"
+    return unbuilt

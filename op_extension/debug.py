@@ -43,7 +43,8 @@ from ._fake import PROTOS
 __all__ = ["OPS", "Settings", "configure", "current", "format_stats", "hooks_installed", "reset_stats", "settings",
            "stats"]
 
-# Every op and backward op of torch.ops.custom, from the prototypes.
+# Every op and backward op of torch.ops.custom, from the prototypes the library
+# holds as described (_built.BUILT).
 OPS: tuple[str, ...] = tuple(sorted(PROTOS))
 
 ENV_FORCE_FALLBACK = "OP_EXT_FORCE_FALLBACK_OPS"

@@ -29,11 +29,22 @@ from collections.abc import Sequence
 import torch
 from torch._C import _has_torch_function
 
-from . import _C, _transforms, op_defs
-from ._protos import OpProto, load_protos
+from . import _built, _transforms, op_defs
+from ._built import C as _C
+from ._protos import OpProto
 
-# Filled by _collect() (op_extension/__init__.py), from the prototypes.
+# Filled by _collect() (op_extension/__init__.py), from the prototypes the
+# library holds as described (_built.BUILT).
 __all__: list[str] = []
+
+# The forward ops of the other prototypes: asked for, they raise (__getattr__).
+_UNBUILT_FORWARD = frozenset(name for name, u in _built.UNBUILT.items() if not u.proto.backward_of)
+
+
+def __getattr__(name: str):
+    if name in _UNBUILT_FORWARD:
+        raise AttributeError(f"op_extension.ops.{_built.message(name)}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _eager(*tensors) -> bool:
@@ -191,8 +202,9 @@ def function_of(proto: OpProto, protos: dict[str, OpProto] | None = None, namesp
 
 
 def _collect() -> None:
-    """One function per forward op of op_protos/ (called once, by op_extension/__init__.py)."""
-    protos = load_protos()
+    """One function per forward op of op_protos/ that the library holds as
+    described (called once, by op_extension/__init__.py)."""
+    protos = _built.BUILT
     names = [p.name for p in protos.values() if not p.backward_of]
     for name in names:
         globals()[name] = function_of(protos[name], protos)
