@@ -179,27 +179,40 @@ def _launch_constants():
     return threads, max_blocks
 
 
-def _rows_per_block(dim: int, vec: int) -> int:
-    """The launcher's blockDim.y for `dim` with `vec` elements per access."""
+def _row_threads(dim: int, vec: int) -> int:
+    """The launcher's blockDim.x for `dim` with `vec` elements per access."""
     threads, _ = _launch_constants()
     pairs = dim // 2 // vec
     tx = 1
     while tx < pairs and tx < threads:
         tx *= 2
-    return threads // tx
+    return tx
 
 
-@pytest.mark.parametrize("dtype,dim,vec", [(torch.float16, 130, 1), (torch.float32, 128, 4)],
-                         ids=["f16-130-scalar", "f32-128-vector"])
-def test_more_rows_than_one_grid(dtype, dim, vec):
-    """More rows than the capped grid's threads cover in one pass: the blocks loop."""
-    _, max_blocks = _launch_constants()
-    rows = max_blocks * _rows_per_block(dim, vec) + 37
-    s = 41
-    b = -(-rows // (2 * s))  # [b, 2 heads, s, dim] >= rows
-    x, cos, sin, dy = rope_inputs((b, 2, s, dim), (1, s, dim), dtype, seed=1)
-    assert x.shape[:-1].numel() > max_blocks * _rows_per_block(dim, vec)
-    check(x, cos, sin, dy, 1, reverse_too=False, what=f"{b}x2x{s}x{dim}")
+@pytest.mark.parametrize("dtype,dim,vec", [(torch.float16, 262, 1), (torch.float32, 1040, 4)],
+                         ids=["f16-262-scalar", "f32-1040-vector"])
+def test_more_tasks_than_one_grid(dtype, dim, vec):
+    """More tasks than the capped grid's threads take in one pass: the blocks
+    loop. Rows of more pairs than a block has threads make a block one task (a
+    position and up to 8 of its heads): 2100 positions of one head each are
+    enough, where short rows would need 2048 x 256 / pairs of them."""
+    threads, max_blocks = _launch_constants()
+    assert _row_threads(dim, vec) == threads
+    s = 2100  # [1, 1 head, 2100, dim] with cos [1, 2100, dim]: a task per position
+    x, cos, sin, dy = rope_inputs((1, 1, s, dim), (1, s, dim), dtype, seed=1)
+    assert s > max_blocks
+    check(x, cos, sin, dy, 1, reverse_too=False, what=f"1x1x{s}x{dim}")
+
+
+@dtype_params
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_heads_in_chunks_of_a_thread(layout, dtype):
+    """A thread rotates up to 8 broadcast rows of one position with one read of
+    its cos/sin packs: 2 batches x 11 heads over a batch-1 cos are 22 broadcast
+    rows, two chunks of 8 and a partial one of 6, over two broadcast dims (batch
+    and heads) in either memory order."""
+    shape, dim_u = ((2, 11, 5, 64), 1) if layout == "bhsd" else ((2, 5, 11, 64), 2)
+    check(*rope_inputs(shape, (1, 5, 64), dtype, seed=11), dim_u, what=f"{layout} 2x11 heads")
 
 
 @dtype_params
