@@ -23,9 +23,10 @@ import torch  # noqa: F401  (loads libtorch before our library)
 # loadable _C at all, leaves those ops out with one warning.
 from . import _built
 
-# The shared machinery first, then each piece of every op collected from its
-# prototype and its module op_extension/op_defs/<name>.py (which builds on the
-# machinery, so it can only be imported once that is loaded).
+# The collectors; each imports op_defs, which imports the module
+# op_extension/op_defs/<name>.py of every built op (they import only
+# op_extension.toolkit, so nothing here imports back). Then each piece of every
+# op is collected from its prototype and its module.
 from . import _fake, _reference, _transforms, ops
 
 _fake.register()  # fake kernels for FakeTensor / compile / export

@@ -1,130 +1,35 @@
 """Fake (meta) kernels: output shapes and input checks, for FakeTensor,
 torch.compile(dynamic=True) and torch.export.
 
-They apply the same rules, with the same messages, as the C++ checks in
-csrc/torch_ext/checks.cpp, but on possibly symbolic sizes: every comparison of a
-size goes through torch._check_* so that it becomes a runtime assertion instead
-of a guard or a specialisation.
+The checks they make are the toolkit's (op_extension/toolkit.py: the rules and
+messages of the C++ checks in csrc/torch_ext/checks.cpp, on possibly symbolic
+sizes), which the op modules' own checks use too.
 
 Every op's fake kernel is derived from its prototype (derived_kernel): the
 dtype check, the same device and dtype of the other tensors, attrs within their
 allowed_values, outputs by each output's `shape` rule. What the prototype cannot
 say -- which tensor's dtype is checked, which tensors must also share its shape,
 the op's own checks, the output layout -- is the op's FakeRule, in the FAKE
-table of op_extension/op_defs/<op>.py (default: FakeRule()). register() is
+table of op_extension/op_defs/<op>.py (default: FakeRule(); FakeRule and the
+layouts are the toolkit's). register() is
 called once by op_extension/__init__.py, for every built prototype.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 import torch._prims_common  # layout rules (keeps_layout, in_memory_format)
 
 from . import _built, op_defs
 from ._protos import OpProto
+from .toolkit import (KEEP_LAYOUT, LAYOUTS, LIKE_DENSE_SOURCE, MEMORY_FORMAT, FakeRule, check_allowed, check_dtype,
+                      check_same, check_same_shape)
 
 # The prototypes the library holds as described: a fake kernel derived from any
 # other would describe an op the kernels do not run (_built).
 PROTOS = _built.BUILT
-DTYPES = {name: tuple(getattr(torch, d) for d in proto.dtypes) for name, proto in PROTOS.items()}
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def check_dtype(op: str, t: torch.Tensor, name: str, allowed: tuple[torch.dtype, ...] | None = None) -> None:
-    """t's dtype is one of `allowed` (default: the dtypes of op's prototype)."""
-    allowed = DTYPES[op] if allowed is None else allowed
-    torch._check_type(
-        t.dtype in allowed,
-        lambda: f"custom::{op}: {name} has dtype {_dtype_name(t.dtype)}, which is not supported; "
-        f"supported dtypes: {', '.join(_dtype_name(d) for d in allowed)}",
-    )
-
-
-def check_same(op: str, ref: torch.Tensor, ref_name: str, t: torch.Tensor, name: str) -> None:
-    torch._check(
-        t.device == ref.device,
-        lambda: f"custom::{op}: {name} is on {t.device} but {ref_name} is on {ref.device}; "
-        "all tensors must be on the same device",
-    )
-    torch._check_type(
-        t.dtype == ref.dtype,
-        lambda: f"custom::{op}: {name} has dtype {_dtype_name(t.dtype)} but {ref_name} has dtype "
-        f"{_dtype_name(ref.dtype)}; all tensors must have the same dtype",
-    )
-
-
-def check_same_shape(op: str, ref: torch.Tensor, ref_name: str, t: torch.Tensor, name: str) -> None:
-    def message():
-        return f"custom::{op}: {name} has shape {list(t.shape)} but {ref_name} has shape {list(ref.shape)}; they must be equal"
-
-    torch._check_value(t.dim() == ref.dim(), message)
-    for a, b in zip(t.shape, ref.shape):
-        torch._check_value(a == b, message)
-
-
-def check_normalized_shape(op: str, input: torch.Tensor, normalized_shape: Sequence) -> None:
-    shape = list(normalized_shape)
-    torch._check_value(
-        len(shape) >= 1, lambda: f"custom::{op}: normalized_shape must have at least one dim, got {shape}"
-    )
-    torch._check_value(
-        input.dim() >= len(shape),
-        lambda: f"custom::{op}: normalized_shape {shape} has more dims than the input of shape {list(input.shape)}",
-    )
-    lead = input.dim() - len(shape)
-    for i, size in enumerate(shape):
-        torch._check_value(size >= 0, lambda: f"custom::{op}: normalized_shape {shape} has a negative size")
-        torch._check_value(
-            input.shape[lead + i] == size,
-            lambda: f"custom::{op}: normalized_shape {shape} does not match the trailing dims of the "
-            f"input of shape {list(input.shape)}",
-        )
-
-
-def check_affine(op: str, param, name: str, input: torch.Tensor, normalized_shape: Sequence) -> None:
-    if param is None:
-        return
-    check_same(op, input, "input", param, name)
-    shape = list(normalized_shape)
-
-    def message():
-        return f"custom::{op}: {name} has shape {list(param.shape)} but normalized_shape is {shape}"
-
-    torch._check_value(param.dim() == len(shape), message)
-    for a, b in zip(param.shape, shape):
-        torch._check_value(a == b, message)
-
-
-def wrap_dim(op: str, dim: int, ndim: int) -> int:
-    n = max(ndim, 1)
-    torch._check_index(
-        -n <= dim < n,
-        lambda: f"custom::{op}: dim {dim} is out of range for a tensor with {ndim} dims "
-        f"(expected a dim in [{-n}, {n - 1}])",
-    )
-    return dim % n
-
-
-def _literal(value) -> str:
-    return f"'{value}'" if isinstance(value, str) else repr(value)
-
-
-def check_allowed(op: str, name: str, value, allowed: Sequence) -> None:
-    """An attr's value is one of its prototype's allowed_values ("approximate
-    must be 'none' or 'tanh', got 'x'", as parse_gelu_approximate in checks.cpp)."""
-
-    def message():
-        choices = [_literal(v) for v in allowed]
-        listed = choices[0] if len(choices) == 1 else ", ".join(choices[:-1]) + " or " + choices[-1]
-        return f"custom::{op}: {name} must be {listed}, got {_literal(value)}"
-
-    torch._check_value(value in allowed, message)
 
 
 def broadcast_shape(op: str, a: Sequence, b: Sequence) -> torch.Size:
@@ -195,40 +100,6 @@ def _outputs(proto: OpProto, args: dict):
 # ---------------------------------------------------------------------------
 # The derived fake kernel of every prototype
 # ---------------------------------------------------------------------------
-
-ROW_MAJOR = "row_major"  # outputs row-major (contiguous)
-KEEP_LAYOUT = "keep"  # keeps_layout: the layout the checked tensor shares with the `same` ones, if any
-MEMORY_FORMAT = "memory_format"  # in_memory_format: the checked tensor's channels_last format, if any
-# Each output in the layout of the input its shape rule names (empty_like), where
-# that input is dense with a unit-stride last dim (a transposed view too), else
-# row-major: for glue that reads such an input in place (the op module that uses
-# this layout names its glue).
-LIKE_DENSE_SOURCE = "like_dense_source"
-LAYOUTS = (ROW_MAJOR, KEEP_LAYOUT, MEMORY_FORMAT, LIKE_DENSE_SOURCE)
-
-
-@dataclass(frozen=True)
-class FakeRule:
-    """What an op's fake kernel checks beyond its prototype. The derived kernel
-    applies, in this order (the one of the op's C++ checks, whose messages these are):
-
-    1. `dtype_of` (default: the prototype's first input) has one of the
-       prototype's dtypes;
-    2. each tensor of `same` (default: every other input, in prototype order;
-       absent optional ones skipped) has its device and dtype, and, if listed
-       in `same_shape` too, its shape;
-    3. every attr with allowed_values has one of them;
-    4. `check(op, **arguments)`, the op's own checks (arguments by name, defaults
-       filled in);
-    5. outputs by the prototype's shape rules, in `layout` (ROW_MAJOR,
-       KEEP_LAYOUT like `dtype_of` with operands dtype_of and `same`,
-       MEMORY_FORMAT of `dtype_of`, or LIKE_DENSE_SOURCE)."""
-
-    dtype_of: str | None = None
-    same: tuple[str, ...] | None = None
-    same_shape: tuple[str, ...] = ()
-    check: Callable[..., None] | None = None
-    layout: str = ROW_MAJOR
 
 
 def _resolve(proto: OpProto, rule: FakeRule) -> tuple[str, tuple[str, ...]]:

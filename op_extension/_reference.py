@@ -14,7 +14,8 @@ dispatcher, where autograd is switched off).
 A reference is called as reference(*schema-ordered args, dtype=<the inputs'
 dtype>) on float32 (float64 for float64 inputs) copies of the inputs, and its
 result rounded once to the input dtype: what an ideal float16/bfloat16 kernel
-that accumulates in float returns.
+that accumulates in float returns. The helpers the references share
+(acc_dtype, round_through, absent_grad, ...) are in op_extension/toolkit.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from . import _built, op_defs
 from ._protos import OpProto
+from .toolkit import acc_dtype
 
 # ---------------------------------------------------------------------------
 # Tolerances
@@ -75,38 +77,6 @@ def tolerance(dtype: torch.dtype, op: str | None = None, kind: str = "forward") 
     table = TOLERANCES[dtype]
     atol, rtol = table.get(f"{op}.{kind}", table["default"])
     return {"atol": atol, "rtol": rtol}
-
-
-def acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def default_rms_norm_eps(dtype: torch.dtype) -> float:
-    """F.rms_norm's eps=None: the machine epsilon of the computation (opmath)
-    type -- float32's for float16/bfloat16/float32 inputs, float64's for
-    float64 (torch.nn.RMSNorm docs, torch 2.13; not finfo(float16).eps)."""
-    return torch.finfo(acc_dtype(dtype)).eps
-
-
-# ---------------------------------------------------------------------------
-# Helpers of the references, which run on float32 / float64 copies of the
-# inputs; `dtype` is the dtype of the op's inputs (what intermediates are
-# stored in).
-# ---------------------------------------------------------------------------
-
-
-def round_through(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """t rounded to `dtype` and back, with an identity gradient (the rounding
-    of a stored intermediate is not part of the math being differentiated)."""
-    if dtype == t.dtype:
-        return t
-    return t + (t.detach().to(dtype).to(t.dtype) - t.detach())
-
-
-def _no_param_grad(like: torch.Tensor) -> torch.Tensor:
-    """A backward reference's gradient of a parameter the call was made without:
-    an empty tensor of shape [0], as the kernels return it."""
-    return like.new_empty((0,))
 
 
 # ---------------------------------------------------------------------------

@@ -17,19 +17,14 @@ tensors, the fake kernel under tracing), before any kernel runs.
 op_extension.debug needs nothing here: its switches hook in at the dispatcher
 (a BackendSelect kernel registered only while one is on), below this path and
 every other way an op is reached.
-
-This module also holds the argument conversions the op modules' functions share.
 """
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Sequence
-
 import torch
-from torch._C import _has_torch_function
 
-from . import _built, _transforms, op_defs
+# (Modules, not names: this namespace is the ops' own, filled by _collect.)
+from . import _built, op_defs, toolkit
 from ._built import C as _C
 from ._protos import OpProto
 
@@ -45,95 +40,6 @@ def __getattr__(name: str):
     if name in _UNBUILT_FORWARD:
         raise AttributeError(f"op_extension.ops.{_built.message(name)}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _eager(*tensors) -> bool:
-    """Whether the C++ fast path may run the op: not while Dynamo traces this
-    function (it must see torch.ops.custom.*), and only for tensors without
-    __torch_function__ overrides or an active torch function mode."""
-    return not torch.compiler.is_compiling() and not _has_torch_function(tensors)
-
-
-def _shape_list(op: str, normalized_shape) -> list[int]:
-    if isinstance(normalized_shape, (int, torch.SymInt)):
-        return [normalized_shape]
-    if isinstance(normalized_shape, (Sequence, torch.Size)):
-        return list(normalized_shape)
-    raise TypeError(f"custom::{op}: normalized_shape must be an int or a sequence of ints, got {type(normalized_shape).__name__}")
-
-
-# Argument conversions for the traced path (the C++ fast path does the same in
-# python_module.cpp): a value the schema cannot hold is refused by name, rather
-# than by torch's argument parser or by Python's float().
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-def _int64(op: str, name: str, value):
-    if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"custom::{op}: {name}={value!r} does not fit in an int64")
-    return value
-
-
-def _int64_list(op: str, name: str, values: list) -> list:
-    for v in values:
-        if isinstance(v, int) and not _INT64_MIN <= v <= _INT64_MAX:
-            raise ValueError(f"custom::{op}: {name} {values} holds {v}, which does not fit in an int64")
-    return values
-
-
-def _float(op: str, name: str, value):
-    """A real number as a float (symbolic values pass through), or an error naming op and argument."""
-    if type(value) is float:  # the common case, without the ABC checks below
-        return value
-    if isinstance(value, (torch.SymFloat, torch.SymInt)):
-        return value
-    if not isinstance(value, numbers.Real):
-        raise TypeError(f"custom::{op}: {name} must be a float, got {type(value).__name__}")
-    try:
-        return float(value)
-    except OverflowError:
-        raise ValueError(f"custom::{op}: {name}={value!r} does not fit in a float64") from None
-
-
-def _optional_float(op: str, value):
-    return None if value is None else _float(op, "eps", value)
-
-
-# ---------------------------------------------------------------------------
-# Parameters (or a residual) of another floating dtype than the input's, as
-# F.rms_norm / F.layer_norm take them: under torch.autocast a bfloat16
-# activation meets a float32 weight. The dispatcher ops keep one dtype per call
-# (their checks say so); here the call is made in the wider dtype of the two and
-# the result rounded once to the input's dtype, as torch returns it. Non-floating
-# dtypes go to the op as they are, whose dtype check names them.
-# ---------------------------------------------------------------------------
-
-
-def _other_dtype(input, t) -> bool:
-    """t is a tensor of another dtype than the tensor input (anything else: the
-    op's own argument checks speak)."""
-    return isinstance(t, torch.Tensor) and isinstance(input, torch.Tensor) and t.dtype != input.dtype
-
-
-def _common_float(input: torch.Tensor, *others: torch.Tensor | None) -> torch.dtype | None:
-    dtype = input.dtype
-    if not dtype.is_floating_point:
-        return None
-    for t in others:
-        if t is not None:
-            if not t.dtype.is_floating_point:
-                return None
-            dtype = torch.promote_types(dtype, t.dtype)
-    return dtype
-
-
-def _default_eps(eps, input: torch.Tensor):
-    # eps=None means the epsilon of the input's computation dtype (float32 for
-    # 16-bit inputs), not of the wider dtype the call is made in.
-    if eps is not None:
-        return eps
-    return torch.finfo(torch.float64 if input.dtype == torch.float64 else torch.float32).eps
 
 
 # ---------------------------------------------------------------------------
@@ -169,7 +75,7 @@ def derived_function(proto: OpProto, namespace: str = "custom", transform=None, 
     check refuses it. Under torch.func the fast path calls the handler
     _transforms.register gave it (the op module's TRANSFORM), not `transform`."""
     overload = getattr(getattr(torch.ops, namespace), proto.name).default
-    call = overload if transform is None else _transforms.traced(overload, transform.apply)
+    call = overload if transform is None else toolkit.traced(overload, transform.apply)
     params = ", ".join(proto.arg_order)  # identifiers, checked by _protos; the schema's order
     body = f"    return _call_op_({params})\n"
     if fast is not None:
@@ -178,7 +84,7 @@ def derived_function(proto: OpProto, namespace: str = "custom", transform=None, 
                 f"        out_ = _fast_({params})\n"
                 "        if out_ is not NotImplemented:\n"
                 "            return out_\n") + body
-    namespace_ = {"_call_op_": call, "_fast_": fast, "_eager_": _eager}
+    namespace_ = {"_call_op_": call, "_fast_": fast, "_eager_": toolkit.eager}
     exec(f"def {proto.name}({params}):\n{body}", namespace_)  # noqa: S102
     function = namespace_[proto.name]
     function.__defaults__ = _defaults(proto) or None

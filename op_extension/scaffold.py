@@ -627,7 +627,14 @@ op_extension.ops.{p.name} and the package export (define `{p.name}(...)` here
 for argument conversions or a C++ fast path), the simulators' argument binding.
 The references are yours to write: debug's fallback and autocompare and
 tests/test_{p.name}.py compare the kernels with them.
+
+Of op_extension, an op module imports op_extension.toolkit (FakeRule and the
+shared checks, the argument conversions and the C++ fast path, the reference,
+jvp and vmap helpers) and at most another op's module it builds on
+(tests/test_import_graph.py).
 """
+
+from op_extension import toolkit  # noqa: F401  (for what you add: FAKE, a function, TRANSFORM)
 
 
 {refs}

@@ -52,7 +52,7 @@ import torch
 from torch import nn
 from torch._C import _has_torch_function
 
-from . import _transforms, ops
+from . import ops, toolkit
 from .nn import CustomGEGLUMLP, CustomGELU, CustomRMSNorm, CustomSwiGLUMLP
 
 __all__ = ["FAMILIES", "Family", "PatchReport", "ROPE_CASTING_MODES", "patch", "patch_classes", "unpatch_classes",
@@ -206,7 +206,7 @@ def _rotary_dim(q, k, cos, sin, unsqueeze_dim, partial: bool, devices: tuple[str
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(cos, torch.Tensor)
             and isinstance(sin, torch.Tensor)) or type(unsqueeze_dim) is not int:
         return None
-    if not torch.compiler.is_compiling() and (_transforms.active() or _has_torch_function((q, k, cos, sin))):
+    if not torch.compiler.is_compiling() and (toolkit.active() or _has_torch_function((q, k, cos, sin))):
         return None
     dtype, device = q.dtype, q.device
     if dtype not in _ROPE_DTYPES or k.dtype != dtype or cos.dtype != dtype or sin.dtype != dtype:

@@ -26,9 +26,11 @@ from op_extension import _reference, cuda_sim, ops
 
 # Tolerances and the forward references live in the library (op_extension.debug
 # compares kernels against the same references at the same tolerances);
-# op_extension/_reference.py gives the reason for each tolerance.
-from op_extension._reference import TOLERANCES, acc_dtype, default_rms_norm_eps, tolerance  # noqa: F401
-from op_extension._reference import round_through as _round_through  # noqa: F401
+# op_extension/_reference.py gives the reason for each tolerance; the helpers
+# the references share are the toolkit's.
+from op_extension._reference import TOLERANCES, tolerance  # noqa: F401
+from op_extension.toolkit import acc_dtype, default_rms_norm_eps  # noqa: F401
+from op_extension.toolkit import round_through as _round_through  # noqa: F401
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 DTYPE_IDS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64"}

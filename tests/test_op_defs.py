@@ -17,7 +17,7 @@ import torch
 from torch.func import jvp
 
 import op_extension
-from op_extension import _fake, _protos, _reference, op_defs, ops
+from op_extension import _fake, _protos, _reference, op_defs, ops, toolkit
 
 PROTOS = _protos.load_protos()
 FORWARD = sorted(p.name for p in PROTOS.values() if not p.backward_of)
@@ -52,7 +52,7 @@ def _module(**pieces) -> types.ModuleType:
     ({"REFERENCE": {}}, "REFERENCE is not a piece of an op module; did you mean REFERENCES?"),
     ({"TOLERANCE": {}}, "did you mean TOLERANCES?"),
     ({"FAKES": {}}, "did you mean FAKE?"),
-    ({"FAKE": {"gelu_backwards": _fake.FakeRule()}}, r"FAKE has entries for \['gelu_backwards'\], which are not ops "
+    ({"FAKE": {"gelu_backwards": toolkit.FakeRule()}}, r"FAKE has entries for \['gelu_backwards'\], which are not ops "
                                                      r"of this module \(its ops: gelu, gelu_backward\)"),
     ({"REFERENCES": [len]}, "REFERENCES must be a dict keyed by op name"),
     ({"TOLERANCES": {torch.float32: {"gelu_backward.backward": (1, 1)}}}, "must be 'gelu.forward' or 'gelu.backward'"),
@@ -64,7 +64,7 @@ def test_a_misnamed_piece_is_refused(pieces, message):
 
 
 def test_constants_of_the_module_itself_are_fine():
-    op_defs.validate(_module(KEEP_LAYOUT=_fake.KEEP_LAYOUT, _CHOICES=("a",), REFERENCES={}), "gelu")
+    op_defs.validate(_module(KEEP_LAYOUT=toolkit.KEEP_LAYOUT, _CHOICES=("a",), REFERENCES={}), "gelu")
 
 
 def test_an_op_module_needs_a_prototype():
@@ -73,9 +73,9 @@ def test_an_op_module_needs_a_prototype():
 
 
 @pytest.mark.parametrize("rule,message", [
-    (_fake.FakeRule(dtype_of="x"), r"names \['x'\], which are not inputs of gelu_backward"),
-    (_fake.FakeRule(same=("grad_output",), same_shape=("input",)), r"same_shape \['input'\] must be among same"),
-    (_fake.FakeRule(layout="channels_last"), "layout 'channels_last' is not one of"),
+    (toolkit.FakeRule(dtype_of="x"), r"names \['x'\], which are not inputs of gelu_backward"),
+    (toolkit.FakeRule(same=("grad_output",), same_shape=("input",)), r"same_shape \['input'\] must be among same"),
+    (toolkit.FakeRule(layout="channels_last"), "layout 'channels_last' is not one of"),
 ])
 def test_a_fake_rule_is_checked_against_the_prototype(rule, message):
     with pytest.raises(op_defs.OpDefError, match=message):
@@ -84,7 +84,7 @@ def test_a_fake_rule_is_checked_against_the_prototype(rule, message):
 
 def test_a_fake_rule_checks_a_required_tensor():
     with pytest.raises(op_defs.OpDefError, match="dtype_of 'weight' is an optional input"):
-        _fake.derived_kernel(PROTOS["rms_norm"], _fake.FakeRule(dtype_of="weight"))
+        _fake.derived_kernel(PROTOS["rms_norm"], toolkit.FakeRule(dtype_of="weight"))
 
 
 def test_the_default_fake_rule_on_a_real_op():

@@ -33,7 +33,7 @@ import torch
 from torch.utils.cpp_extension import include_paths
 
 import op_cases
-from op_extension import _fake, _protos, _reference, ops, scaffold
+from op_extension import _fake, _protos, _reference, ops, scaffold, toolkit
 
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "op_extension" / "csrc"
@@ -424,6 +424,7 @@ def test_scaffolded_op_module_holds_only_the_references(tree):
     assert pieces == {"REFERENCES"}
     assert set(module.REFERENCES) == {"scale_shift", "scale_shift_backward"}
     assert not hasattr(module, "scale_shift"), "the functional function is derived, not generated"
+    assert module.toolkit is toolkit  # what op modules import of the package (tests/test_import_graph.py)
 
 
 def test_scaffolded_op_gets_derived_fake_kernels(demo):
@@ -477,7 +478,7 @@ def test_scaffolded_op_says_where_its_references_go(demo):
 
 
 SHARED_PYTHON = ["__init__.py", "_fake.py", "_reference.py", "_transforms.py", "ops.py", "debug.py", "cuda_sim.py",
-                 "ascend_sim.py", "_sim_args.py", "op_defs/__init__.py"]
+                 "ascend_sim.py", "_sim_args.py", "op_defs/__init__.py", "toolkit.py"]
 
 
 @pytest.mark.parametrize("name", SHARED_PYTHON)

@@ -45,31 +45,40 @@ before its aclnn call beyond what the prototype says (add materialises a
 broadcast, softmax passes a 0-dim tensor as [1]): the simulator's binding itself
 is derived from the prototype.
 
-These modules import the shared toolkit (``_fake``'s checks, ``_transforms``'
-vmap helpers, ``ops``' argument conversions, ``_reference``'s helpers), so they
-are imported only once the package's modules are loaded: op_extension/__init__.py
-collects the pieces after importing the toolkit. Adding an op touches no file
-here but its own.
+An op module imports op_extension.toolkit (FakeRule, the shared checks, the
+argument conversions, the vmap and jvp helpers, the C++ fast path), torch, the
+standard library, and the module of another op it builds on -- nothing else of
+the package. Imports run one way: the shared modules that collect the pieces
+(ops, _fake, _reference, _transforms, the simulators) import this package, it
+imports the op modules, and they import the toolkit, which imports none of
+them (tests/test_import_graph.py).
+
+This package imports, when it is imported, the module of every forward op
+that the built library holds as described (_built.BUILT) and that has a file
+here (MODULES): by name, since the names come from op_protos/ -- a list written
+here would have to be edited for each new op. The module of a prototype the
+library lacks is never imported (its torch.ops.custom.<op> does not exist).
+Adding an op touches no file here but its own.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import pkgutil
 from collections.abc import Callable
 from types import ModuleType
 
+from .. import _built
 from .._protos import OpProto, load_protos
 
-__all__ = ["PIECES", "OpDefError", "forward_name", "module", "piece", "validate"]
+__all__ = ["MODULES", "PIECES", "OpDefError", "forward_name", "module", "piece", "validate"]
 
 # The module attributes an op module may define; an UPPER_CASE name close to one
 # (REFERENCE, TOLERANCE, ...) is refused, so that a misspelt piece is not
 # silently ignored.
 PIECES = ("FAKE", "REFERENCES", "TOLERANCES", "TRANSFORM", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS")
 _KEYED = ("FAKE", "REFERENCES", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS")
-
-_loaded: dict[str, ModuleType | None] = {}
 
 
 class OpDefError(RuntimeError):
@@ -84,28 +93,15 @@ def forward_name(proto: OpProto) -> str:
 def module(proto: OpProto, protos: dict[str, OpProto] | None = None,
            find: Callable[[str], ModuleType | None] | None = None) -> ModuleType | None:
     """The op module of `proto` (op_extension.op_defs.<forward op>), None where
-    there is none. `find` (a test's) replaces the lookup in this package."""
+    there is none. `find` (a test's, with the `protos` it describes) replaces
+    the lookup in MODULES."""
     name = forward_name(proto)
-    if find is not None:
-        found = find(name)
-        if found is not None:
-            validate(found, name, protos)
-        return found
-    if name not in _loaded:
-        _loaded[name] = _import(name)
-        if _loaded[name] is not None:
-            validate(_loaded[name], name, protos)
-    return _loaded[name]
-
-
-def _import(name: str) -> ModuleType | None:
-    full = f"{__name__}.{name}"
-    try:
-        return importlib.import_module(full)
-    except ModuleNotFoundError as e:
-        if e.name == full:  # no such file (a module it imports that is missing is an error)
-            return None
-        raise
+    if find is None:
+        return MODULES.get(name)
+    found = find(name)
+    if found is not None:
+        validate(found, name, protos)
+    return found
 
 
 def piece(proto: OpProto, attr: str, protos: dict[str, OpProto] | None = None,
@@ -147,3 +143,20 @@ def validate(mod: ModuleType, name: str, protos: dict[str, OpProto] | None = Non
     function = getattr(mod, name, None)
     if function is not None and not callable(function):
         raise OpDefError(f"{where}: {name} must be the functional API function, got {type(function).__name__}")
+
+
+def _import_op_modules(protos: dict[str, OpProto]) -> dict[str, ModuleType]:
+    """The module of every forward op of `protos` that has a file in this
+    package, imported and validated, by op name."""
+    present = {info.name for info in pkgutil.iter_modules(__path__)}
+    modules = {}
+    for name, proto in protos.items():
+        if proto.backward_of is None and name in present:
+            modules[name] = importlib.import_module(f"{__name__}.{name}")
+            validate(modules[name], name, protos)
+    return modules
+
+
+# The built ops' only: an unbuilt prototype's module would reach for a
+# torch.ops.custom.<op> that is not there, or has another schema.
+MODULES: dict[str, ModuleType] = _import_op_modules(_built.BUILT)

@@ -7,10 +7,8 @@ import numbers
 
 import torch
 
-from .. import _C
-from .._fake import KEEP_LAYOUT, FakeRule
-from .._transforms import _first_order_jvp, _front, _own, _pad_after_batch, traced
-from ..ops import _eager, _float
+from op_extension.toolkit import (KEEP_LAYOUT, FakeRule, batch_first, eager, fast_path, first_order_jvp, float_arg,
+                                  own_tangent, pad_after_batch, traced)
 
 _custom = torch.ops.custom
 
@@ -24,9 +22,9 @@ def add(input: torch.Tensor, other: torch.Tensor | numbers.Number, alpha: float 
         if not isinstance(other, numbers.Real):
             raise TypeError(f"custom::add: other must be a tensor or a real number, got {type(other).__name__}")
         other = torch.full((), other, dtype=input.dtype, device=input.device)
-    alpha = _float("add", "alpha", alpha)
-    if _eager(input, other):
-        out = _C.add(input, other, alpha)
+    alpha = float_arg("add", "alpha", alpha)
+    if eager(input, other):
+        out = fast_path.add(input, other, alpha)
         if out is not NotImplemented:  # other of another dtype: the op's check refuses it
             return out
     return _add(input, other, alpha)
@@ -92,7 +90,7 @@ def _vmap_add(call):
         for t, d in ((input, in_dims[0]), (other, in_dims[1])):
             if d is not None:
                 t = t.movedim(d, 0)
-                t = _pad_after_batch(t, ndim - (t.dim() - 1))
+                t = pad_after_batch(t, ndim - (t.dim() - 1))
             moved.append(t)
         return call(moved[0], moved[1], alpha), 0
 
@@ -102,7 +100,7 @@ def _vmap_add(call):
 def _vmap_add_backward(info, in_dims, grad_output, input_size, alpha):
     # grad_output has the output's logical dims after the batch dim; the
     # operand's size, padded to that rank, keeps the batch dim out of the sum.
-    g = _front(grad_output, in_dims[0], info.batch_size)
+    g = batch_first(grad_output, in_dims[0], info.batch_size)
     size = list(input_size)
     padded = [info.batch_size] + [1] * (g.dim() - 1 - len(size)) + size
     out = _custom.add_backward(g, padded, alpha)
@@ -135,10 +133,10 @@ class _Add(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, t_input, t_other, _):
-        _first_order_jvp("add")
+        first_order_jvp("add")
         if t_input is not None and t_other is not None:
             return _custom.add(t_input, t_other, ctx.alpha)
-        return _own(t_input if t_other is None else ctx.alpha * t_other, ctx.output_shape)
+        return own_tangent(t_input if t_other is None else ctx.alpha * t_other, ctx.output_shape)
 
     @staticmethod
     def vmap(info, in_dims, *args):

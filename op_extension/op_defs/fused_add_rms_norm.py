@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from .. import _C
-from .._fake import FakeRule, check_affine, check_normalized_shape
-from .._reference import round_through
-from .._transforms import _batched_param, _first_order_jvp, _front, _leading_dims, _own, _per_sample_sum, _plus, traced
-from ..ops import _common_float, _default_eps, _eager, _int64_list, _optional_float, _other_dtype, _shape_list
-from .add import add
-from .rms_norm import _RmsNorm, eps_value, ref_rms_norm, rms_norm, rms_norm_grads
+from op_extension.toolkit import (FakeRule, batch_first, batched_param, check_affine, check_normalized_shape,
+                                  common_float, default_eps, eager, fast_path, first_order_jvp, int64_list_arg,
+                                  leading_dims, optional_eps, other_dtype, own_tangent, per_sample_sum, plus,
+                                  round_through, shape_list, traced)
+from op_extension.op_defs.add import add
+from op_extension.op_defs.rms_norm import _RmsNorm, eps_value, ref_rms_norm, rms_norm, rms_norm_grads
 
 _custom = torch.ops.custom
 
@@ -27,15 +26,15 @@ def fused_add_rms_norm(
     eps: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(input + residual), input + residual) in one pass over memory."""
-    shape = _shape_list("fused_add_rms_norm", normalized_shape)
-    if _eager(input, residual, weight):
-        out = _C.fused_add_rms_norm(input, residual, shape, weight, eps)
+    shape = shape_list("fused_add_rms_norm", normalized_shape)
+    if eager(input, residual, weight):
+        out = fast_path.fused_add_rms_norm(input, residual, shape, weight, eps)
         return out if out is not NotImplemented else _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
-    if _other_dtype(input, residual) or _other_dtype(input, weight):
+    if other_dtype(input, residual) or other_dtype(input, weight):
         return _mixed_fused_add_rms_norm(input, residual, shape, weight, eps)
     return _fused_add_rms_norm(
-        input, residual, _int64_list("fused_add_rms_norm", "normalized_shape", shape), weight,
-        _optional_float("fused_add_rms_norm", eps),
+        input, residual, int64_list_arg("fused_add_rms_norm", "normalized_shape", shape), weight,
+        optional_eps("fused_add_rms_norm", eps),
     )
 
 
@@ -43,15 +42,15 @@ def _mixed_fused_add_rms_norm(input, residual, shape, weight, eps):
     """The sum in the promoted dtype of input and residual (a float32 residual
     stream stays float32; a same-dtype sum is rounded to that dtype, as in a
     model), its RMSNorm rounded once to the input's dtype."""
-    wide = _common_float(input, residual, weight)
+    wide = common_float(input, residual, weight)
     if wide is None:
-        return _fused_add_rms_norm(input, residual, shape, weight, _optional_float("fused_add_rms_norm", eps))
+        return _fused_add_rms_norm(input, residual, shape, weight, optional_eps("fused_add_rms_norm", eps))
     total_dtype = torch.promote_types(input.dtype, residual.dtype)
     if total_dtype == input.dtype == residual.dtype:
         total = add(input, residual)
     else:
         total = add(input.to(total_dtype), residual.to(total_dtype))
-    normed = rms_norm(total.to(wide), shape, None if weight is None else weight.to(wide), _default_eps(eps, input))
+    normed = rms_norm(total.to(wide), shape, None if weight is None else weight.to(wide), default_eps(eps, input))
     return normed.to(input.dtype), total
 
 
@@ -106,14 +105,14 @@ def _vmap_fused_add_rms_norm(call):
         op = "fused_add_rms_norm"
         rows_batched = in_dims[0] is not None or in_dims[1] is not None
         if rows_batched:
-            x, r = _front(input, in_dims[0], info.batch_size), _front(residual, in_dims[1], info.batch_size)
+            x, r = batch_first(input, in_dims[0], info.batch_size), batch_first(residual, in_dims[1], info.batch_size)
         else:
             x, r = input, residual
-        lead = _leading_dims(op, x, rows_batched, normalized_shape)
+        lead = leading_dims(op, x, rows_batched, normalized_shape)
         residual_dim = 0 if rows_batched else None
         if in_dims[3] is None:
             return call(x, r, normalized_shape, weight, eps), (0, residual_dim)
-        w = _batched_param(op, "weight", weight, in_dims[3], x, normalized_shape, lead)
+        w = batched_param(op, "weight", weight, in_dims[3], x, normalized_shape, lead)
         out, residual_out = call(x, r, normalized_shape, None, eps)
         return (out * w, residual_out), (0, residual_dim)
 
@@ -125,19 +124,19 @@ def _vmap_fused_add_rms_norm_backward(
 ):
     op = "fused_add_rms_norm_backward"
     B = info.batch_size
-    g = _front(grad_output, in_dims[0], B)
-    g_res = _front(grad_residual_out, in_dims[1], B)
-    z = _front(residual_out, in_dims[2], B)
-    lead = _leading_dims(op, z, True, normalized_shape)
+    g = batch_first(grad_output, in_dims[0], B)
+    g_res = batch_first(grad_residual_out, in_dims[1], B)
+    z = batch_first(residual_out, in_dims[2], B)
+    lead = leading_dims(op, z, True, normalized_shape)
     if weight is None:
         grad_sum, placeholder = _custom.fused_add_rms_norm_backward(g, g_res, z, normalized_shape, None, eps)
         return (grad_sum, placeholder), (0, None)
     if in_dims[4] is None:
         grad_sum, _ = _custom.fused_add_rms_norm_backward(g, g_res, z, normalized_shape, weight, eps)
     else:
-        w = _batched_param(op, "weight", weight, in_dims[4], z, normalized_shape, lead)
+        w = batched_param(op, "weight", weight, in_dims[4], z, normalized_shape, lead)
         grad_sum, _ = _custom.fused_add_rms_norm_backward(g * w, g_res, z, normalized_shape, None, eps)
-    grad_weight = _per_sample_sum(g, lead, _custom.rms_norm(z, normalized_shape, None, eps))
+    grad_weight = per_sample_sum(g, lead, _custom.rms_norm(z, normalized_shape, None, eps))
     return (grad_sum, grad_weight), (0, 0)
 
 
@@ -170,19 +169,19 @@ class _FusedAddRmsNorm(torch.autograd.Function):
     def jvp(ctx, t_input, t_residual, _, t_weight, __):
         # z = input + residual (the second output): t_z = t_input + t_residual;
         # the first output is rms_norm(z), whose jvp is as in _RmsNorm.
-        _first_order_jvp("fused_add_rms_norm")
+        first_order_jvp("fused_add_rms_norm")
         z, weight = ctx.saved_tensors
         shape, eps = ctx.normalized_shape, ctx.eps
         t_z = t_input + t_residual if t_input is not None and t_residual is not None else None
         if t_z is None and (t_input is not None or t_residual is not None):
-            t_z = _own(t_residual if t_input is None else t_input, z.shape)
+            t_z = own_tangent(t_residual if t_input is None else t_input, z.shape)
         tangent = None
         if t_z is not None:
             tangent = _custom.rms_norm_backward(t_z, z, shape, None, eps)[0]
             if weight is not None:
                 tangent = tangent * weight
         if t_weight is not None:
-            tangent = _plus(tangent, _RmsNorm.apply(z, shape, None, eps) * t_weight)
+            tangent = plus(tangent, _RmsNorm.apply(z, shape, None, eps) * t_weight)
         # torch takes no None for an output's tangent: residual_out does not depend on the weight.
         return tangent, torch.zeros_like(z) if t_z is None else t_z
 

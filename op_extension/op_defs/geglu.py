@@ -5,18 +5,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import _C
-from .._fake import KEEP_LAYOUT, FakeRule
-from .._transforms import _first_order_jvp, _plus, _vmap_same_shape, traced
-from ..ops import _eager
+from op_extension.toolkit import KEEP_LAYOUT, FakeRule, eager, fast_path, first_order_jvp, plus, traced, vmap_same_shape
 
 _custom = torch.ops.custom
 
 
 def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """gelu(gate, approximate) * up."""
-    if _eager(gate, up):
-        out = _C.geglu(gate, up, approximate)
+    if eager(gate, up):
+        out = fast_path.geglu(gate, up, approximate)
         if out is not NotImplemented:  # up of another dtype: the op's check refuses it
             return out
     return _geglu(gate, up, approximate)
@@ -59,18 +56,18 @@ class _Geglu(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, t_gate, t_up, _):
-        _first_order_jvp("geglu")
+        first_order_jvp("geglu")
         gate, up = ctx.saved_tensors
         from_gate = None if t_gate is None else _custom.geglu_backward(t_gate, gate, up, ctx.approximate)[0]
         from_up = None if t_up is None else _custom.geglu_backward(t_up, gate, up, ctx.approximate)[1]
-        return _plus(from_gate, from_up)
+        return plus(from_gate, from_up)
 
     @staticmethod
     def vmap(info, in_dims, *args):
-        return _vmap_same_shape(_Geglu.apply)(info, in_dims, *args)
+        return vmap_same_shape(_Geglu.apply)(info, in_dims, *args)
 
 
 TRANSFORM = _Geglu
-VMAP = {"geglu": _vmap_same_shape(_custom.geglu.default),
-        "geglu_backward": _vmap_same_shape(_custom.geglu_backward.default)}
+VMAP = {"geglu": vmap_same_shape(_custom.geglu.default),
+        "geglu_backward": vmap_same_shape(_custom.geglu_backward.default)}
 _geglu = traced(_custom.geglu.default, _Geglu.apply)

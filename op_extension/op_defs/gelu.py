@@ -6,18 +6,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import _C
-from .._fake import KEEP_LAYOUT, FakeRule
-from .._transforms import _first_order_jvp, _vmap_same_shape, traced
-from ..ops import _eager
+from op_extension.toolkit import KEEP_LAYOUT, FakeRule, eager, fast_path, first_order_jvp, traced, vmap_same_shape
 
 _custom = torch.ops.custom
 
 
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """GELU, exact (erf) or with the tanh approximation, as F.gelu."""
-    if _eager(input):
-        return _C.gelu(input, approximate)
+    if eager(input):
+        return fast_path.gelu(input, approximate)
     return _gelu(input, approximate)
 
 
@@ -57,16 +54,16 @@ class _Gelu(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, t_input, _):
-        _first_order_jvp("gelu")
+        first_order_jvp("gelu")
         (input,) = ctx.saved_tensors
         return _custom.gelu_backward(t_input, input, ctx.approximate)
 
     @staticmethod
     def vmap(info, in_dims, *args):
-        return _vmap_same_shape(_Gelu.apply)(info, in_dims, *args)
+        return vmap_same_shape(_Gelu.apply)(info, in_dims, *args)
 
 
 TRANSFORM = _Gelu
-VMAP = {"gelu": _vmap_same_shape(_custom.gelu.default),
-        "gelu_backward": _vmap_same_shape(_custom.gelu_backward.default)}
+VMAP = {"gelu": vmap_same_shape(_custom.gelu.default),
+        "gelu_backward": vmap_same_shape(_custom.gelu_backward.default)}
 _gelu = traced(_custom.gelu.default, _Gelu.apply)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import _C
-from .._fake import FakeRule, check_affine, check_normalized_shape, check_same, check_same_shape
-from .._reference import _no_param_grad
-from .._transforms import (_batched_param, _first_order_jvp, _front, _leading_dims, _own, _per_sample_sum, _placeholder,
-                           _plus, traced)
-from ..ops import _common_float, _eager, _float, _int64_list, _other_dtype, _shape_list
+from op_extension.toolkit import (FakeRule, absent_grad, batch_first, batched_param, check_affine,
+                                  check_normalized_shape, check_same, check_same_shape, common_float, eager,
+                                  fast_path, first_order_jvp, float_arg, int64_list_arg, leading_dims, other_dtype,
+                                  own_tangent, per_sample_sum, plus, shape_list, traced)
 
 _custom = torch.ops.custom
 
@@ -27,19 +25,19 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """LayerNorm over the trailing `normalized_shape` dims, as F.layer_norm."""
-    shape = _shape_list("layer_norm", normalized_shape)
-    eps = _float("layer_norm", "eps", eps)
-    if _eager(input, weight, bias):
-        out = _C.layer_norm(input, shape, weight, bias, eps)
+    shape = shape_list("layer_norm", normalized_shape)
+    eps = float_arg("layer_norm", "eps", eps)
+    if eager(input, weight, bias):
+        out = fast_path.layer_norm(input, shape, weight, bias, eps)
         return out if out is not NotImplemented else _mixed_layer_norm(input, shape, weight, bias, eps)
-    if _other_dtype(input, weight) or _other_dtype(input, bias):
+    if other_dtype(input, weight) or other_dtype(input, bias):
         return _mixed_layer_norm(input, shape, weight, bias, eps)
-    return _layer_norm(input, _int64_list("layer_norm", "normalized_shape", shape), weight, bias, eps)
+    return _layer_norm(input, int64_list_arg("layer_norm", "normalized_shape", shape), weight, bias, eps)
 
 
 def _mixed_layer_norm(input, shape, weight, bias, eps):
-    """Parameters of another floating dtype (ops.py: mixed dtypes): the call in the wider dtype."""
-    wide = _common_float(input, weight, bias)
+    """Parameters of another floating dtype (the toolkit: mixed dtypes): the call in the wider dtype."""
+    wide = common_float(input, weight, bias)
     if wide is None:
         return _layer_norm(input, shape, weight, bias, eps)
     out = layer_norm(input.to(wide), shape, None if weight is None else weight.to(wide),
@@ -82,8 +80,8 @@ def ref_layer_norm_backward(grad_output, input, normalized_shape, weight=None, b
     grad_input, grad_weight, grad_bias = torch.ops.aten.native_layer_norm_backward(
         grad_output, input, shape, mean, rstd, weight, bias, [True, weight is not None, bias is not None])
     return (grad_input,
-            _no_param_grad(input) if grad_weight is None else grad_weight,
-            _no_param_grad(input) if grad_bias is None else grad_bias)
+            absent_grad(input) if grad_weight is None else grad_weight,
+            absent_grad(input) if grad_bias is None else grad_bias)
 
 
 REFERENCES = {"layer_norm": ref_layer_norm, "layer_norm_backward": ref_layer_norm_backward}
@@ -106,16 +104,16 @@ def _vmap_layer_norm(call):
         op = "layer_norm"
         x_bdim, w_bdim, b_bdim = in_dims[0], in_dims[2], in_dims[3]
         x = input if x_bdim is None else input.movedim(x_bdim, 0)
-        lead = _leading_dims(op, x, x_bdim is not None, normalized_shape)
+        lead = leading_dims(op, x, x_bdim is not None, normalized_shape)
         # The op applies the parameters that are not batched, unless a batched
         # weight must multiply before the bias is added.
         op_weight = weight if w_bdim is None else None
         op_bias = bias if b_bdim is None and w_bdim is None else None
         y = call(x, normalized_shape, op_weight, op_bias, eps)
         if w_bdim is not None:
-            y = y * _batched_param(op, "weight", weight, w_bdim, x, normalized_shape, lead)
+            y = y * batched_param(op, "weight", weight, w_bdim, x, normalized_shape, lead)
         if bias is not None and op_bias is None:
-            y = y + (bias if b_bdim is None else _batched_param(op, "bias", bias, b_bdim, x, normalized_shape, lead))
+            y = y + (bias if b_bdim is None else batched_param(op, "bias", bias, b_bdim, x, normalized_shape, lead))
         return y, 0
 
     return rule
@@ -126,19 +124,19 @@ def _vmap_layer_norm_backward(info, in_dims, grad_output, input, normalized_shap
     # gradients per-sample sums.
     op = "layer_norm_backward"
     B = info.batch_size
-    g, x = _front(grad_output, in_dims[0], B), _front(input, in_dims[1], B)
-    lead = _leading_dims(op, x, True, normalized_shape)
+    g, x = batch_first(grad_output, in_dims[0], B), batch_first(input, in_dims[1], B)
+    lead = leading_dims(op, x, True, normalized_shape)
     if weight is not None and in_dims[3] is not None:
-        w = _batched_param(op, "weight", weight, in_dims[3], x, normalized_shape, lead)
+        w = batched_param(op, "weight", weight, in_dims[3], x, normalized_shape, lead)
         grad_input = _custom.layer_norm_backward(g * w, x, normalized_shape, None, None, eps)[0]
     else:
         grad_input = _custom.layer_norm_backward(g, x, normalized_shape, weight, None, eps)[0]
-    grad_weight = grad_bias = _placeholder(grad_input)
+    grad_weight = grad_bias = absent_grad(grad_input)
     weight_dim = bias_dim = None
     if weight is not None:
-        grad_weight, weight_dim = _per_sample_sum(g, lead, _custom.layer_norm(x, normalized_shape, None, None, eps)), 0
+        grad_weight, weight_dim = per_sample_sum(g, lead, _custom.layer_norm(x, normalized_shape, None, None, eps)), 0
     if bias is not None:
-        grad_bias, bias_dim = _per_sample_sum(g, lead), 0
+        grad_bias, bias_dim = per_sample_sum(g, lead), 0
     return (grad_input, grad_weight, grad_bias), (0, weight_dim, bias_dim)
 
 
@@ -172,7 +170,7 @@ class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, t_input, _, t_weight, t_bias, __):
         # y = w * n(x) + b, n(x) = (x - mean) * rstd: J t = w * (dn t_x) + n(x) * t_w + t_b.
-        _first_order_jvp("layer_norm")
+        first_order_jvp("layer_norm")
         input, weight = ctx.saved_tensors
         shape, eps = ctx.normalized_shape, ctx.eps
         tangent = None
@@ -181,9 +179,9 @@ class _LayerNorm(torch.autograd.Function):
             if weight is not None:
                 tangent = tangent * weight
         if t_weight is not None:
-            tangent = _plus(tangent, _LayerNorm.apply(input, shape, None, None, eps) * t_weight)
+            tangent = plus(tangent, _LayerNorm.apply(input, shape, None, None, eps) * t_weight)
         if t_bias is not None:
-            tangent = _own(t_bias, ctx.output_shape) if tangent is None else tangent + t_bias
+            tangent = own_tangent(t_bias, ctx.output_shape) if tangent is None else tangent + t_bias
         return tangent
 
     @staticmethod

@@ -6,11 +6,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import _C
-from .._fake import MEMORY_FORMAT, FakeRule, check_affine, check_normalized_shape, check_same, check_same_shape
-from .._reference import _no_param_grad, default_rms_norm_eps
-from .._transforms import _batched_param, _first_order_jvp, _front, _leading_dims, _per_sample_sum, _plus, traced
-from ..ops import _common_float, _default_eps, _eager, _int64_list, _optional_float, _other_dtype, _shape_list
+from op_extension.toolkit import (MEMORY_FORMAT, FakeRule, absent_grad, batch_first, batched_param, check_affine,
+                                  check_normalized_shape, check_same, check_same_shape, common_float, default_eps,
+                                  default_rms_norm_eps, eager, fast_path, first_order_jvp, int64_list_arg,
+                                  leading_dims, optional_eps, other_dtype, per_sample_sum, plus, shape_list, traced)
 
 _custom = torch.ops.custom
 
@@ -24,22 +23,22 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     eps=None uses the machine epsilon of the computation dtype: float32's for
     float16/bfloat16 inputs, as F.rms_norm does.
     """
-    shape = _shape_list("rms_norm", normalized_shape)
-    if _eager(input, weight):
-        out = _C.rms_norm(input, shape, weight, eps)
+    shape = shape_list("rms_norm", normalized_shape)
+    if eager(input, weight):
+        out = fast_path.rms_norm(input, shape, weight, eps)
         # NotImplemented: a weight of another dtype (the fast path's check).
         return out if out is not NotImplemented else _mixed_rms_norm(input, shape, weight, eps)
-    if _other_dtype(input, weight):
+    if other_dtype(input, weight):
         return _mixed_rms_norm(input, shape, weight, eps)
-    return _rms_norm(input, _int64_list("rms_norm", "normalized_shape", shape), weight, _optional_float("rms_norm", eps))
+    return _rms_norm(input, int64_list_arg("rms_norm", "normalized_shape", shape), weight, optional_eps("rms_norm", eps))
 
 
 def _mixed_rms_norm(input, shape, weight, eps):
-    """A weight of another floating dtype (ops.py: mixed dtypes): the call in the wider dtype."""
-    wide = _common_float(input, weight)
+    """A weight of another floating dtype (the toolkit: mixed dtypes): the call in the wider dtype."""
+    wide = common_float(input, weight)
     if wide is None:
-        return _rms_norm(input, shape, weight, _optional_float("rms_norm", eps))
-    out = rms_norm(input.to(wide), shape, weight.to(wide), _default_eps(eps, input))
+        return _rms_norm(input, shape, weight, optional_eps("rms_norm", eps))
+    out = rms_norm(input.to(wide), shape, weight.to(wide), default_eps(eps, input))
     return out.to(input.dtype)
 
 
@@ -81,7 +80,7 @@ def rms_norm_grads(grad_output, input, normalized_shape, weight, eps, dtype):
     weighted = grad_output if weight is None else grad_output * weight
     grad_input = rstd * (weighted - normed * (weighted * normed).mean(dims, keepdim=True))
     if weight is None:
-        return grad_input, _no_param_grad(input)
+        return grad_input, absent_grad(input)
     row_dims = tuple(range(input.dim() - len(normalized_shape)))
     return grad_input, (grad_output * normed).sum(row_dims) if row_dims else grad_output * normed
 
@@ -100,10 +99,10 @@ def _vmap_rms_norm(call):
     def rule(info, in_dims, input, normalized_shape, weight=None, eps=None):
         x_bdim, w_bdim = in_dims[0], in_dims[2]
         x = input if x_bdim is None else input.movedim(x_bdim, 0)
-        lead = _leading_dims("rms_norm", x, x_bdim is not None, normalized_shape)
+        lead = leading_dims("rms_norm", x, x_bdim is not None, normalized_shape)
         if w_bdim is None:
             return call(x, normalized_shape, weight, eps), 0
-        w = _batched_param("rms_norm", "weight", weight, w_bdim, x, normalized_shape, lead)
+        w = batched_param("rms_norm", "weight", weight, w_bdim, x, normalized_shape, lead)
         return call(x, normalized_shape, None, eps) * w, 0
 
     return rule
@@ -114,17 +113,17 @@ def _vmap_rms_norm_backward(info, in_dims, grad_output, input, normalized_shape,
     # grad_output, where it multiplies), the weight gradient a per-sample sum,
     # which the backward op cannot give.
     B = info.batch_size
-    g, x = _front(grad_output, in_dims[0], B), _front(input, in_dims[1], B)
-    lead = _leading_dims("rms_norm_backward", x, True, normalized_shape)
+    g, x = batch_first(grad_output, in_dims[0], B), batch_first(input, in_dims[1], B)
+    lead = leading_dims("rms_norm_backward", x, True, normalized_shape)
     if weight is None:
         grad_input, placeholder = _custom.rms_norm_backward(g, x, normalized_shape, None, eps)
         return (grad_input, placeholder), (0, None)
     if in_dims[3] is None:
         grad_input, _ = _custom.rms_norm_backward(g, x, normalized_shape, weight, eps)
     else:
-        w = _batched_param("rms_norm_backward", "weight", weight, in_dims[3], x, normalized_shape, lead)
+        w = batched_param("rms_norm_backward", "weight", weight, in_dims[3], x, normalized_shape, lead)
         grad_input, _ = _custom.rms_norm_backward(g * w, x, normalized_shape, None, eps)
-    grad_weight = _per_sample_sum(g, lead, _custom.rms_norm(x, normalized_shape, None, eps))
+    grad_weight = per_sample_sum(g, lead, _custom.rms_norm(x, normalized_shape, None, eps))
     return (grad_input, grad_weight), (0, 0)
 
 
@@ -148,7 +147,7 @@ class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, t_input, _, t_weight, __):
         # y = w * n(x), n(x) = x * rstd(x): J t = w * (dn t_x) + n(x) * t_w.
-        _first_order_jvp("rms_norm")
+        first_order_jvp("rms_norm")
         input, weight = ctx.saved_tensors
         shape, eps = ctx.normalized_shape, ctx.eps
         tangent = None
@@ -157,7 +156,7 @@ class _RmsNorm(torch.autograd.Function):
             if weight is not None:
                 tangent = tangent * weight
         if t_weight is not None:
-            tangent = _plus(tangent, _RmsNorm.apply(input, shape, None, eps) * t_weight)
+            tangent = plus(tangent, _RmsNorm.apply(input, shape, None, eps) * t_weight)
         return tangent
 
     @staticmethod

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import _C
-from .._fake import LIKE_DENSE_SOURCE, FakeRule, check_same_shape
-from ..ops import _eager
+from op_extension.toolkit import LIKE_DENSE_SOURCE, FakeRule, check_same_shape, eager, fast_path
 
 _custom = torch.ops.custom
 
@@ -24,8 +22,8 @@ def rotary_embedding(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
     del position_ids  # deprecated and unused in Hugging Face's function too
     if not isinstance(unsqueeze_dim, int) or isinstance(unsqueeze_dim, bool):
         raise TypeError(f"custom::rotary_embedding: unsqueeze_dim must be an int, got {type(unsqueeze_dim).__name__}")
-    if _eager(q, k, cos, sin):
-        out = _C.rotary_embedding(q, k, cos, sin, unsqueeze_dim)
+    if eager(q, k, cos, sin):
+        out = fast_path.rotary_embedding(q, k, cos, sin, unsqueeze_dim)
         if out is not NotImplemented:  # tensors of mixed dtypes: the op's check refuses them
             return out
     return _custom.rotary_embedding.default(q, k, cos, sin, unsqueeze_dim)

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import _C
-from .._fake import FakeRule, wrap_dim
-from .._transforms import _first_order_jvp, _front, traced
-from ..ops import _eager, _int64
+from op_extension.toolkit import FakeRule, batch_first, eager, fast_path, first_order_jvp, int64_arg, traced, wrap_dim
 
 _custom = torch.ops.custom
 
@@ -17,9 +14,9 @@ def softmax(input: torch.Tensor, dim: int) -> torch.Tensor:
     """Softmax along `dim`, as torch.softmax."""
     if not isinstance(dim, int):
         raise TypeError(f"custom::softmax: dim must be an int, got {type(dim).__name__}")
-    if _eager(input):
-        return _C.softmax(input, dim)
-    return _softmax(input, _int64("softmax", "dim", dim))
+    if eager(input):
+        return fast_path.softmax(input, dim)
+    return _softmax(input, int64_arg("softmax", "dim", dim))
 
 
 def _check_dim(op, input, dim):
@@ -54,7 +51,7 @@ def _vmap_softmax(op, call):
 
     def rule(info, in_dims, *args):
         *tensors, dim = args
-        tensors = [_front(t, d, info.batch_size) for t, d in zip(tensors, in_dims)]
+        tensors = [batch_first(t, d, info.batch_size) for t, d in zip(tensors, in_dims)]
         ndim = tensors[0].dim() - 1
         dim = wrap_dim(op, dim, ndim)  # the op's own check and message
         if ndim == 0:  # a 0-dim softmax is over the one element
@@ -83,7 +80,7 @@ class _Softmax(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, t_input, _):
         # J = diag(y) - y y^T along dim is symmetric: J t = softmax_backward(t, y).
-        _first_order_jvp("softmax")
+        first_order_jvp("softmax")
         (output,) = ctx.saved_tensors
         return _custom.softmax_backward(t_input, output, ctx.dim)
 

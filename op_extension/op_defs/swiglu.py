@@ -6,18 +6,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import _C
-from .._fake import KEEP_LAYOUT, FakeRule
-from .._transforms import _first_order_jvp, _plus, _vmap_same_shape, traced
-from ..ops import _eager
+from op_extension.toolkit import KEEP_LAYOUT, FakeRule, eager, fast_path, first_order_jvp, plus, traced, vmap_same_shape
 
 _custom = torch.ops.custom
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up, the gated unit of LLaMA-style MLPs."""
-    if _eager(gate, up):
-        out = _C.swiglu(gate, up)
+    if eager(gate, up):
+        out = fast_path.swiglu(gate, up)
         if out is not NotImplemented:  # up of another dtype: the op's check refuses it
             return out
     return _swiglu(gate, up)
@@ -62,18 +59,18 @@ class _Swiglu(torch.autograd.Function):
     def jvp(ctx, t_gate, t_up):
         # swiglu_backward(t, g, u) = (t * silu'(g) * u, t * silu(g)): the two
         # diagonal Jacobians, one per input.
-        _first_order_jvp("swiglu")
+        first_order_jvp("swiglu")
         gate, up = ctx.saved_tensors
         from_gate = None if t_gate is None else _custom.swiglu_backward(t_gate, gate, up)[0]
         from_up = None if t_up is None else _custom.swiglu_backward(t_up, gate, up)[1]
-        return _plus(from_gate, from_up)
+        return plus(from_gate, from_up)
 
     @staticmethod
     def vmap(info, in_dims, *args):
-        return _vmap_same_shape(_Swiglu.apply)(info, in_dims, *args)
+        return vmap_same_shape(_Swiglu.apply)(info, in_dims, *args)
 
 
 TRANSFORM = _Swiglu
-VMAP = {"swiglu": _vmap_same_shape(_custom.swiglu.default),
-        "swiglu_backward": _vmap_same_shape(_custom.swiglu_backward.default)}
+VMAP = {"swiglu": vmap_same_shape(_custom.swiglu.default),
+        "swiglu_backward": vmap_same_shape(_custom.swiglu_backward.default)}
 _swiglu = traced(_custom.swiglu.default, _Swiglu.apply)
