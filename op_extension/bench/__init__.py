@@ -1,6 +1,6 @@
 """Benchmark harness for the custom operators in ``op_extension.ops``.
 
-Run it as ``python -m op_extension.bench`` (or ``python op_extension/bench.py``);
+Run it as ``python -m op_extension.bench`` (or ``python op_extension/bench``);
 ``--help`` lists the options and ``benchmarks/README.md`` explains the method.
 
 For every op, direction (forward, forward+backward), dtype and token count it
@@ -40,15 +40,6 @@ import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
-
-# When run by path (``python op_extension/bench.py``) Python puts this file's
-# folder first on sys.path, where ops.py / nn.py would shadow top-level modules
-# and ``import op_extension`` would fail.  Swap it for the repository root,
-# appended last so an installed package or PYTHONPATH entry still wins.
-if not __package__:
-    _here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-    sys.path.append(os.path.dirname(_here))
 
 import torch
 import torch.nn.functional as F
@@ -1716,7 +1707,3 @@ def main(argv=None):
     print(f"\nwrote {json_path}" + (f" and {png}" if png else "")
           + f" ({elapsed:.0f} s)")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
