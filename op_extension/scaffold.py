@@ -626,12 +626,15 @@ values, output shapes; add FAKE for the op's own checks or an output layout),
 op_extension.ops.{p.name} and the package export (define `{p.name}(...)` here
 for argument conversions or a C++ fast path), the simulators' argument binding.
 The references are yours to write: debug's fallback and autocompare and
-tests/test_{p.name}.py compare the kernels with them.
+tests/test_{p.name}.py compare the kernels with them. For rows in
+`python -m op_extension.bench`, add BENCH = Bench(...) at the end
+(op_extension/bench_spec.py: the inputs, eager composite and minimum bytes
+moved); until then the benchmark skips {p.name} with a note.
 
 Of op_extension, an op module imports op_extension.toolkit (FakeRule and the
 shared checks, the argument conversions and the C++ fast path, the reference,
-jvp and vmap helpers) and at most another op's module it builds on
-(tests/test_import_graph.py).
+jvp and vmap helpers), op_extension.bench_spec for BENCH, and at most another
+op's module it builds on (tests/test_import_graph.py).
 """
 
 from op_extension import toolkit  # noqa: F401  (for what you add: FAKE, a function, TRANSFORM)

@@ -329,7 +329,7 @@ def test_json_and_plot_of_a_run_share_its_stamp():
 
 
 def test_main_writes_json_and_plot_named_alike(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(bench, "CpuTimer", lambda *args, **kwargs: FakeTimer())
+    monkeypatch.setattr(bench.cli, "CpuTimer", lambda *args, **kwargs: FakeTimer())
     monkeypatch.setattr(bench.OtherLoad, "sample", lambda self, seconds=0.5: 0.0)
     bench.main(["--ops", "add", "--tokens", "1", "--dtypes", "float32", "--no-compile", "--no-hf",
                 "--no-dispatch", "--no-backward", "--out", str(tmp_path)])

@@ -34,6 +34,8 @@ IMPORTLIB = {
 
 # The floor below the toolkit: what it may reach. _built loads the compiled library.
 FLOOR = {TOOLKIT, f"{PACKAGE}._built", f"{PACKAGE}._protos", f"{PACKAGE}._C"}
+# The records an op module's BENCH is made of (the benchmark's rows): torch only.
+BENCH_SPEC = f"{PACKAGE}.bench_spec"
 
 COLLECTORS = ["ops", "_fake", "_reference", "_transforms", "_sim_args", "ascend_sim"]
 
@@ -41,7 +43,8 @@ COLLECTORS = ["ops", "_fake", "_reference", "_transforms", "_sim_args", "ascend_
 def module_files(root: Path, package: str = PACKAGE) -> dict[str, Path]:
     """Every Python module of the package and of its op_defs, by dotted name."""
     files = {}
-    for path in sorted((root / package).glob("*.py")) + sorted((root / package / "op_defs").glob("*.py")):
+    for path in (sorted((root / package).glob("*.py")) + sorted((root / package / "op_defs").glob("*.py"))
+                 + sorted((root / package / "bench").glob("*.py"))):
         parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -145,18 +148,25 @@ def test_the_toolkit_is_the_floor():
     assert reachable(GRAPH, TOOLKIT) <= FLOOR, reachable(GRAPH, TOOLKIT) - FLOOR
 
 
+def test_bench_spec_imports_nothing_of_the_package():
+    """An op module's BENCH records come from bench_spec, which must stay below
+    the op modules: the benchmark package (which imports them) is above."""
+    assert GRAPH[BENCH_SPEC] == set(), GRAPH[BENCH_SPEC]
+
+
 @pytest.mark.parametrize("name", OP_MODULES)
 def test_an_op_module_imports_the_toolkit_torch_and_the_standard_library_only(name):
-    """Of the package, the toolkit (and another op's module it builds on);
+    """Of the package, the toolkit, bench_spec (and another op's module it builds on);
     else torch and the standard library."""
-    others = {m for m in GRAPH[name] if m != TOOLKIT and not m.startswith(OP_DEFS + ".")}
+    others = {m for m in GRAPH[name] if m not in (TOOLKIT, BENCH_SPEC) and not m.startswith(OP_DEFS + ".")}
     assert not others, f"{FILES[name].relative_to(ROOT)} imports {sorted(others)}; take it from {TOOLKIT}"
     tree = ast.parse(FILES[name].read_text())
     external = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     external |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and not node.level}
-    external -= {PACKAGE, "torch"}
+    # liger_kernel: BENCH's optional baseline, imported inside a function where installed.
+    external -= {PACKAGE, "torch", "liger_kernel"}
     assert external <= set(sys.stdlib_module_names), external - set(sys.stdlib_module_names)
 
 

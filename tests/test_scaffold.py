@@ -478,7 +478,9 @@ def test_scaffolded_op_says_where_its_references_go(demo):
 
 
 SHARED_PYTHON = ["__init__.py", "_fake.py", "_reference.py", "_transforms.py", "ops.py", "debug.py", "cuda_sim.py",
-                 "ascend_sim.py", "_sim_args.py", "op_defs/__init__.py", "toolkit.py"]
+                 "ascend_sim.py", "_sim_args.py", "op_defs/__init__.py", "toolkit.py", "bench_spec.py",
+                 *sorted(p.relative_to(ROOT / "op_extension").as_posix()
+                         for p in (ROOT / "op_extension" / "bench").glob("*.py"))]
 
 
 @pytest.mark.parametrize("name", SHARED_PYTHON)
@@ -508,8 +510,9 @@ ROPE_OWN_EXTRAS = {
     "op_extension/csrc/cuda_sim/probes/rotary_embedding.cpp",
 }
 # Shared code that uses the op, as any user of the package could: the Hugging Face
-# patch (the families whose attention applies it) and the benchmark's case.
-ROPE_USERS = {"op_extension/transformers.py", "op_extension/bench.py"}
+# patch (the families whose attention applies it) and the benchmark's model
+# sections, which time patched models (its rows come from the op's own BENCH).
+ROPE_USERS = {"op_extension/transformers.py", "op_extension/bench/model.py"}
 
 
 def test_rotary_embedding_lives_in_the_files_the_scaffold_wrote():

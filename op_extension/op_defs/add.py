@@ -171,3 +171,26 @@ def _materialised_broadcast(args: dict) -> dict:
 
 SIMULATOR_ARGS = {"add": _number_other}
 NPU_GLUE_ARGS = {"add": _materialised_broadcast}
+
+
+# ---- benchmark: python -m op_extension.bench ---------------------------------------
+# Imported here rather than with the op's imports above: nothing else in this
+# module uses them.
+from op_extension.bench_spec import Bench, OpSetup, activations  # noqa: E402
+
+
+def composite_add(x, y):
+    return torch.add(x, y)
+
+
+def _bench_setup(ops, tokens, dtype, device, hidden):
+    shape, inputs = activations(tokens, dtype, device, hidden, 2)
+    return OpSetup(inputs, [0, 1], {
+        "ours": lambda x, y: ops.add(x, y),
+        "native": lambda x, y: torch.add(x, y),
+        "composite": composite_add,
+    }, shape=shape)
+
+
+# fwd: read x, y; write out.            bwd: read dout; write dx, dy.
+BENCH = Bench(_bench_setup, fwd_bytes=(3, 0), bwd_bytes=(3, 0), order=10)

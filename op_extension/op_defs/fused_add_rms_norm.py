@@ -197,3 +197,44 @@ _fused_add_rms_norm = traced(_custom.fused_add_rms_norm.default, _FusedAddRmsNor
 
 SIMULATOR_ARGS = {"fused_add_rms_norm": eps_value("input"),
                   "fused_add_rms_norm_backward": eps_value("residual_out")}
+
+
+# ---- benchmark: python -m op_extension.bench ---------------------------------------
+# Imported here rather than with the op's imports above: nothing else in this
+# module uses them.
+import torch.nn.functional as F  # noqa: E402
+
+from op_extension.bench_spec import RMS_EPS, Bench, OpSetup, activations, randn  # noqa: E402
+from op_extension.op_defs.rms_norm import composite_rms_norm  # noqa: E402
+
+
+def composite_fused_add_rms_norm(x, residual, weight):
+    # Decoder layer: ``hidden = residual + x`` then the next LlamaRMSNorm.
+    h = x + residual
+    return composite_rms_norm(h, weight), h
+
+
+def _bench_setup(ops, tokens, dtype, device, hidden):
+    shape, inputs = activations(tokens, dtype, device, hidden, 2)
+    weight = randn((hidden,), dtype, device, 0.1).add_(1.0)
+
+    def native(x, r, w):
+        h = x + r
+        return F.rms_norm(h, (hidden,), w, RMS_EPS), h
+
+    return OpSetup(inputs + [weight], [0, 1, 2], {
+        "ours": lambda x, r, w: ops.fused_add_rms_norm(x, r, (hidden,), w, RMS_EPS),
+        "native": native,
+        "composite": composite_fused_add_rms_norm,
+    }, num_outputs=2, shape=shape, weight_numel=hidden)
+
+
+def _liger():
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction  # newer releases only
+
+    # in_place=False, as for rms_norm.
+    return lambda x, r, w: LigerFusedAddRMSNormFunction.apply(x, r, w, RMS_EPS, 0.0, "llama", False)
+
+
+# fwd: read x, r, w; write y, h=x+r.    bwd: read dy, dh, h, w; write dx, dr, dw.
+BENCH = Bench(_bench_setup, fwd_bytes=(4, 1), bwd_bytes=(5, 2), order=40, liger=_liger)

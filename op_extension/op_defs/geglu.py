@@ -71,3 +71,33 @@ TRANSFORM = _Geglu
 VMAP = {"geglu": vmap_same_shape(_custom.geglu.default),
         "geglu_backward": vmap_same_shape(_custom.geglu_backward.default)}
 _geglu = traced(_custom.geglu.default, _Geglu.apply)
+
+
+# ---- benchmark: python -m op_extension.bench ---------------------------------------
+# Imported here rather than with the op's imports above: nothing else in this
+# module uses them.
+from op_extension.bench_spec import GELU_APPROX, INTERMEDIATE, Bench, OpSetup, activations  # noqa: E402
+
+
+def composite_geglu(gate, up):
+    # GemmaMLP: gelu_pytorch_tanh(gate_proj(x)) * up_proj(x).
+    return F.gelu(gate, approximate=GELU_APPROX) * up
+
+
+def _bench_setup(ops, tokens, dtype, device, hidden):
+    shape, inputs = activations(tokens, dtype, device, hidden, 2)
+    return OpSetup(inputs, [0, 1], {
+        "ours": lambda g, u: ops.geglu(g, u, approximate=GELU_APPROX),
+        "native": lambda g, u: F.gelu(g, approximate=GELU_APPROX) * u,
+        "composite": composite_geglu,
+    }, shape=shape)
+
+
+def _liger():
+    from liger_kernel.ops.geglu import LigerGELUMulFunction
+
+    return lambda g, u: LigerGELUMulFunction.apply(g, u)  # tanh GELU, as GELU_APPROX
+
+
+# fwd: read gate, up; write out.        bwd: read dout, gate, up; write dgate, dup.
+BENCH = Bench(_bench_setup, fwd_bytes=(3, 0), bwd_bytes=(5, 0), hidden=INTERMEDIATE, order=80, liger=_liger)

@@ -67,3 +67,30 @@ TRANSFORM = _Gelu
 VMAP = {"gelu": vmap_same_shape(_custom.gelu.default),
         "gelu_backward": vmap_same_shape(_custom.gelu_backward.default)}
 _gelu = traced(_custom.gelu.default, _Gelu.apply)
+
+
+# ---- benchmark: python -m op_extension.bench ---------------------------------------
+# Imported here rather than with the op's imports above: nothing else in this
+# module uses them.
+import math  # noqa: E402
+
+from op_extension.bench_spec import GELU_APPROX, Bench, OpSetup, activations  # noqa: E402
+
+
+def composite_gelu_tanh(x):
+    # Written-out tanh GELU, as in HF NewGELUActivation (GPT-2 and friends).
+    return 0.5 * x * (1.0 + torch.tanh(
+        math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def _bench_setup(ops, tokens, dtype, device, hidden):
+    shape, inputs = activations(tokens, dtype, device, hidden, 1)
+    return OpSetup(inputs, [0], {
+        "ours": lambda x: ops.gelu(x, approximate=GELU_APPROX),
+        "native": lambda x: F.gelu(x, approximate=GELU_APPROX),
+        "composite": composite_gelu_tanh,
+    }, shape=shape)
+
+
+# fwd: read x; write y.                 bwd: read dy, x; write dx.
+BENCH = Bench(_bench_setup, fwd_bytes=(2, 0), bwd_bytes=(3, 0), order=20)

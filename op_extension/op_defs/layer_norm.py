@@ -192,3 +192,41 @@ class _LayerNorm(torch.autograd.Function):
 TRANSFORM = _LayerNorm
 VMAP = {"layer_norm": _vmap_layer_norm(_custom.layer_norm.default), "layer_norm_backward": _vmap_layer_norm_backward}
 _layer_norm = traced(_custom.layer_norm.default, _LayerNorm.apply)
+
+
+# ---- benchmark: python -m op_extension.bench ---------------------------------------
+# Imported here rather than with the op's imports above: nothing else in this
+# module uses them.
+from op_extension.bench_spec import LN_EPS, Bench, OpSetup, activations, randn  # noqa: E402
+
+
+def composite_layer_norm(x, weight, bias):
+    # Mean / biased variance written out, statistics in float32.
+    input_dtype = x.dtype
+    h = x.to(torch.float32)
+    mean = h.mean(-1, keepdim=True)
+    centered = h - mean
+    var = centered.pow(2).mean(-1, keepdim=True)
+    h = centered * torch.rsqrt(var + LN_EPS)
+    return h.to(input_dtype) * weight + bias
+
+
+def _bench_setup(ops, tokens, dtype, device, hidden):
+    shape, inputs = activations(tokens, dtype, device, hidden, 1)
+    weight = randn((hidden,), dtype, device, 0.1).add_(1.0)
+    bias = randn((hidden,), dtype, device, 0.1)
+    return OpSetup(inputs + [weight, bias], [0, 1, 2], {
+        "ours": lambda x, w, b: ops.layer_norm(x, (hidden,), w, b, LN_EPS),
+        "native": lambda x, w, b: F.layer_norm(x, (hidden,), w, b, LN_EPS),
+        "composite": composite_layer_norm,
+    }, shape=shape, weight_numel=hidden)
+
+
+def _liger():
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+
+    return lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, LN_EPS)
+
+
+# fwd: read x, w, b; write y.           bwd: read dy, x, w; write dx, dw, db.
+BENCH = Bench(_bench_setup, fwd_bytes=(2, 2), bwd_bytes=(3, 3), order=50, liger=_liger)

@@ -186,3 +186,40 @@ def eps_value(tensor: str):
 
 
 SIMULATOR_ARGS = {"rms_norm": eps_value("input"), "rms_norm_backward": eps_value("input")}
+
+
+# ---- benchmark: python -m op_extension.bench ---------------------------------------
+# Imported here rather than with the op's imports above: nothing else in this
+# module uses them.
+from op_extension.bench_spec import RMS_EPS, Bench, OpSetup, activations, randn  # noqa: E402
+
+
+def composite_rms_norm(x, weight):
+    # Hugging Face LlamaRMSNorm.forward.
+    input_dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + RMS_EPS)
+    return weight * h.to(input_dtype)
+
+
+def _bench_setup(ops, tokens, dtype, device, hidden):
+    shape, inputs = activations(tokens, dtype, device, hidden, 1)
+    weight = randn((hidden,), dtype, device, 0.1).add_(1.0)
+    return OpSetup(inputs + [weight], [0, 1], {
+        "ours": lambda x, w: ops.rms_norm(x, (hidden,), w, RMS_EPS),
+        "native": lambda x, w: F.rms_norm(x, (hidden,), w, RMS_EPS),
+        "composite": composite_rms_norm,
+    }, shape=shape, weight_numel=hidden)
+
+
+def _liger():
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    # in_place=False: in place, Liger's backward overwrites the output gradient,
+    # which the timed step reuses rep after rep.
+    return lambda x, w: LigerRMSNormFunction.apply(x, w, RMS_EPS, 0.0, "llama", False)
+
+
+# fwd: read x, w; write y.              bwd: read dy, x, w; write dx, dw.
+BENCH = Bench(_bench_setup, fwd_bytes=(2, 1), bwd_bytes=(3, 2), order=30, liger=_liger)

@@ -94,3 +94,61 @@ def ref_rotary_embedding_backward(grad_q_embed, grad_k_embed, cos, sin, unsqueez
 
 
 REFERENCES = {"rotary_embedding": ref_rotary_embedding, "rotary_embedding_backward": ref_rotary_embedding_backward}
+
+
+# ---- benchmark: python -m op_extension.bench ---------------------------------------
+# Imported here rather than with the op's imports above: nothing else in this
+# module uses them.
+from op_extension.bench_spec import HIDDEN, Bench, OpSetup, randn  # noqa: E402
+
+# The attention of LLaMA-3-8B: 32 q heads of 128 (= the hidden size) and 8 k/v
+# heads (grouped-query attention), one sequence of `tokens` positions.
+ROPE_HEAD_DIM = 128
+ROPE_Q_PER_KV = 4
+ROPE_THETA = 500000.0
+
+
+def composite_rotate_half(x):
+    # Hugging Face rotate_half.
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def composite_rotary_embedding(q, k, cos, sin):
+    # Hugging Face apply_rotary_pos_emb (Llama, Mistral, Qwen2/3, Gemma 1/2/3),
+    # unsqueeze_dim=1: q, k [batch, heads, seq, head_dim], cos, sin [batch, seq, head_dim].
+    cos = cos.unsqueeze(1)
+    sin = sin.unsqueeze(1)
+    return (q * cos) + (composite_rotate_half(q) * sin), (k * cos) + (composite_rotate_half(k) * sin)
+
+
+def _bench_setup(ops, tokens, dtype, device, hidden):
+    # q, k as the attention makes them: projections viewed [1, seq, heads, head_dim]
+    # and transposed to [1, heads, seq, head_dim] (not contiguous); cos, sin as the
+    # rotary embedding module makes them ([1, seq, head_dim], halves repeated).
+    # `hidden` = q heads x head_dim (the dispatch section's 8: q, k, cos, sin of one head of 8).
+    head_dim = min(ROPE_HEAD_DIM, hidden)
+    q_heads = hidden // head_dim
+    kv_heads = max(1, q_heads // ROPE_Q_PER_KV)
+    q = randn((1, tokens, q_heads, head_dim), dtype, device).transpose(1, 2)
+    k = randn((1, tokens, kv_heads, head_dim), dtype, device).transpose(1, 2)
+    inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    freqs = torch.arange(tokens, dtype=torch.float32, device=device)[None, :, None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+    return OpSetup([q, k, cos, sin], [0, 1], {
+        "ours": lambda q, k, c, s: ops.rotary_embedding(q, k, c, s),
+        "composite": composite_rotary_embedding,
+    }, num_outputs=2, shape=tuple(q.shape), numel=q.numel() + k.numel(), weight_numel=cos.numel(),
+        output_shapes=[tuple(q.shape), tuple(k.shape)])
+
+
+# N = q + k, H = one table. fwd: read q, k, cos, sin; write q_embed, k_embed.
+# bwd: read dq_embed, dk_embed, cos, sin; write dq, dk (q and k are not needed).
+BENCH = Bench(
+    _bench_setup, fwd_bytes=(2, 2), bwd_bytes=(2, 2), order=90, n_is="q and k", h_is="one cos/sin table",
+    shapes=f"q [1, {HIDDEN // ROPE_HEAD_DIM}, tokens, {ROPE_HEAD_DIM}], "
+           f"k [1, {HIDDEN // ROPE_HEAD_DIM // ROPE_Q_PER_KV}, tokens, {ROPE_HEAD_DIM}]",
+    config={"rope": {"q_heads": HIDDEN // ROPE_HEAD_DIM, "kv_heads": HIDDEN // ROPE_HEAD_DIM // ROPE_Q_PER_KV,
+                     "head_dim": ROPE_HEAD_DIM, "theta": ROPE_THETA, "batch": 1}})

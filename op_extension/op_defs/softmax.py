@@ -112,3 +112,29 @@ def _zero_dim_as_vector(*names: str):
 
 NPU_GLUE_ARGS = {"softmax": _zero_dim_as_vector("input"),
                  "softmax_backward": _zero_dim_as_vector("grad_output", "output")}
+
+
+# ---- benchmark: python -m op_extension.bench ---------------------------------------
+# Imported here rather than with the op's imports above: nothing else in this
+# module uses them.
+from op_extension.bench_spec import Bench, OpSetup, activations  # noqa: E402
+
+
+def composite_softmax(x):
+    # Numerically-stable softmax over the last dim, written out.
+    m = x.amax(-1, keepdim=True)
+    e = torch.exp(x - m)
+    return e / e.sum(-1, keepdim=True)
+
+
+def _bench_setup(ops, tokens, dtype, device, hidden):
+    shape, inputs = activations(tokens, dtype, device, hidden, 1)
+    return OpSetup(inputs, [0], {
+        "ours": lambda x: ops.softmax(x, -1),
+        "native": lambda x: torch.softmax(x, -1),
+        "composite": composite_softmax,
+    }, shape=shape)
+
+
+# fwd: read x; write y.                 bwd: read dy, y; write dx.
+BENCH = Bench(_bench_setup, fwd_bytes=(2, 0), bwd_bytes=(3, 0), order=60)

@@ -74,3 +74,33 @@ TRANSFORM = _Swiglu
 VMAP = {"swiglu": vmap_same_shape(_custom.swiglu.default),
         "swiglu_backward": vmap_same_shape(_custom.swiglu_backward.default)}
 _swiglu = traced(_custom.swiglu.default, _Swiglu.apply)
+
+
+# ---- benchmark: python -m op_extension.bench ---------------------------------------
+# Imported here rather than with the op's imports above: nothing else in this
+# module uses them.
+from op_extension.bench_spec import INTERMEDIATE, Bench, OpSetup, activations  # noqa: E402
+
+
+def composite_swiglu(gate, up):
+    # LlamaMLP: act_fn(gate_proj(x)) * up_proj(x) with act_fn = SiLU.
+    return F.silu(gate) * up
+
+
+def _bench_setup(ops, tokens, dtype, device, hidden):
+    shape, inputs = activations(tokens, dtype, device, hidden, 2)
+    return OpSetup(inputs, [0, 1], {
+        "ours": lambda g, u: ops.swiglu(g, u),
+        "native": lambda g, u: F.silu(g) * u,
+        "composite": composite_swiglu,
+    }, shape=shape)
+
+
+def _liger():
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    return lambda g, u: LigerSiLUMulFunction.apply(g, u)
+
+
+# fwd: read gate, up; write out.        bwd: read dout, gate, up; write dgate, dup.
+BENCH = Bench(_bench_setup, fwd_bytes=(3, 0), bwd_bytes=(5, 0), hidden=INTERMEDIATE, order=70, liger=_liger)

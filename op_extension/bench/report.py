@@ -1,0 +1,164 @@
+"""Reporting: the machine's description, the tables on stdout (the op table,
+dispatch overhead; the model sections' are in model.py), with '?' on figures in
+doubt, and the JSON record of a run."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import sys
+
+import torch
+
+from ..bench_spec import GELU_APPROX, HIDDEN, INTERMEDIATE, LN_EPS, RMS_EPS
+from .doubt import PCT_COPY_MAX, SPEEDUP_MAX, SPEEDUP_MIN, doubt_note
+from .harness import OtherLoad
+from .plan import BASELINES, DTYPE_SHORT, PLAN, byte_legend, formula_text
+
+
+def machine_info(device, threads):
+    cpu_model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    info = {
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpu_model": cpu_model,
+        "cpu_count": os.cpu_count(),
+        "cpu_usable": usable,
+        "torch": torch.__version__,
+        "threads": threads,
+        "device": str(device),
+        "device_name": cpu_model,
+    }
+    if device.type == "cuda":
+        info["device_name"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def loadavg():
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def _fmt(v, spec, suffix=""):
+    return "-" if v is None else format(v, spec) + suffix
+
+
+def fmt_marked(row, key, spec, suffix="", value=None):
+    """row[key] (or value) formatted; a figure in doubt keeps its value, marked '?'."""
+    value = row.get(key) if value is None else value
+    text = _fmt(value, spec, suffix)
+    return text + "?" if value is not None and key in row.get("in_doubt", {}) else text
+
+
+def print_table(rows, file=sys.stdout):
+    header = ("op", "dir", "dtype", "tokens", "ours us", "GB/s", "%copy",
+              "x native", "x compos.", "x compiled", "note")
+    with_liger = any("speedup_vs_liger" in r for r in rows)
+    if with_liger:
+        header = header[:-1] + ("x liger", "note")
+    table = []
+    for r in rows:
+        ours = r["impls"].get("ours", {})
+        notes = [f"{k}: {v}" for k, v in r["errors"].items()] + ([doubt_note(r)] if r.get("in_doubt") else [])
+        table.append((
+            r["op"], r["direction"], DTYPE_SHORT[getattr(torch, r["dtype"])],
+            str(r["tokens"]),
+            fmt_marked(r, "ours_us", ".1f", value=ours.get("median_us")),
+            fmt_marked(r, "gbps", ".1f"),
+            fmt_marked(r, "pct_copy_bw", ".0f", "%"),
+        ) + tuple(fmt_marked(r, f"speedup_vs_{b}", ".2f", "x")
+                  for b in BASELINES + (("liger",) if with_liger else ()))
+          + ("; ".join(notes)[:120],))
+    print_aligned(header, table, file, right=range(3, len(header) - 1))
+    if any(r.get("in_doubt") for r in rows):
+        print(f"\n# ?: in doubt, not a result, even after measuring again: timed while other processes used "
+              f"more than {100 * OtherLoad.WARN_FRACTION:.0f}% of the CPUs ('busy'; %copy also when its copy_ "
+              f"baseline was: 'copy busy'), or outside the plausibility bounds (%copy above {PCT_COPY_MAX:.0f}%, "
+              f"speed-up outside {SPEEDUP_MIN:g}x-{SPEEDUP_MAX:g}x). 'timed Nx', 'copy Nx': how often the row "
+              "and its copy baseline were measured. Rerun on an idle machine.", file=file)
+
+
+def print_dispatch(rows, file=sys.stdout):
+    header = ("op", "ours us", "native us", "ours/native", "note")
+    table = [(r["op"], fmt_marked(r, "ours_us", ".2f"), fmt_marked(r, "native_us", ".2f"),
+              fmt_marked(r, "ratio_ours_over_native", ".2f", "x"),
+              "; ".join(n for n in (r.get("note"), doubt_note(r) if r.get("in_doubt") else None) if n))
+             for r in rows]
+    print_aligned(header, table, file, right=range(1, 4))
+    print_section_legend(rows, file)
+
+
+def print_section_legend(rows, file):
+    if any(r.get("in_doubt") for r in rows):
+        print(f"\n# ?: in doubt, not a result: timed while other processes used more than "
+              f"{100 * OtherLoad.WARN_FRACTION:.0f}% of the CPUs, even after timing again, or a ratio "
+              f"outside {SPEEDUP_MIN:g}x-{SPEEDUP_MAX:g}x.", file=file)
+
+
+def print_aligned(header, table, file, right):
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *table)]
+    right = set(right)
+
+    def line(cells):
+        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    print(line(header), file=file)
+    print("  ".join("-" * w for w in widths), file=file)
+    for cells in table:
+        print(line(cells), file=file)
+
+
+def output_paths(out, device_type, stamp):
+    """The JSON and the plot of one run, named alike: a run's plot is not
+    overwritten by the next run's, and the two are found together."""
+    return (os.path.join(out, f"bench_{device_type}_{stamp}.json"),
+            os.path.join(out, f"speedup_{device_type}_{stamp}.png"))
+
+
+def record(info, cfg, args, timer, elapsed, liger, rows, dispatch, hf_rows, model_rows, plan=PLAN):
+    """The JSON record of a run: the machine, the configuration (with what each
+    op's BENCH adds to it), the byte formulas and every section's rows."""
+    config = {"ops": cfg.ops, "dtypes": [str(d).replace("torch.", "") for d in cfg.dtypes],
+              "tokens": cfg.tokens, "hidden": HIDDEN, "intermediate": INTERMEDIATE}
+    for bench in plan.benches.values():
+        config.update(bench.config)
+    config.update({
+        "directions": cfg.directions, "compile": cfg.compile, "quick": args.quick,
+        "min_run_time_s": args.min_run_time, "reps": args.reps,
+        "rounds": args.rounds,
+        "rms_eps": RMS_EPS, "ln_eps": LN_EPS, "gelu_approximate": GELU_APPROX,
+        "timer": timer, "elapsed_s": elapsed,
+        "liger": liger,
+    })
+    if plan.skipped:
+        config["skipped"] = dict(plan.skipped)
+    return {
+        "metadata": info,
+        "config": config,
+        "byte_formulas": {
+            "legend": byte_legend(plan.benches),
+            **{k: {"fwd": formula_text(k, "fwd"), "fwd+bwd": formula_text(k, "fwd+bwd")} for k in plan.benches},
+        },
+        "results": rows,
+        "dispatch_overhead": dispatch,
+        "hf_models": hf_rows,
+        "model_ways": model_rows,
+    }

@@ -1,0 +1,133 @@
+"""What the benchmark runs comes from the prototypes and each op's BENCH
+(op_defs/<op>.py): every built op has rows, an op without BENCH or without a
+build is skipped with a note, and each op's minimum bytes are those
+benchmarks/README.md documents. Nothing is timed here."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from op_extension import _built, _protos, bench, ops
+from op_extension.bench_spec import Bench
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_built_op_with_a_prototype_has_rows():
+    forward = {name for name, p in _protos.load_protos().items() if not p.backward_of}
+    built = {name for name in forward if name in _built.BUILT}
+    assert set(bench.PLAN.benches) == built and built, bench.PLAN.skipped
+    assert {name: why for name, why in bench.PLAN.skipped.items() if name in built} == {}
+    assert bench.ALL_OPS == tuple(bench.PLAN.benches) and set(bench.BYTE_FORMULAS) == built
+    # Every op's setup runs as the dispatch section calls it too (hidden 8).
+    for name in bench.ALL_OPS:
+        s = bench.make_setup(ops, name, 2, torch.float32, torch.device("cpu"), hidden=8)
+        assert {"ours", "composite"} <= set(s.impls) and s.numel > 0, name
+
+
+def _with_module(name, module):
+    """An op module lookup (op_defs.module's `find`) that gives `module` for op `name`."""
+    return lambda op: module if op == name else importlib.import_module(f"op_extension.op_defs.{op}")
+
+
+def _one_forward_op():
+    protos = _protos.load_protos()
+    name = next(name for name in bench.ALL_OPS if protos[name].backward)
+    return protos, name
+
+
+def test_an_op_without_bench_or_build_is_skipped_with_a_note():
+    protos, name = _one_forward_op()
+    plan = bench.load_plan(find=_with_module(name, types.ModuleType(name)))
+    assert name not in plan.benches
+    assert plan.skipped[name].startswith(f"no BENCH in op_extension/op_defs/{name}.py")
+    assert set(plan.benches) == set(bench.PLAN.benches) - {name}  # the others as they were
+
+    unbuilt = bench.load_plan(built={n: p for n, p in _built.BUILT.items() if n != name})
+    assert name not in unbuilt.benches and unbuilt.skipped[name].startswith("not built")
+
+    wrong = types.ModuleType(name)
+    wrong.BENCH = {"setup": None}
+    with pytest.raises(TypeError, match=f"op_defs/{name}.py: BENCH must be an op_extension.bench_spec.Bench"):
+        bench.load_plan(find=_with_module(name, wrong))
+
+
+def test_the_cli_says_why_a_skipped_op_has_no_rows(monkeypatch, capsys):
+    _, name = _one_forward_op()
+    plan = bench.load_plan(find=_with_module(name, types.ModuleType(name)))
+    monkeypatch.setattr(bench.cli, "PLAN", plan)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--ops", name])
+    assert f"{name} has no rows: no BENCH in op_extension/op_defs/{name}.py" in capsys.readouterr().err
+
+
+def test_table_order_is_each_bench_order_then_the_name():
+    name = bench.ALL_OPS[-1]
+    first = types.ModuleType(name)
+    first.BENCH = Bench(bench.PLAN.benches[name].setup, (1, 0), (1, 0), order=-1)
+    plan = bench.load_plan(find=_with_module(name, first))
+    assert next(iter(plan.benches)) == name
+    ranks = [(b.order, n) for n, b in bench.PLAN.benches.items()]
+    assert ranks == sorted(ranks)
+
+
+# ---- the byte formulas, as benchmarks/README.md documents them ----------------------------
+
+def _documented_formulas():
+    """{op: {"fwd": (a, b), "bwd": ..., "fwd+bwd": ...}} from README's table, where
+    a cell ends in `aN s` or `(aN + bH) s`."""
+    text = (ROOT / "benchmarks" / "README.md").read_text()
+    table = text[text.index("| op | fwd | bwd | fwd+bwd |"):].split("\n\n")[0].splitlines()[2:]
+
+    def coefficients(cell):
+        formula = re.findall(r"`([^`]*)`", cell)[-1]
+        m = re.fullmatch(r"\(?(\d*)N(?: \+ (\d*)H\))? s", formula)
+        assert m, formula
+        return int(m[1] or 1), int(m[2] or 1) if m[2] is not None else 0
+
+    out = {}
+    for line in table:
+        ops_, *cells = [c.strip() for c in line.strip("|").split("|")]
+        for op in ops_.split(", "):
+            out[op] = dict(zip(("fwd", "bwd", "fwd+bwd"), map(coefficients, cells)))
+    return out
+
+
+DOCUMENTED = _documented_formulas()
+TOKENS = 16
+# README: N = tokens * 4096 (tokens * 11008 for swiglu/geglu; rotary_embedding q and k
+# together, tokens * (4096 + 1024)); H = 4096 (rotary_embedding one cos/sin table, tokens * 128).
+N_H = {op: (TOKENS * 4096, 4096) for op in DOCUMENTED}
+N_H.update(swiglu=(TOKENS * 11008, 0), geglu=(TOKENS * 11008, 0),
+           rotary_embedding=(TOKENS * (4096 + 1024), TOKENS * 128))
+
+
+def test_readme_documents_every_op_of_the_plan():
+    assert set(DOCUMENTED) == set(bench.ALL_OPS)
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED))
+def test_byte_formula_gives_the_documented_figures(name):
+    doc = DOCUMENTED[name]
+    assert bench.BYTE_FORMULAS[name] == {"fwd": doc["fwd"], "bwd": doc["bwd"]}
+    assert tuple(map(sum, zip(doc["fwd"], doc["bwd"]))) == doc["fwd+bwd"]
+    s = bench.make_setup(ops, name, TOKENS, torch.float32, torch.device("cpu"))
+    n, h = N_H[name]
+    assert s.numel == n
+    if doc["fwd+bwd"][1]:
+        assert s.weight_numel == h
+    for direction, (a, b) in (("fwd", doc["fwd"]), ("fwd+bwd", doc["fwd+bwd"])):
+        assert bench.bytes_moved(name, direction, s.numel, s.weight_numel, 4) == (a * n + b * h) * 4
+        assert bench.formula_text(name, direction) == (f"({a}*N + {b}*H) * s" if b else f"{a}*N*s")
+
+
+def test_rms_norm_figures_as_written():
+    # One shape spelled out: 16 rows of 4096 float32, forward reads x and w and writes y.
+    assert bench.bytes_moved("rms_norm", "fwd", 16 * 4096, 4096, 4) == 540_672
+    assert bench.bytes_moved("rms_norm", "fwd+bwd", 16 * 4096, 4096, 4) == 1_359_872
