@@ -131,3 +131,40 @@ def test_rms_norm_figures_as_written():
     # One shape spelled out: 16 rows of 4096 float32, forward reads x and w and writes y.
     assert bench.bytes_moved("rms_norm", "fwd", 16 * 4096, 4096, 4) == 540_672
     assert bench.bytes_moved("rms_norm", "fwd+bwd", 16 * 4096, 4096, 4) == 1_359_872
+
+
+# ---- the traffic model beside each row (bench/traffic.py) ---------------------------------
+
+
+def test_the_traffic_column_comes_from_the_ops_own_custom_calls():
+    """--traffic runs a row's `ours` on the CPU, records the torch.ops.custom calls
+    it makes (the forward, and the backward for fwd+bwd) and counts them on the
+    CUDA harness: the bench names no op for it."""
+    from op_extension.bench.traffic import harness_traffic, recorded_calls
+
+    calls = [c[0] for c in recorded_calls(ops, "rms_norm", "fwd+bwd", torch.float32)]
+    assert calls == ["rms_norm", "rms_norm_backward"]
+    fwd = harness_traffic(ops, "softmax", "fwd", torch.float32)
+    both = harness_traffic(ops, "softmax", "fwd+bwd", torch.float32)
+    # softmax meets the traffic targets: its minimum, in one launch per direction.
+    assert fwd == {"model": pytest.approx(1.0), "launches": 1, "tokens": 16}
+    assert both["launches"] == 2 and both["model"] == pytest.approx(1.0)
+    # The weight re-read by each of the backward's 16 groups of one row shows.
+    assert harness_traffic(ops, "rms_norm", "fwd+bwd", torch.float32)["model"] > 1.1
+
+
+def test_the_table_shows_the_model_only_when_measured():
+    import io
+
+    from op_extension.bench.report import print_table
+
+    row = {"op": "softmax", "direction": "fwd", "dtype": "float32", "tokens": 16, "impls": {"ours": {"median_us": 3.0}},
+           "errors": {}, "gbps": 1.0, "pct_copy_bw": 50.0}
+    plain, with_model = io.StringIO(), io.StringIO()
+    print_table([row], plain)
+    print_table([row | {"harness": {"model": 1.234, "launches": 2, "tokens": 16}}], with_model)
+    assert "model" not in plain.getvalue()
+    header, _, line = with_model.getvalue().splitlines()[:3]
+    words = header.split()
+    assert words[words.index("%copy") + 1:words.index("%copy") + 3] == ["model", "launch"]
+    assert "1.23x" in line.split()

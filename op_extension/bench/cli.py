@@ -79,6 +79,10 @@ def parse_args(argv=None):
                    help="output folder for the JSON and PNG "
                         "[default: bench_results/]")
     p.add_argument("--quick", action="store_true", help=QUICK_HELP)
+    p.add_argument("--traffic", action=argparse.BooleanOptionalAction, default=None,
+                   help="beside each row, the CUDA traffic model's bytes moved over the minimum and "
+                        "launches, from the kernels on the CPU harness at 16 tokens (op_extension.cuda_sim) "
+                        "[default: on with --device cuda]")
     args = p.parse_args(argv)
 
     args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
@@ -147,6 +151,7 @@ def main(argv=None):
                     directions=["fwd"] if args.no_backward else list(DIRECTIONS),
                     compile=not args.no_compile, compile_filter=compile_filter,
                     timer=timer, host_timer=host_timer, other_load=OtherLoad())
+    cfg.traffic = args.traffic if args.traffic is not None else device.type == "cuda"
     for name, why in PLAN.skipped.items():
         print(f"bench: {name} skipped: {why}", file=sys.stderr)
     cfg.liger, no_liger = load_liger(device)

@@ -390,3 +390,4 @@ class RunConfig:
     host_timer: object        # CpuTimer: dispatch overhead
     other_load: OtherLoad
     liger: dict | None = None  # op -> Liger-Kernel callable (load_liger), CUDA only
+    traffic: bool = False      # the CUDA harness's bytes beside each row (bench/traffic.py)

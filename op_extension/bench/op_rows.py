@@ -16,6 +16,7 @@ from .doubt import ROW_TRIES, CopyBaseline, section_doubt, time_row, until_quiet
 from .harness import (Progress, RunConfig, check_close, compiled_composite, copy_bandwidth, error_text, make_step,
                       measure, sync, warm_up, with_grad)
 from .plan import DTYPE_SHORT, PLAN, bytes_moved, formula_text, make_setup, reference_impl
+from .traffic import harness_traffic
 
 
 def load_liger(device, benches=None):
@@ -108,6 +109,12 @@ def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy: CopyBa
                others_cpu_busy=others, timing_attempts=attempts, in_doubt=doubt)
     for t_ in setup.inputs:
         t_.grad = None
+    if cfg.traffic:
+        progress.show(f"{label} [traffic model]")
+        try:
+            row["harness"] = harness_traffic(ops, name, direction, dtype)
+        except Exception as e:  # reported; the timings stand
+            row["errors"]["harness"] = error_text(e)
     progress.advance(with_doubt(label, row))
     return row
 

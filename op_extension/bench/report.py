@@ -74,6 +74,10 @@ def print_table(rows, file=sys.stdout):
     with_liger = any("speedup_vs_liger" in r for r in rows)
     if with_liger:
         header = header[:-1] + ("x liger", "note")
+    # The traffic model (--traffic): bytes moved / minimum and launches on the harness.
+    with_model = any(r.get("harness") for r in rows)
+    if with_model:
+        header = header[:7] + ("model", "launch") + header[7:]
     table = []
     for r in rows:
         ours = r["impls"].get("ours", {})
@@ -84,16 +88,27 @@ def print_table(rows, file=sys.stdout):
             fmt_marked(r, "ours_us", ".1f", value=ours.get("median_us")),
             fmt_marked(r, "gbps", ".1f"),
             fmt_marked(r, "pct_copy_bw", ".0f", "%"),
-        ) + tuple(fmt_marked(r, f"speedup_vs_{b}", ".2f", "x")
+        ) + (_model_cells(r.get("harness")) if with_model else ()) + tuple(fmt_marked(r, f"speedup_vs_{b}", ".2f", "x")
                   for b in BASELINES + (("liger",) if with_liger else ()))
           + ("; ".join(notes)[:120],))
     print_aligned(header, table, file, right=range(3, len(header) - 1))
+    if with_model:
+        print("\n# model: the row's CUDA kernels on the CPU harness (op_extension.cuda_sim, at 16 tokens): "
+              "global bytes moved over the minimum (each input read once, each output written once), 1.00x "
+              "at best; launch: kernel launches. Far above 1.00x: the kernel is off its bytes; at 1.00x "
+              "but a low %copy on a GPU: off its bandwidth.", file=file)
     if any(r.get("in_doubt") for r in rows):
         print(f"\n# ?: in doubt, not a result, even after measuring again: timed while other processes used "
               f"more than {100 * OtherLoad.WARN_FRACTION:.0f}% of the CPUs ('busy'; %copy also when its copy_ "
               f"baseline was: 'copy busy'), or outside the plausibility bounds (%copy above {PCT_COPY_MAX:.0f}%, "
               f"speed-up outside {SPEEDUP_MIN:g}x-{SPEEDUP_MAX:g}x). 'timed Nx', 'copy Nx': how often the row "
               "and its copy baseline were measured. Rerun on an idle machine.", file=file)
+
+
+def _model_cells(harness):
+    if not harness:
+        return ("-", "-")
+    return (f"{harness['model']:.2f}x", str(harness["launches"]))
 
 
 def print_dispatch(rows, file=sys.stdout):

@@ -1,0 +1,80 @@
+"""The CUDA traffic model's figure beside a row's time (issue 26).
+
+A GPU run shows a row's time and its %copy bandwidth; what it cannot show is
+whether a slow row is a kernel that moves more bytes than it must or one that
+moves them slowly. The CPU harness of the CUDA kernels (op_extension.cuda_sim)
+counts every global load and store, so each row gets the harness's bytes moved
+over the minimum ("model", 1.00 = each input read once, each output written
+once; the workspace's own round trip left out, as tests/test_cuda_sim_traffic.py
+counts it) and its launches: a row far from 1.00 is off its bytes, a row at 1.00
+but below its %copy target is off its bandwidth.
+
+The row's call is taken from the op itself: `ours` runs once on CPU copies of a
+smaller setup (at most TRAFFIC_TOKENS tokens: the harness runs every GPU thread
+on the CPU) under a dispatch mode that records the torch.ops.custom calls it
+makes (the forward op, and for fwd+bwd the backward op), and each recorded call
+runs on the harness. Nothing here names an op.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .harness import with_grad
+from .plan import make_setup
+
+# Tokens of the harness's call: the per-row pattern of every kernel is reached
+# (the norms' blocks take up to 4 rows, RoPE's threads up to 8 heads), and one
+# row costs well under a second on the harness.
+TRAFFIC_TOKENS = 16
+
+
+class _RecordCustomCalls(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace == "custom":
+            self.calls.append((func._opname, tuple(_detached(a) for a in args), kwargs))
+        return func(*args, **kwargs)
+
+
+def _detached(a):
+    return a.detach().clone() if isinstance(a, torch.Tensor) else a
+
+
+def recorded_calls(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS):
+    """The torch.ops.custom calls (op name, args, kwargs) of `ours` for the row,
+    at `tokens` tokens on the CPU."""
+    setup = make_setup(ops, name, tokens, dtype, "cpu")
+    if direction != "fwd":
+        setup = with_grad(setup)
+    with _RecordCustomCalls() as mode:
+        out = setup.impls["ours"](*setup.inputs)
+        if direction != "fwd":
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            torch.autograd.backward(list(outs), [torch.randn_like(o) for o in outs])
+    return mode.calls
+
+
+def harness_traffic(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS):
+    """{"model": bytes moved / minimum, "launches": n, "tokens": tokens} of the
+    row's kernels on the harness (forward, plus backward for fwd+bwd), or None
+    where the CUDA harness is not built."""
+    try:
+        from op_extension import cuda_sim
+    except ImportError:
+        return None
+    moved = minimum = launches = 0
+    for op, args, kwargs in recorded_calls(ops, name, direction, dtype, tokens):
+        backward = op.endswith("_backward")
+        t = cuda_sim.traffic(op.removesuffix("_backward") if backward else op, *args, backward=backward, **kwargs)
+        moved += t["bytes_read"] + t["bytes_written"] - 2 * t["workspace_bytes"]
+        minimum += t["min_bytes"]
+        launches += t["launches"]
+    if minimum == 0:
+        return None
+    return {"model": moved / minimum, "launches": launches, "tokens": tokens}
