@@ -236,15 +236,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         if (s != Acc(0)) {
           scale[r] = s;
           eps_scaled = eps * s * s;
-          Acc sq[1] = {Acc(0)};
-          for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-            Acc xv[kVec];
-            load_acc<kVec>(src(r) + v * kVec, xv);
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) sq[0] += (xv[e] * s) * (xv[e] * s);
-          }
-          block_reduce(sq, SumOp{});
-          sum_sq[r] = sq[0];
+          sum_sq[r] = row_centered_squares<kVec>(src(r), accesses, s, Acc(0));  // sum of (x * s)^2
         }
       }
       rstd[r] = Acc(1) / dev_sqrt(sum_sq[r] / static_cast<Acc>(cols) + eps_scaled);

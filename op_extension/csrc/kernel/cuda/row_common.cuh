@@ -93,7 +93,8 @@ __device__ __forceinline__ acc_t<T> row_shifted_sum(const T* src, int64_t access
 }
 
 // sum over the row of (x * scale - mean)^2 (scale 1: x - mean); every thread
-// gets it. LayerNorm's variance, recomputed for a rescaled or refined mean.
+// gets it. LayerNorm's variance, recomputed for a rescaled or refined mean, and
+// (mean 0) RMSNorm's sum of squares of a rescaled row.
 template <int kVec, typename T>
 __device__ __forceinline__ acc_t<T> row_centered_squares(const T* src, int64_t accesses, acc_t<T> scale, acc_t<T> mean) {
   using Acc = acc_t<T>;
