@@ -149,7 +149,7 @@ class CustomRMSNorm(nn.Module):
     def extra_repr(self) -> str:
         extra = f", offset={self.offset}" if self.offset else ""
         extra += f", casting_mode={self.casting_mode!r}" if self.casting_mode != "none" else ""
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}{extra}"
+        return nn.RMSNorm.extra_repr(self) + extra  # torch's own text first, as this torch prints it
 
 
 def _times_weight(weight: torch.Tensor | None, normed: torch.Tensor) -> torch.Tensor:
@@ -211,10 +211,8 @@ class CustomLayerNorm(nn.Module):
         return ops.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return (
-            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
-            f"bias={self.bias is not None}"
-        )
+        # torch's own text, whatever this torch prints (2.11 has no bias=, 2.13 has).
+        return nn.LayerNorm.extra_repr(self)
 
 
 MLP_CASTING_MODES = ("none", "hf")

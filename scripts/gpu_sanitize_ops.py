@@ -28,6 +28,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(1, str(ROOT))  # the package itself, where it is built in place and not installed
 
 import reference  # noqa: E402  (tests/: the samples, Maker and backward_args)
 from op_cases import Maker, Missing  # noqa: E402

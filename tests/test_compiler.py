@@ -426,7 +426,9 @@ def _hf_model(family: str):
         "qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM, {}),
         "qwen3": (T.Qwen3Config, T.Qwen3ForCausalLM, {"head_dim": 8}),
         "gemma": (T.GemmaConfig, T.GemmaForCausalLM, {"head_dim": 8}),
-        "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM, {"head_dim": 8}),
+        # Eager attention named: transformers 5.23 refuses SDPA for Gemma2 (softcapping)
+        # and so runs eager, 5.17 (the GPU machines') runs SDPA, whose graph holds no softmax.
+        "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM, {"head_dim": 8, "attn_implementation": "eager"}),
         "gemma3": (T.Gemma3TextConfig, T.Gemma3ForCausalLM, {"head_dim": 8}),
         "phi3": (T.Phi3Config, T.Phi3ForCausalLM, {}),
     }[family]

@@ -60,10 +60,11 @@ def test_layer_norm_backward_row_whose_squares_overflow(kernel_device):
     w = torch.tensor([1.5, -0.5, 2.0], device=kernel_device)
     dy = torch.tensor([[1.0, 2.0, 3.0], [-1.0, 0.5, 2.0]], device=kernel_device)
     dx, dw, db = torch.ops.custom.layer_norm_backward(dy, x, [3], w, torch.zeros_like(w), 1e-5)
-    x64 = x.double().requires_grad_()
-    w64 = w.double().requires_grad_()
+    # The float64 reference on the CPU, whatever device the kernel ran on.
+    x64 = x.cpu().double().requires_grad_()
+    w64 = w.cpu().double().requires_grad_()
     b64 = torch.zeros(3, dtype=torch.float64, requires_grad=True)
-    F.layer_norm(x64, [3], w64, b64, 1e-5).backward(dy.double())
+    F.layer_norm(x64, [3], w64, b64, 1e-5).backward(dy.cpu().double())
     # dx of these rows is ~1e-20 and cancels to ~1e-27 in the first element.
     assert_close_f64(dx, x64.grad, atol=1e-25)
     assert_close_f64(dw, w64.grad)
@@ -95,7 +96,7 @@ def test_rms_norm_backward_weight_grad_where_dy_times_x_overflows(kernel_device)
     x = torch.tensor([[3e38, 1.0]], device=kernel_device, requires_grad=True)
     w = torch.ones(2, device=kernel_device, requires_grad=True)
     ops.rms_norm(x, [2], w).backward(torch.full((1, 2), 2.0, device=kernel_device))
-    x64 = x.detach().double().requires_grad_()
+    x64 = x.detach().cpu().double().requires_grad_()  # the reference on the CPU
     w64 = torch.ones(2, dtype=torch.float64, requires_grad=True)
     F.rms_norm(x64, [2], w64, eps=torch.finfo(torch.float32).eps).backward(torch.full((1, 2), 2.0, dtype=torch.float64))
     assert torch.isfinite(w.grad).all() and torch.isfinite(x.grad).all()
