@@ -43,8 +43,12 @@
 #   TEST_WORKERS=...     pytest-xdist workers (default: JOBS - 4, the sanitizers
 #                        run beside them)
 #   BENCH_ARGS=...       replaces the benchmark's options after --device cuda
-#   BENCH_LIMIT=180      seconds the benchmark may take
-#   TESTS_LIMIT=360      seconds the tests (and the sanitizers) may take
+#   BENCH_LIMIT=150      seconds the benchmark may take
+#   TESTS_LIMIT=330      seconds the tests (and the sanitizers) may take
+#   STEPS="build probes bench tests"   the steps to run (versions always runs): a
+#                        lease's 10-minute calls take two, e.g. STEPS="build probes
+#                        bench", then STEPS="build tests" (the build is kept on a
+#                        warm machine: 8 s)
 #   PYTEST_ARGS=...      extra pytest options
 #   CUDA_BUILD=1         0: builds _C for the CPU, a dry run of the script itself on
 #                        a machine without a GPU (the GPU steps then fail)
@@ -56,8 +60,10 @@ OUT=${OUT:-./gpu_results}
 JOBS=${JOBS:-$(nproc)}
 TEST_WORKERS=${TEST_WORKERS:-$((JOBS > 8 ? JOBS - 4 : JOBS))}
 BENCH_ARGS=${BENCH_ARGS:---quick --tokens 16,2048,8192 --no-hf --no-model}
-BENCH_LIMIT=${BENCH_LIMIT:-180}
-TESTS_LIMIT=${TESTS_LIMIT:-360}
+BENCH_LIMIT=${BENCH_LIMIT:-150}
+TESTS_LIMIT=${TESTS_LIMIT:-330}
+STEPS=${STEPS:-build probes bench tests}
+wants() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT" build
 OUT=$(cd "$OUT" && pwd)
 SUMMARY=$OUT/summary.txt
@@ -97,6 +103,7 @@ if torch.cuda.is_available():
 finished versions "${PIPESTATUS[0]}" "$start"
 
 # ---- 2. build --------------------------------------------------------------------
+if wants build; then
 # One process per extension, so that nvcc (_C) and g++ (the two simulators) run
 # side by side; each has its own build folder (ninja's build file lives there).
 # The generated sources are written once first, so that the three processes only
@@ -127,6 +134,7 @@ start=$SECONDS
 rc=$?
 tail -n 3 "$OUT/build.log"
 finished build "$rc" "$start"
+fi
 
 # The package as `pip install -e .` would leave it, without a fourth build: the
 # checkout on PYTHONPATH (the docs' snippets and other subprocesses import it),
@@ -151,6 +159,7 @@ PY
 export PYTHONPATH="$PWD:$PWD/$site${PYTHONPATH:+:$PYTHONPATH}"
 
 # ---- 3. probes: the calls that crashed workers, one fresh interpreter each --------
+if wants probes; then
 start=$SECONDS
 : >"$OUT/crash.log"
 probe_rc=0
@@ -172,23 +181,27 @@ if [ -n "$crashed" ]; then
     echo "==== native backtrace of probe $crashed (${debugger:-no debugger on this machine})"
     for lib in op_extension/_ascend_sim.*.so op_extension/_C.*.so; do echo "-- ldd $lib"; ldd "$lib"; done
     if [ -n "$debugger" ]; then
-      timeout 240 "$debugger" -q -batch -ex "set pagination off" -ex "handle SIGPIPE nostop noprint" -ex run \
+      timeout 120 "$debugger" -q -batch -ex "set pagination off" -ex "handle SIGPIPE nostop noprint" -ex run \
         -ex bt -ex "x/6i \$pc" -ex "info registers rip rsp" -ex "info sharedlibrary" \
         --args "$PYTHON" scripts/gpu_crash_probes.py "$crashed" 2>&1 | grep -v "^\[New Thread\|^\[Thread .* exited"
     fi
   } >>"$OUT/crash.log" 2>&1
 fi
 finished probes "$probe_rc" "$start"
+fi
 
 # ---- 4. benchmark, alone on the GPU ----------------------------------------------
+if wants bench; then
 start=$SECONDS
 # shellcheck disable=SC2086
 timeout "$BENCH_LIMIT" "$PYTHON" -m op_extension.bench --device cuda --out "$OUT" $BENCH_ARGS >"$OUT/bench.log" 2>&1
 rc=$?
 tail -n 5 "$OUT/bench.log"
 finished bench "$rc" "$start"
+fi
 
 # ---- 5. tests and sanitizers, side by side ---------------------------------------
+if wants tests; then
 # The sanitizers need few cores; the tests take the rest. Both on the GPU at once is
 # fine for correctness (nothing here is timed). worksteal, where this xdist has it:
 # a worker that ran out of tests takes half of another's.
@@ -234,6 +247,7 @@ wait "$tests_pid"
 rc=$?
 tail -n 1 "$OUT/tests.log" | tee -a "$SUMMARY"
 finished tests "$rc" "$start"
+fi
 
 note "== gpu_check: $((SECONDS - check_start)) s in all, exit $status; results in $OUT"
 exit "$status"

@@ -80,7 +80,7 @@ PROBE = textwrap.dedent("""
 
 def _probe(order: tuple[str, ...]) -> dict:
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, str(ROOT / "op_extension"), ",".join(order)],
+        [sys.executable, "-X", "faulthandler", "-c", PROBE, str(ROOT / "op_extension"), ",".join(order)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, f"loading {order} failed (exit {result.returncode}):\n{result.stderr[-5000:]}"
