@@ -88,8 +88,12 @@ start=$SECONDS
   # The compiler the extensions get (sysconfig's, as setuptools picks it), glibc, the
   # kernel and the stack limit: what differed from the CPU machines when the
   # first GPU run's workers crashed.
-  cxx=$("$PYTHON" -c 'import sysconfig; print((sysconfig.get_config_var("CXX") or "c++").split()[0])')
-  echo "c++: $cxx: $("$cxx" --version 2>&1 | head -n 1)"
+  # torch's ninja build compiles with $CXX (else `c++` on the PATH); setuptools links
+  # a C++ extension with $CXX (else sysconfig's CXX).
+  compile_cxx=${CXX:-c++}
+  link_cxx=${CXX:-$("$PYTHON" -c 'import sysconfig; print((sysconfig.get_config_var("CXX") or "c++").split()[0])')}
+  echo "compiles with: $(command -v "$compile_cxx") ($("$compile_cxx" --version 2>&1 | head -n 1))"
+  echo "links with: $link_cxx ($("$link_cxx" --version 2>&1 | head -n 1))"
   echo "glibc: $(ldd --version 2>&1 | head -n 1); kernel $(uname -r); stack limit $(ulimit -s)"
   "$PYTHON" -c '
 import sys, torch
@@ -182,10 +186,26 @@ if [ -n "$crashed" ]; then
     for lib in op_extension/_ascend_sim.*.so op_extension/_C.*.so; do echo "-- ldd $lib"; ldd "$lib"; done
     if [ -n "$debugger" ]; then
       timeout 120 "$debugger" -q -batch -ex "set pagination off" -ex "handle SIGPIPE nostop noprint" -ex run \
-        -ex bt -ex "x/6i \$pc" -ex "info registers rip rsp" -ex "info sharedlibrary" \
+        -ex "bt 40" -ex "x/6i \$pc" -ex "info registers rip rsp" -ex "info sharedlibrary" \
         --args "$PYTHON" scripts/gpu_crash_probes.py "$crashed" 2>&1 | grep -v "^\[New Thread\|^\[Thread .* exited"
     fi
   } >>"$OUT/crash.log" 2>&1
+fi
+# Is it the compiler? If _ascend_sim crashed alone, build it again with one compiler
+# for both compiling and linking, each candidate in turn, and rerun that probe on it.
+if grep -q "^== probe ascend_sim_alone: exit 1[3-9][0-9]" "$SUMMARY"; then
+  n=0
+  for cand in $(printf '%s\n' /usr/bin/g++ "$(command -v c++)" "$("$PYTHON" -c 'import sysconfig; print((sysconfig.get_config_var("CXX") or "c++").split()[0])')" | while read -r c; do [ -n "$c" ] && command -v "$c" >/dev/null && readlink -f "$(command -v "$c")"; done | awk '!seen[$0]++'); do
+    n=$((n + 1))
+    alt=build/gpu_check/alt$n
+    CXX=$cand LDSHARED="$cand -shared" OP_EXT_WITH_CUDA=0 OP_EXT_EXTENSIONS=_ascend_sim MAX_JOBS=$JOBS \
+      "$PYTHON" setup.py build_ext --build-temp "$alt/temp" --build-lib "$alt/lib" >"$alt.log" 2>&1 ||
+      { note "== probe ascend_sim_alone with $cand: build failed ($alt.log)"; continue; }
+    OP_EXT_PROBE_DIR=$alt/lib/op_extension timeout 120 "$PYTHON" -X faulthandler scripts/gpu_crash_probes.py \
+      ascend_sim_alone >>"$OUT/crash.log" 2>&1
+    rc=$?
+    note "== probe ascend_sim_alone with _ascend_sim built by $cand ($("$cand" --version | head -n 1)): exit $rc"
+  done
 fi
 finished probes "$probe_rc" "$start"
 fi
