@@ -87,6 +87,10 @@ def traffic(op: str, *args, backward: bool = False, arch: str = "sm_80", **kwarg
       sector_efficiency  the bytes the accesses asked for over the bytes of the
                          32-byte sectors each warp-wide access touched: 1.0 when
                          every warp's accesses use whole sectors (coalesced)
+      per_launch         each launch in order: {"kernel": its name without
+                         namespaces and template arguments, "signature": the full
+                         name, "bytes_read", "bytes_written"}; they sum to the
+                         totals
 
     Every read counts, as on a GPU without caches: a row read twice counts twice,
     a weight re-read for every row counts each time. Timing is not modelled.
@@ -107,7 +111,14 @@ def _with_efficiency(counts: dict) -> dict:
     """The harness's counts with requested and sector bytes turned into sector_efficiency."""
     requested, sectors = counts.pop("requested_bytes"), counts.pop("sector_bytes")
     counts["sector_efficiency"] = requested / sectors if sectors else 1.0
+    counts["per_launch"] = [{"kernel": kernel_short_name(name), "signature": name, "bytes_read": read,
+                             "bytes_written": written} for name, read, written in counts["per_launch"]]
     return counts
+
+
+def kernel_short_name(signature: str) -> str:
+    """'op_ext::cuda::detail::rms_norm_forward_kernel<float, 4, 8>' -> 'rms_norm_forward_kernel'."""
+    return signature.split("<", 1)[0].rsplit("::", 1)[-1].strip()
 
 
 def _tensors(value) -> list:

@@ -147,10 +147,21 @@ def test_the_traffic_column_comes_from_the_ops_own_custom_calls():
     fwd = harness_traffic(ops, "softmax", "fwd", torch.float32)
     both = harness_traffic(ops, "softmax", "fwd+bwd", torch.float32)
     # softmax meets the traffic targets: its minimum, in one launch per direction.
-    assert fwd == {"model": pytest.approx(1.0), "launches": 1, "tokens": 16}
+    assert {k: fwd[k] for k in ("model", "launches", "tokens")} == {"model": pytest.approx(1.0), "launches": 1,
+                                                                     "tokens": 16}
     assert both["launches"] == 2 and both["model"] == pytest.approx(1.0)
     # The weight re-read by each of the backward's 16 groups of one row shows.
-    assert harness_traffic(ops, "rms_norm", "fwd+bwd", torch.float32)["model"] > 1.1
+    rms = harness_traffic(ops, "rms_norm", "fwd+bwd", torch.float32)
+    assert rms["model"] > 1.1
+    # Per launch: which op's call made it, the kernel, its share of the row's bytes.
+    assert [launch["op"] for launch in both["per_launch"]] == ["softmax", "softmax_backward"]
+    assert all("softmax" in launch["kernel"] and "<" not in launch["kernel"] for launch in both["per_launch"])
+    assert [launch["op"] for launch in rms["per_launch"]][0] == "rms_norm"
+    assert len(rms["per_launch"]) == rms["launches"]
+    assert sum(launch["share"] for launch in rms["per_launch"]) == pytest.approx(1.0)
+    # softmax's forward reads x and writes y, its backward reads y and dy and writes dx:
+    # 2 and 3 tensors of the same size.
+    assert [launch["share"] for launch in both["per_launch"]] == [pytest.approx(0.4), pytest.approx(0.6)]
 
 
 def test_the_table_shows_the_model_only_when_measured():
@@ -162,8 +173,12 @@ def test_the_table_shows_the_model_only_when_measured():
            "errors": {}, "gbps": 1.0, "pct_copy_bw": 50.0}
     plain, with_model = io.StringIO(), io.StringIO()
     print_table([row], plain)
-    print_table([row | {"harness": {"model": 1.234, "launches": 2, "tokens": 16}}], with_model)
-    assert "model" not in plain.getvalue()
+    launches = [{"op": "softmax", "kernel": "softmax_forward_kernel", "bytes": 300, "share": 0.25},
+                {"op": "softmax_backward", "kernel": "softmax_backward_kernel", "bytes": 900, "share": 0.75}]
+    print_table([row | {"harness": {"model": 1.234, "launches": 2, "tokens": 16, "per_launch": launches}}],
+                with_model)
+    assert "model" not in plain.getvalue() and "launches:" not in plain.getvalue()
+    assert "#   softmax fwd f32: softmax_forward_kernel 25% · softmax_backward_kernel 75%" in with_model.getvalue()
     header, _, line = with_model.getvalue().splitlines()[:3]
     words = header.split()
     assert words[words.index("%copy") + 1:words.index("%copy") + 3] == ["model", "launch"]

@@ -169,3 +169,21 @@ def test_traffic_leaves_the_counts_off_outside_its_window():
     assert cuda_sim._cuda_sim._traffic_end()["bytes_read"] == 0
     t = cuda_sim.traffic("gelu", x)
     assert t["bytes_read"] == x.numel() * 4 and t["bytes_written"] == x.numel() * 4
+
+
+def test_each_launch_is_counted_on_its_own():
+    """traffic()'s per_launch: the kernels in launch order, named, their bytes summing
+    to the totals. RMSNorm's backward over 4 rows of 2048 launches the row kernel,
+    then the weight-gradient sum over the groups' partial sums."""
+    x, dy, w = torch.randn(4, 2048), torch.randn(4, 2048), torch.randn(2048)
+    t = cuda_sim.traffic("rms_norm", dy, x, [2048], w, 1e-6, backward=True)
+    assert len(t["per_launch"]) == t["launches"] >= 2
+    assert sum(launch["bytes_read"] for launch in t["per_launch"]) == t["bytes_read"]
+    assert sum(launch["bytes_written"] for launch in t["per_launch"]) == t["bytes_written"]
+    assert all(launch["kernel"] and "<" not in launch["kernel"] and "::" not in launch["kernel"]
+               for launch in t["per_launch"])
+    assert all(launch["signature"].endswith(">") for launch in t["per_launch"])  # template arguments kept there
+    # The row kernel reads dy, x and the weight (once per group) and writes dx: the most bytes.
+    assert t["per_launch"][0]["bytes_read"] >= 2 * x.numel() * 4
+    copy = planted("traffic_copy")
+    assert [(launch["bytes_read"], launch["bytes_written"]) for launch in copy["per_launch"]] == [(16384, 16384)]

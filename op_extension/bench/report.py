@@ -15,6 +15,7 @@ from ..bench_spec import GELU_APPROX, HIDDEN, INTERMEDIATE, LN_EPS, RMS_EPS
 from .doubt import PCT_COPY_MAX, SPEEDUP_MAX, SPEEDUP_MIN, doubt_note
 from .harness import OtherLoad
 from .plan import BASELINES, DTYPE_SHORT, PLAN, byte_legend, formula_text
+from .traffic import launch_breakdown
 
 
 def machine_info(device, threads):
@@ -97,12 +98,31 @@ def print_table(rows, file=sys.stdout):
               "global bytes moved over the minimum (each input read once, each output written once), 1.00x "
               "at best; launch: kernel launches. Far above 1.00x: the kernel is off its bytes; at 1.00x "
               "but a low %copy on a GPU: off its bandwidth.", file=file)
+        print_launch_breakdown(rows, file)
     if any(r.get("in_doubt") for r in rows):
         print(f"\n# ?: in doubt, not a result, even after measuring again: timed while other processes used "
               f"more than {100 * OtherLoad.WARN_FRACTION:.0f}% of the CPUs ('busy'; %copy also when its copy_ "
               f"baseline was: 'copy busy'), or outside the plausibility bounds (%copy above {PCT_COPY_MAX:.0f}%, "
               f"speed-up outside {SPEEDUP_MIN:g}x-{SPEEDUP_MAX:g}x). 'timed Nx', 'copy Nx': how often the row "
               "and its copy baseline were measured. Rerun on an idle machine.", file=file)
+
+
+def print_launch_breakdown(rows, file=sys.stdout):
+    """Per op, direction and dtype with more than one launch: each launch's share of
+    the bytes the row moves on the harness (the model is taken at 16 tokens, so one
+    line stands for every token count)."""
+    lines, seen = [], set()
+    for r in rows:
+        harness = r.get("harness")
+        key = (r["op"], r["direction"], r["dtype"])
+        if not harness or harness["launches"] < 2 or key in seen or "per_launch" not in harness:
+            continue
+        seen.add(key)
+        lines.append(f"#   {r['op']} {r['direction']} {DTYPE_SHORT[getattr(torch, r['dtype'])]}: "
+                     f"{launch_breakdown(harness)}")
+    if lines:
+        print("\n# launches: each kernel's share of the bytes its row moves on the harness", file=file)
+        print("\n".join(lines), file=file)
 
 
 def _model_cells(harness):

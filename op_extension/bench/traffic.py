@@ -61,20 +61,34 @@ def recorded_calls(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS):
 
 
 def harness_traffic(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS):
-    """{"model": bytes moved / minimum, "launches": n, "tokens": tokens} of the
-    row's kernels on the harness (forward, plus backward for fwd+bwd), or None
-    where the CUDA harness is not built."""
+    """{"model": bytes moved / minimum, "launches": n, "tokens": tokens,
+    "per_launch": [{"op", "kernel", "bytes", "share"}]} of the row's kernels on the
+    harness (forward, plus backward for fwd+bwd), or None where the CUDA harness
+    is not built. per_launch says which launch moves what: each launch's bytes
+    (read and written, its workspace included) and their share of all the row's
+    bytes, so that a row above 1.00x names the kernel to look at."""
     try:
         from op_extension import cuda_sim
     except ImportError:
         return None
     moved = minimum = launches = 0
+    per_launch = []
     for op, args, kwargs in recorded_calls(ops, name, direction, dtype, tokens):
         backward = op.endswith("_backward")
         t = cuda_sim.traffic(op.removesuffix("_backward") if backward else op, *args, backward=backward, **kwargs)
         moved += t["bytes_read"] + t["bytes_written"] - 2 * t["workspace_bytes"]
         minimum += t["min_bytes"]
         launches += t["launches"]
+        per_launch += [{"op": op, "kernel": launch["kernel"], "bytes": launch["bytes_read"] + launch["bytes_written"]}
+                       for launch in t["per_launch"]]
     if minimum == 0:
         return None
-    return {"model": moved / minimum, "launches": launches, "tokens": tokens}
+    total = sum(launch["bytes"] for launch in per_launch)
+    for launch in per_launch:
+        launch["share"] = launch["bytes"] / total if total else 0.0
+    return {"model": moved / minimum, "launches": launches, "tokens": tokens, "per_launch": per_launch}
+
+
+def launch_breakdown(harness) -> str:
+    """'rms_norm_forward_kernel 34% · rms_norm_backward_kernel 51% · ...' (one row's launches)."""
+    return " · ".join(f"{launch['kernel']} {100 * launch['share']:.0f}%" for launch in harness["per_launch"])

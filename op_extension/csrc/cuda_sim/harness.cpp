@@ -768,6 +768,8 @@ __attribute__((noinline)) void record_global(const void* p, size_t bytes, bool w
   const uint32_t occurrence = g_traffic.reached[{fiber, site}]++;
   g_traffic.accesses[{fiber / 32, site, occurrence}].emplace_back(a, bytes);
   (write ? g_traffic.counts.bytes_written : g_traffic.counts.bytes_read) += bytes;
+  LaunchTraffic& this_launch = g_traffic.counts.per_launch.back();  // launch() opened it
+  (write ? this_launch.bytes_written : this_launch.bytes_read) += bytes;
 }
 Arch arch() { return g_arch; }
 
@@ -821,7 +823,10 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   check_config(kernel_name, grid, block, dynamic_shared_bytes);
   if (g_launch != nullptr) throw std::runtime_error("cuda_sim: a kernel launched from inside a kernel");
   g_launches.fetch_add(1, std::memory_order_relaxed);
-  if (g_traffic.on) ++g_traffic.counts.launches;
+  if (g_traffic.on) {
+    ++g_traffic.counts.launches;
+    g_traffic.counts.per_launch.push_back(LaunchTraffic{kernel_name});
+  }
   Launch l;
   l.name = kernel_name;
   l.grid = grid;

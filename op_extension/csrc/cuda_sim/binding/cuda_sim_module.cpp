@@ -125,9 +125,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_traffic_begin", &cuda_sim::traffic_begin);
   m.def("_traffic_end", [] {
     const cuda_sim::TrafficCounts c = cuda_sim::traffic_end();
-    return std::map<std::string, uint64_t>{{"launches", c.launches},         {"bytes_read", c.bytes_read},
-                                           {"bytes_written", c.bytes_written}, {"requested_bytes", c.requested_bytes},
-                                           {"sector_bytes", c.sector_bytes},   {"workspace_bytes", c.workspace_bytes}};
+    pybind11::dict counts;
+    counts["launches"] = c.launches;
+    counts["bytes_read"] = c.bytes_read;
+    counts["bytes_written"] = c.bytes_written;
+    counts["requested_bytes"] = c.requested_bytes;
+    counts["sector_bytes"] = c.sector_bytes;
+    counts["workspace_bytes"] = c.workspace_bytes;
+    pybind11::list per_launch;
+    for (const cuda_sim::LaunchTraffic& l : c.per_launch) {
+      per_launch.append(pybind11::make_tuple(l.kernel, l.bytes_read, l.bytes_written));
+    }
+    counts["per_launch"] = per_launch;
+    return counts;
   });
   // The address of one kernel stub as this library's code sees it: differs from
   // _C's unless the dynamic linker merged the two (tests/test_library_isolation.py).

@@ -29,6 +29,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #define __global__
 #define __device__
@@ -116,6 +117,12 @@ uint64_t launches();
 // each warp-wide access asked for and the bytes of the 32-byte sectors they lie
 // in (their ratio is the coalescing: 1.0 when every sector is used whole), and
 // the workspace the glue allocated for them.
+// One launch's share of it: the kernel (as the harness names it) and its bytes.
+struct LaunchTraffic {
+  std::string kernel;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+};
 struct TrafficCounts {
   uint64_t launches = 0;
   uint64_t bytes_read = 0;
@@ -123,6 +130,7 @@ struct TrafficCounts {
   uint64_t requested_bytes = 0;
   uint64_t sector_bytes = 0;
   uint64_t workspace_bytes = 0;
+  std::vector<LaunchTraffic> per_launch;  // in launch order
 };
 void traffic_begin();
 TrafficCounts traffic_end();
