@@ -404,9 +404,11 @@ inline void CheckDmaReadNotDirty(const void* src, uint64_t bytes, const std::str
 // cleaned in time). "" when none.
 inline std::string DcacheLostWrites(const CoreState& core) {
   std::string all;
+  int runs = 0;  // the first 8 runs are named, the rest counted
   uintptr_t runBegin = 0, runEnd = 0;  // the current run of dirty bytes, across lines
   auto flush = [&]() {
     if (runEnd == runBegin) return;
+    if (++runs > 8) return;
     if (!all.empty()) all += "; ";
     all += GmRangeName(runBegin, runEnd);
   };
@@ -423,6 +425,7 @@ inline std::string DcacheLostWrites(const CoreState& core) {
   }
   flush();
   if (all.empty()) return all;
+  if (runs > 8) all += Str(" and ", runs - 8, " more runs");
   return Str("lost write: GlobalTensor::SetValue stored ", all,
              " into the core's data cache and no DataCacheCleanAndInvalid wrote it back before the core ended "
              "(a SINGLE_CACHE_LINE clean covers only its address up to the next 64-byte boundary; rule: data cache, "
