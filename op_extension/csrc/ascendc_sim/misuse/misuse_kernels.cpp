@@ -302,7 +302,7 @@ void WritePastEnd(GM_ADDR src, GM_ADDR dst) { CopyPastEnd(src, dst, 8, 8); }
 // (dst is 512-byte aligned, so element 16 k starts a 64-byte cache line), then
 // cleans with DataCacheCleanAndInvalid as `clean` says. The harness checks that
 // dst[first, first + n) holds 2 * i afterwards.
-enum class CleanMode { kNone, kFirstAndLast, kEveryLine };
+enum class CleanMode { kNone, kFirstAndLast, kEveryLine, kEntireCache };
 
 void StoreDoubled(GM_ADDR src, GM_ADDR dst, uint32_t first, uint32_t n, CleanMode clean) {
   if (GetBlockIdx() != 0) return;
@@ -322,6 +322,10 @@ void StoreDoubled(GM_ADDR src, GM_ADDR dst, uint32_t first, uint32_t n, CleanMod
       DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(out[i]);
     }
   }
+  if (clean == CleanMode::kEntireCache) {
+    // Every line of the core, whatever dst's address (the devkit's example 4).
+    DataCacheCleanAndInvalid<float, CacheLine::ENTIRE_DATA_CACHE>(out[n / 2]);
+  }
   // CleanMode::kNone -- MISTAKE: the stores stay in the cache and never reach GM.
 }
 
@@ -331,6 +335,7 @@ void DcacheCleanFirstLast(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 12,
 void DcacheCleanEveryLine(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 12, 7, CleanMode::kEveryLine); }
 // The same over 40 floats from element 4: three lines, one of them wholly inside.
 void DcacheCleanEveryLineLong(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 4, 40, CleanMode::kEveryLine); }
+void DcacheCleanEntire(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 4, 40, CleanMode::kEntireCache); }
 
 // Core 0 reads dst[0] with GetValue (its line is now cached), DataCopies
 // 2 * src over dst, then reads dst[1] again: the cached line still holds the old
@@ -407,6 +412,7 @@ OP_EXT_MISUSE_KERNEL(misuse_dcache_no_clean, DcacheNoClean)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_clean_first_last, DcacheCleanFirstLast)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_clean_every_line, DcacheCleanEveryLine)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_clean_every_line_long, DcacheCleanEveryLineLong)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_clean_entire, DcacheCleanEntire)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_stale_read, DcacheStaleRead)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_invalidate_before_read, DcacheInvalidateBeforeRead)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_dma_reads_dirty, DcacheDmaReadsDirty)
@@ -454,6 +460,7 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
       {"dcache_clean_first_last", misuse_dcache_clean_first_last, false, 12, 7},
       {"dcache_clean_every_line", misuse_dcache_clean_every_line, false, 12, 7},
       {"dcache_clean_every_line_long", misuse_dcache_clean_every_line_long, false, 4, 40},
+      {"dcache_clean_entire", misuse_dcache_clean_entire, false, 4, 40},
       {"dcache_stale_read", misuse_dcache_stale_read},
       {"dcache_invalidate_before_read", misuse_dcache_invalidate_before_read},
       {"dcache_dma_reads_dirty", misuse_dcache_dma_reads_dirty},
