@@ -562,6 +562,19 @@ MISUSE = [
                           r"\(rule: Cast round modes per SoC, Cast API page; supported: CAST_RINT, CAST_FLOOR, "
                           r"CAST_CEIL, CAST_ROUND, CAST_TRUNC\); on hardware no instruction runs"),
     ("rsqrt_rstd", r"kernel rsqrt_rstd: dst\[\d+\] = \S+ but 1/sqrt\(\d+\) = \S+: relative error \S+ > 1e-5"),
+    # Issue 28: the scalar unit's data cache (64-byte lines, written back only when cleaned).
+    ("dcache_no_clean", r"core 0 of 2\): lost write: GlobalTensor::SetValue stored GM buffer 'aclrtMalloc buffer' "
+                        r"bytes \[48, 76\) into the core's data cache and no DataCacheCleanAndInvalid wrote it back"),
+    # WriteShortTensor's old clean: at the first and the last element of a run over
+    # bytes [48, 76); the second clean covers [72, 128) only, so [64, 72) is lost.
+    ("dcache_clean_first_last", r"core 0 of 2\): lost write: GlobalTensor::SetValue stored GM buffer "
+                                r"'aclrtMalloc buffer' bytes \[64, 72\) into the core's data cache"),
+    ("dcache_stale_read", r"GlobalTensor::GetValue: stale read of GM buffer 'aclrtMalloc buffer' bytes \[4, 8\): the "
+                          r"core's data cache filled line GM buffer 'aclrtMalloc buffer' bytes \[0, 64\) before a DMA "
+                          r"write"),
+    ("dcache_dma_reads_dirty", r"DataCopy\(GM->UB\): reads GM buffer 'aclrtMalloc buffer' bytes \[0, 4\), which "
+                               r"GlobalTensor::SetValue stored into the core's data cache and no "
+                               r"DataCacheCleanAndInvalid wrote back yet"),
 ]
 
 
@@ -570,6 +583,32 @@ def test_misuse_is_reported(name, message):
     with pytest.raises(RuntimeError, match=r"AscendC simulator|kernel " + name) as info:
         ascend_sim._run_misuse(name, soc="Ascend910B")
     assert __import__("re").search(message, str(info.value)), str(info.value)
+
+
+DCACHE_MISUSE = [m for m in MISUSE if m[0].startswith("dcache_")]
+
+
+@pytest.mark.parametrize("name,message", DCACHE_MISUSE, ids=[m[0] for m in DCACHE_MISUSE])
+def test_data_cache_misuse_is_reported_on_310p(name, message):
+    # The data cache rules are the same on both SoCs (Atlas inference AI Core has
+    # the prototype without dcciDst, which the kernels use).
+    with pytest.raises(RuntimeError, match=r"AscendC simulator \(Ascend310P") as info:
+        ascend_sim._run_misuse(name, soc="Ascend310P")
+    assert __import__("re").search(message, str(info.value)), str(info.value)
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B", "Ascend310P"])
+@pytest.mark.parametrize("name", ["dcache_clean_every_line", "dcache_clean_every_line_long", "dcache_clean_entire",
+                                  "dcache_invalidate_before_read"])
+def test_data_cache_used_correctly_is_not_reported(name, soc):
+    # The controls: a clean at the run's start and at every 64-byte boundary
+    # inside it (what WriteShortTensor does now) brings every store to GM -- the
+    # harness checks dst holds 2 * i there, so a clean that wrote back too little
+    # (or a model that dropped cleaned bytes) fails; ENTIRE_DATA_CACHE, given an
+    # address in the middle of the run, writes back all three lines it touches;
+    # an invalidate between the DMA
+    # write and the scalar read makes the read fetch GM again.
+    ascend_sim._run_misuse(name, soc=soc)
 
 
 def test_misuse_control_kernel_runs():

@@ -297,6 +297,88 @@ void ReadPastPadding(GM_ADDR src, GM_ADDR dst) { CopyPastEnd(src, dst, 16, 0); }
 // MISTAKE: a write into the padding (another tensor may live there).
 void WritePastEnd(GM_ADDR src, GM_ADDR dst) { CopyPastEnd(src, dst, 8, 8); }
 
+// ---- The scalar unit's data cache (issue 28) ----------------------------------
+// Core 0 alone stores dst[first, first + n) = 2 * src[...] with GlobalTensor::SetValue
+// (dst is 512-byte aligned, so element 16 k starts a 64-byte cache line), then
+// cleans with DataCacheCleanAndInvalid as `clean` says. The harness checks that
+// dst[first, first + n) holds 2 * i afterwards.
+enum class CleanMode { kNone, kFirstAndLast, kEveryLine, kEntireCache };
+
+void StoreDoubled(GM_ADDR src, GM_ADDR dst, uint32_t first, uint32_t n, CleanMode clean) {
+  if (GetBlockIdx() != 0) return;
+  Buffers b = Bind(src, dst);
+  GlobalTensor<float> out = b.dst[first];
+  for (uint32_t i = 0; i < n; ++i) out.SetValue(i, 2.0f * b.src.GetValue(first + i));
+  if (clean == CleanMode::kFirstAndLast) {
+    // MISTAKE (WriteShortTensor before issue 28): a clean covers only its address
+    // up to the next 64-byte boundary, so the bytes of the last line before
+    // element n - 1 stay in the cache.
+    DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(out);
+    DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(out[n - 1]);
+  } else if (clean == CleanMode::kEveryLine) {
+    // Once at the first element, then at the start of every further line.
+    constexpr uint32_t kLineElems = 64 / sizeof(float);
+    for (uint32_t i = 0; i < n; i = (first + i) / kLineElems * kLineElems + kLineElems - first) {
+      DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(out[i]);
+    }
+  }
+  if (clean == CleanMode::kEntireCache) {
+    // Every line of the core, whatever dst's address (the devkit's example 4).
+    DataCacheCleanAndInvalid<float, CacheLine::ENTIRE_DATA_CACHE>(out[n / 2]);
+  }
+  // CleanMode::kNone -- MISTAKE: the stores stay in the cache and never reach GM.
+}
+
+// 7 floats from element 12: bytes [48, 76), across the line boundary at 64.
+void DcacheNoClean(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 12, 7, CleanMode::kNone); }
+void DcacheCleanFirstLast(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 12, 7, CleanMode::kFirstAndLast); }
+void DcacheCleanEveryLine(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 12, 7, CleanMode::kEveryLine); }
+// The same over 40 floats from element 4: three lines, one of them wholly inside.
+void DcacheCleanEveryLineLong(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 4, 40, CleanMode::kEveryLine); }
+void DcacheCleanEntire(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 4, 40, CleanMode::kEntireCache); }
+
+// Core 0 reads dst[0] with GetValue (its line is now cached), DataCopies
+// 2 * src over dst, then reads dst[1] again: the cached line still holds the old
+// value. With `invalidate`, a DataCacheCleanAndInvalid before the second read
+// drops the line (the fix).
+void ScalarReadAfterDma(GM_ADDR src, GM_ADDR dst, bool invalidate) {
+  if (GetBlockIdx() != 0) return;
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  const float before = b.dst.GetValue(0);
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  que.EnQue(t);
+  t = que.DeQue<float>();
+  Muls(t, t, 2.0f, kCount);
+  DataCopy(b.dst, t, kCount);
+  que.FreeTensor(t);
+  if (invalidate) DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(b.dst);
+  const float after = b.dst.GetValue(1);  // MISTAKE without `invalidate`: stale line
+  (void)before;
+  (void)after;
+}
+
+void DcacheStaleRead(GM_ADDR src, GM_ADDR dst) { ScalarReadAfterDma(src, dst, false); }
+void DcacheInvalidateBeforeRead(GM_ADDR src, GM_ADDR dst) { ScalarReadAfterDma(src, dst, true); }
+
+// Core 0 stores dst[0] with SetValue, then DataCopies dst's first block into the
+// UB: the DMA reads GM, which does not have the store yet.
+void DcacheDmaReadsDirty(GM_ADDR src, GM_ADDR dst) {
+  if (GetBlockIdx() != 0) return;
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  b.dst.SetValue(0, 0.0f);
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.dst, 8);  // MISTAKE: no DataCacheCleanAndInvalid after the SetValue
+  que.FreeTensor(t);
+  DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(b.dst);
+}
+
 #define OP_EXT_MISUSE_KERNEL(name, fn) \
   extern "C" __global__ __aicore__ void name(GM_ADDR src, GM_ADDR dst) { fn(src, dst); }
 
@@ -326,10 +408,19 @@ OP_EXT_MISUSE_KERNEL(misuse_cast_rint_to_half, CastRintToHalf)
 OP_EXT_MISUSE_KERNEL(misuse_cast_none_to_bf16, CastNoneToBf16)
 OP_EXT_MISUSE_KERNEL(misuse_rsqrt_rstd, RsqrtRstd)
 OP_EXT_MISUSE_KERNEL(misuse_sqrt_div_rstd, SqrtDivRstd)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_no_clean, DcacheNoClean)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_clean_first_last, DcacheCleanFirstLast)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_clean_every_line, DcacheCleanEveryLine)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_clean_every_line_long, DcacheCleanEveryLineLong)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_clean_entire, DcacheCleanEntire)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_stale_read, DcacheStaleRead)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_invalidate_before_read, DcacheInvalidateBeforeRead)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_dma_reads_dirty, DcacheDmaReadsDirty)
 
 // Runs misuse kernel `name` on 2 simulated cores over fresh device buffers;
 // returns the launch status (message in aclGetRecentErrMsg()). For
 // "padding_read" the check is on the result: fails if dst holds NaN. For the
+// data cache stores, dst[first, first + count) must hold 2 * i. For the
 // rstd kernels dst must hold 1 / sqrt(i + 1) to a relative 1e-5 (float32
 // reference tests ask for 1.3e-6).
 extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
@@ -338,6 +429,7 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
     const char* name;
     Kernel kernel;
     bool rstd = false;  // dst[i] must be 1 / sqrt(i + 1)
+    uint32_t doubledFirst = 0, doubledCount = 0;  // dst[first, first + count) must be 2 * i
   };
   static const Entry kEntries[] = {
       {"clean", misuse_clean},
@@ -364,15 +456,21 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
       {"cast_none_to_bf16", misuse_cast_none_to_bf16},
       {"rsqrt_rstd", misuse_rsqrt_rstd, true},
       {"sqrt_div_rstd", misuse_sqrt_div_rstd, true},
+      {"dcache_no_clean", misuse_dcache_no_clean, false, 12, 7},
+      {"dcache_clean_first_last", misuse_dcache_clean_first_last, false, 12, 7},
+      {"dcache_clean_every_line", misuse_dcache_clean_every_line, false, 12, 7},
+      {"dcache_clean_every_line_long", misuse_dcache_clean_every_line_long, false, 4, 40},
+      {"dcache_clean_entire", misuse_dcache_clean_entire, false, 4, 40},
+      {"dcache_stale_read", misuse_dcache_stale_read},
+      {"dcache_invalidate_before_read", misuse_dcache_invalidate_before_read},
+      {"dcache_dma_reads_dirty", misuse_dcache_dma_reads_dirty},
   };
-  Kernel kernel = nullptr;
-  bool rstd = false;
+  const Entry* entry = nullptr;
   for (const auto& e : kEntries) {
-    if (std::string(e.name) == name) {
-      kernel = e.kernel;
-      rstd = e.rstd;
-    }
+    if (std::string(e.name) == name) entry = &e;
   }
+  Kernel kernel = entry == nullptr ? nullptr : entry->kernel;
+  const bool rstd = entry != nullptr && entry->rstd;
   if (kernel == nullptr) {
     ascendc_sim::HostState().lastError = std::string("unknown misuse kernel '") + name + "'";
     return ACL_ERROR_INVALID_PARAM;
@@ -401,6 +499,15 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
                                              std::to_string(rel) + " > 1e-5";
         err = ACL_ERROR_FAILURE;
         break;
+      }
+    }
+    for (uint32_t i = entry->doubledFirst; i < entry->doubledFirst + entry->doubledCount && err == ACL_SUCCESS;
+         ++i) {
+      if (out[i] != 2.0f * float(i)) {
+        ascendc_sim::HostState().lastError = std::string("kernel ") + name + ": dst[" + std::to_string(i) + "] = " +
+                                             std::to_string(out[i]) + ", not 2 * " + std::to_string(i) +
+                                             " (a scalar store did not reach GM)";
+        err = ACL_ERROR_FAILURE;
       }
     }
     for (uint32_t i = 0; i < kCount && err == ACL_SUCCESS; ++i) {

@@ -138,13 +138,18 @@ __aicore__ inline uint64_t ReadableLength(uint64_t totalLength, uint32_t tailMod
 // The first n (< one block) elements of src to GM, one scalar store each: a
 // DataCopy would write the whole block, past the tensor's end. GlobalTensor
 // SetValue exists on Atlas inference AI Core as on Atlas A2; it writes into the
-// core's Data Cache, so the lines holding the n elements are cleaned out to GM
-// (DataCacheCleanAndInvalid, SINGLE_CACHE_LINE: the prototype without dcciDst
-// is the one Ascend310P has; the first and last elements cover every line the
-// < 32 bytes can touch). Only one core writes such a tensor (the tiling uses
-// one core below kMinBytesPerCore), as the SetValue page asks of cores sharing
-// a cache line. The values come from the vector unit: V->S event before the
-// scalar unit reads them.
+// core's Data Cache, so every 64-byte line the n elements touch is cleaned out
+// to GM (DataCacheCleanAndInvalid, SINGLE_CACHE_LINE: the prototype without
+// dcciDst is the one Ascend310P has). A clean acts only from its address to the
+// next 64-byte boundary (the devkit's DataCacheCleanAndInvalid page, example 2),
+// so it is issued at dst and at each line boundary inside the run: cleaning the
+// first and the last element only would leave the bytes of the last line before
+// the last element in the cache when the run crosses a boundary. Only one core
+// writes such a tensor (the tiling uses one core below kMinBytesPerCore), as the
+// SetValue page asks of cores sharing a cache line. The values come from the
+// vector unit: V->S event before the scalar unit reads them.
+constexpr uint64_t kDataCacheLineBytes = 64;
+
 template <typename T>
 __aicore__ inline void WriteShortTensor(const AscendC::GlobalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
                                         uint32_t n) {
@@ -152,8 +157,15 @@ __aicore__ inline void WriteShortTensor(const AscendC::GlobalTensor<T>& dst, con
   AscendC::SetFlag<AscendC::HardEvent::V_S>(eventVS);
   AscendC::WaitFlag<AscendC::HardEvent::V_S>(eventVS);
   for (uint32_t i = 0; i < n; ++i) dst.SetValue(i, src.GetValue(i));
-  AscendC::DataCacheCleanAndInvalid<T, AscendC::CacheLine::SINGLE_CACHE_LINE>(dst);
-  AscendC::DataCacheCleanAndInvalid<T, AscendC::CacheLine::SINGLE_CACHE_LINE>(dst[n - 1]);
+  // GM addresses of elements are multiples of sizeof(T), so every line boundary
+  // falls on an element.
+  const uint64_t base = reinterpret_cast<uint64_t>(dst.GetPhyAddr());
+  for (uint32_t i = 0; i < n;) {
+    AscendC::DataCacheCleanAndInvalid<T, AscendC::CacheLine::SINGLE_CACHE_LINE>(dst[i]);
+    const uint64_t nextLine = (base + uint64_t(i) * sizeof(T)) / kDataCacheLineBytes * kDataCacheLineBytes +
+                              kDataCacheLineBytes;
+    i = static_cast<uint32_t>((nextLine - base) / sizeof(T));
+  }
 }
 
 // Copies of runs that need not be whole 32-byte blocks (rows, chunks and slab rows

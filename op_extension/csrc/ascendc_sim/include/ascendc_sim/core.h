@@ -8,6 +8,7 @@
 #ifndef ASCENDC_SIM_CORE_H_
 #define ASCENDC_SIM_CORE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -70,6 +71,19 @@ struct GmRegion {
   std::vector<int16_t> writer;
 };
 
+// One 64-byte line of the scalar unit's Data Cache (DCache), byte by byte:
+// `valid` bytes hold what GM held when the line was filled (or what SetValue
+// stored since: `dirty`); `stale` bytes are valid bytes that a DMA write
+// (DataCopy / DataCopyPad to GM) changed in GM since, without the cache
+// knowing. Bit i of a mask is byte i of the line.
+inline constexpr uint32_t kDcacheLineBytes = 64;
+struct DcacheLine {
+  uint8_t data[kDcacheLineBytes] = {};
+  uint64_t valid = 0;
+  uint64_t dirty = 0;
+  uint64_t stale = 0;
+};
+
 struct CoreState {
   int64_t blockIdx = -1;
   int64_t blockNum = 0;
@@ -77,6 +91,9 @@ struct CoreState {
   uint32_t ubUsed = 0;             // bytes handed out by TPipe::InitBuffer
   int livePipes = 0;
   std::vector<std::string> leaks;  // resources found alive when their owner died
+  // The core's DCache, by line address (a multiple of 64). It lives for the
+  // core's run: lines start uncached, and what is still dirty at the end is lost.
+  std::map<uintptr_t, DcacheLine> dcache;
 };
 
 struct DeviceState {
@@ -209,6 +226,212 @@ inline bool InPaddedAllocation(const void* ptr, uint64_t bytes) {
   return r.readableBytes > r.bytes && addr >= r.begin && addr + bytes <= r.begin + r.bytes;
 }
 
+// ---- The scalar unit's Data Cache ------------------------------------------
+// (asc-devkit docs/zh/api/SIMD-API/基础API/缓存控制/DataCacheCleanAndInvalid.md and
+// 系统缓存概述.md): the scalar unit reaches GM through a per-core DCache of 64-byte
+// lines, written back lazily (write-back policy); DMA (DataCopy) bypasses it. So
+// a scalar store reaches GM only when its line is cleaned, and a scalar load of a
+// line cached before a DMA write returns the old bytes. The simulator keeps the
+// cache per core run and reports what hardware would get wrong: a stale scalar
+// read, a DMA read of bytes the cache still holds dirty, and a store never
+// cleaned (LaunchKernel, at the core's end).
+
+inline uintptr_t DcacheLineOf(uintptr_t addr) { return addr / kDcacheLineBytes * kDcacheLineBytes; }
+
+// "buffer 'name', bytes [a, b)" for messages about GM address range [begin, end).
+inline std::string GmRangeName(uintptr_t begin, uintptr_t end) {
+  auto& gm = Device().gm;
+  auto it = gm.upper_bound(begin);
+  if (it != gm.begin()) {
+    --it;
+    const GmRegion& r = it->second;
+    if (begin >= r.begin && begin < r.begin + r.readableBytes) {
+      return Str("GM buffer '", r.name, "' bytes [", begin - r.begin, ", ", end - r.begin, ")");
+    }
+  }
+  return Str("GM bytes [", reinterpret_cast<const void*>(begin), ", +", end - begin, ")");
+}
+
+// Fills byte `addr`'s line on a miss, as hardware does: every byte of the line
+// that lies in the readable part of the registered buffer holding `addr` (bytes
+// outside any buffer are never cached, so never reported).
+inline DcacheLine& DcacheFill(CoreState& core, uintptr_t addr) {
+  const uintptr_t lineAddr = DcacheLineOf(addr);
+  DcacheLine& line = core.dcache[lineAddr];
+  auto& gm = Device().gm;
+  auto it = gm.upper_bound(addr);
+  if (it == gm.begin()) return line;
+  --it;
+  const GmRegion& r = it->second;
+  const uintptr_t lo = std::max<uintptr_t>(lineAddr, r.begin);
+  const uintptr_t hi = std::min<uintptr_t>(lineAddr + kDcacheLineBytes, r.begin + r.readableBytes);
+  for (uintptr_t a = lo; a < hi; ++a) {
+    const uint64_t bit = uint64_t(1) << (a - lineAddr);
+    if (line.valid & bit) continue;
+    line.data[a - lineAddr] = *reinterpret_cast<const uint8_t*>(a);
+    line.valid |= bit;
+  }
+  return line;
+}
+
+// A scalar load (GlobalTensor::GetValue) of [p, p + bytes), already bounds-checked.
+inline void DcacheRead(void* out, const void* p, uint64_t bytes, const std::string& what) {
+  CoreState* core = Device().core;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  if (core == nullptr) {
+    std::memcpy(out, p, bytes);
+    return;
+  }
+  auto* o = static_cast<uint8_t*>(out);
+  for (uint64_t i = 0; i < bytes; ++i) {
+    const uintptr_t a = addr + i;
+    const uint64_t bit = uint64_t(1) << (a - DcacheLineOf(a));
+    auto found = core->dcache.find(DcacheLineOf(a));
+    DcacheLine& line = (found != core->dcache.end() && (found->second.valid & bit)) ? found->second
+                                                                                     : DcacheFill(*core, a);
+    if (line.stale & bit) {
+      Fail(Str(what, ": stale read of ", GmRangeName(addr, addr + bytes), ": the core's data cache filled line ",
+               GmRangeName(DcacheLineOf(a), DcacheLineOf(a) + kDcacheLineBytes),
+               " before a DMA write (DataCopy to GM) changed it, and no DataCacheCleanAndInvalid dropped it "
+               "in between: on hardware this load returns the old bytes (rule: data cache, "
+               "DataCacheCleanAndInvalid page)"));
+    }
+    o[i] = line.data[a - DcacheLineOf(a)];
+  }
+}
+
+// A scalar store (GlobalTensor::SetValue) of [p, p + bytes), already checked as a
+// write: it changes the cached line only.
+inline void DcacheWrite(void* p, const void* src, uint64_t bytes) {
+  CoreState* core = Device().core;
+  if (core == nullptr) {
+    std::memcpy(p, src, bytes);
+    return;
+  }
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  const auto* s = static_cast<const uint8_t*>(src);
+  for (uint64_t i = 0; i < bytes; ++i) {
+    const uintptr_t a = addr + i;
+    DcacheLine& line = DcacheFill(*core, a);  // write-allocate: the rest of the line is GM's
+    const uint64_t bit = uint64_t(1) << (a - DcacheLineOf(a));
+    line.data[a - DcacheLineOf(a)] = s[i];
+    line.valid |= bit;
+    line.dirty |= bit;
+    line.stale &= ~bit;
+  }
+}
+
+inline void WriteGm(void* dst, const void* src, uint64_t bytes, const std::string& what);
+
+// Writes back the dirty bytes of [begin, end) of `line` and drops those bytes.
+inline void DcacheCleanRange(uintptr_t lineAddr, DcacheLine& line, uint32_t from, uint32_t to, const char* what) {
+  for (uint32_t b = from; b < to;) {
+    if (!(line.dirty >> b & 1)) {
+      ++b;
+      continue;
+    }
+    uint32_t e = b;
+    while (e < to && (line.dirty >> e & 1)) ++e;
+    WriteGm(reinterpret_cast<void*>(lineAddr + b), line.data + b, e - b, what);
+    b = e;
+  }
+  const uint64_t mask = (to - from >= 64) ? ~uint64_t(0) : ((uint64_t(1) << (to - from)) - 1) << from;
+  line.valid &= ~mask;
+  line.dirty &= ~mask;
+  line.stale &= ~mask;
+}
+
+// DataCacheCleanAndInvalid. SINGLE_CACHE_LINE acts on the line holding `addr`
+// but, the devkit page says (entireType, and its example 2), only from `addr`
+// to the next 64-byte boundary: the bytes of the line before `addr` stay cached
+// (and dirty). ENTIRE_DATA_CACHE: every line of the core.
+inline void DcacheCleanAndInvalidate(const void* addr, bool entire) {
+  CoreState& core = CurrentCore("DataCacheCleanAndInvalid");
+  constexpr const char* what = "DataCacheCleanAndInvalid (write-back of the data cache)";
+  if (entire) {
+    for (auto& [lineAddr, line] : core.dcache) DcacheCleanRange(lineAddr, line, 0, kDcacheLineBytes, what);
+    core.dcache.clear();
+    return;
+  }
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  auto it = core.dcache.find(DcacheLineOf(a));
+  if (it == core.dcache.end()) return;
+  DcacheCleanRange(it->first, it->second, uint32_t(a - it->first), kDcacheLineBytes, what);
+  if (it->second.valid == 0) core.dcache.erase(it);
+}
+
+// A DMA write of [dst, dst + bytes) by the current core: bytes its DCache holds
+// with another value become stale (a later scalar load would return the old one).
+inline void MarkDcacheStale(const void* dst, const void* src, uint64_t bytes) {
+  CoreState* core = Device().core;
+  if (core == nullptr || core->dcache.empty()) return;
+  const auto addr = reinterpret_cast<uintptr_t>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  for (auto it = core->dcache.lower_bound(DcacheLineOf(addr)); it != core->dcache.end() && it->first < addr + bytes;
+       ++it) {
+    DcacheLine& line = it->second;
+    for (uint32_t b = 0; b < kDcacheLineBytes; ++b) {
+      const uintptr_t a = it->first + b;
+      if (a < addr || a >= addr + bytes || !(line.valid >> b & 1)) continue;
+      if (line.data[b] != s[a - addr]) line.stale |= uint64_t(1) << b;
+    }
+  }
+}
+
+// A DMA read (DataCopy from GM) of [src, src + bytes) by the current core: it
+// reads GM, not the cache, so bytes the core stored with SetValue and has not
+// cleaned yet are not there.
+inline void CheckDmaReadNotDirty(const void* src, uint64_t bytes, const std::string& what) {
+  CoreState* core = Device().core;
+  if (core == nullptr || core->dcache.empty()) return;
+  const auto addr = reinterpret_cast<uintptr_t>(src);
+  for (auto it = core->dcache.lower_bound(DcacheLineOf(addr)); it != core->dcache.end() && it->first < addr + bytes;
+       ++it) {
+    for (uint32_t b = 0; b < kDcacheLineBytes; ++b) {
+      const uintptr_t a = it->first + b;
+      if (a < addr || a >= addr + bytes || !(it->second.dirty >> b & 1)) continue;
+      uint32_t e = b;
+      while (e < kDcacheLineBytes && it->first + e < addr + bytes && (it->second.dirty >> e & 1)) ++e;
+      Fail(Str(what, ": reads ", GmRangeName(a, it->first + e), ", which GlobalTensor::SetValue stored into the core's data "
+               "cache and no DataCacheCleanAndInvalid wrote back yet: the DMA reads GM, without that store (rule: "
+               "data cache, DataCacheCleanAndInvalid page)"));
+    }
+  }
+}
+
+// At the end of a core's run: every dirty byte still in the cache is a store
+// that never reaches GM (the simulator drops it, as a core whose line is not
+// cleaned in time). "" when none.
+inline std::string DcacheLostWrites(const CoreState& core) {
+  std::string all;
+  int runs = 0;  // the first 8 runs are named, the rest counted
+  uintptr_t runBegin = 0, runEnd = 0;  // the current run of dirty bytes, across lines
+  auto flush = [&]() {
+    if (runEnd == runBegin) return;
+    if (++runs > 8) return;
+    if (!all.empty()) all += "; ";
+    all += GmRangeName(runBegin, runEnd);
+  };
+  for (const auto& [lineAddr, line] : core.dcache) {
+    for (uint32_t b = 0; b < kDcacheLineBytes; ++b) {
+      if (!(line.dirty >> b & 1)) continue;
+      const uintptr_t a = lineAddr + b;
+      if (a != runEnd) {
+        flush();
+        runBegin = a;
+      }
+      runEnd = a + 1;
+    }
+  }
+  flush();
+  if (all.empty()) return all;
+  if (runs > 8) all += Str(" and ", runs - 8, " more runs");
+  return Str("lost write: GlobalTensor::SetValue stored ", all,
+             " into the core's data cache and no DataCacheCleanAndInvalid wrote it back before the core ended "
+             "(a SINGLE_CACHE_LINE clean covers only its address up to the next 64-byte boundary; rule: data cache, "
+             "DataCacheCleanAndInvalid page)");
+}
+
 // Records a write by the current core and fails when another core of the same
 // launch already wrote a different value there: on hardware the cores run
 // concurrently, so the result would depend on timing.
@@ -230,6 +453,7 @@ inline void WriteGm(void* dst, const void* src, uint64_t bytes, const std::strin
       r.writer[off + i] = int16_t(core->blockIdx);
     }
   }
+  MarkDcacheStale(dst, src, bytes);
   std::memmove(dst, src, bytes);
 }
 

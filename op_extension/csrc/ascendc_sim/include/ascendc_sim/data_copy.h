@@ -89,6 +89,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
   ascendc_sim::CheckCopyBytes(api, bytes, count, ascendc_sim::TypeName<T>::value);
   T* d = dst.Access(count, api, true);
   const T* s = src.Access(count, api);
+  ascendc_sim::CheckDmaReadNotDirty(s, bytes, api);
   std::memcpy(d, s, bytes);
 }
 
@@ -153,6 +154,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
   if (gmTotal % sizeof(T) != 0) Fail(Str(api, ": srcStride ", params.srcStride, " bytes splits an element"));
   const auto* s = reinterpret_cast<const uint8_t*>(src.Access(gmTotal / sizeof(T), api));
   for (uint32_t b = 0; b < params.blockCount; ++b) {
+    ascendc_sim::CheckDmaReadNotDirty(s + b * gmPitch, params.blockLen, api);
     uint8_t* row = d + b * rowPitch;
     std::memset(row, ascendc_sim::kGarbageByte, rowBytes);
     std::memcpy(row + left, s + b * gmPitch, params.blockLen);

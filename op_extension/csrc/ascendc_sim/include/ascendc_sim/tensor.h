@@ -196,16 +196,20 @@ class GlobalTensor {
     return t;
   }
 
+  // Scalar GM access goes through the core's data cache (core.h, DcacheRead /
+  // DcacheWrite): a store reaches GM only when DataCacheCleanAndInvalid writes
+  // its line back.
   T GetValue(uint64_t offset) const {
     const T* p = Access(offset + 1, "GlobalTensor::GetValue");
     T v;
-    std::memcpy(&v, p + offset, sizeof(T));
+    ascendc_sim::DcacheRead(&v, p + offset, sizeof(T), "GlobalTensor::GetValue");
     return v;
   }
 
   void SetValue(uint64_t offset, T value) const {
     Access(offset + 1, "GlobalTensor::SetValue");
-    ascendc_sim::WriteGm(ptr_ + offset, &value, sizeof(T), "GlobalTensor::SetValue");
+    ascendc_sim::CheckGm(ptr_ + offset, sizeof(T), "GlobalTensor::SetValue", /*write=*/true);
+    ascendc_sim::DcacheWrite(ptr_ + offset, &value, sizeof(T));
   }
 
   uint64_t GetSize() const { return size_; }
@@ -229,20 +233,25 @@ class GlobalTensor {
 };
 
 // The scalar unit's GM accesses (GlobalTensor::GetValue / SetValue) go through a
-// per-core Data Cache; DataCacheCleanAndInvalid writes a line out (SetValue
-// results reach GM only then). The simulator has no cache: GM is always
-// current, so this is a no-op, and a kernel that forgets it is not caught.
+// per-core Data Cache of 64-byte lines, which the simulator models (core.h,
+// "The scalar unit's Data Cache"): SetValue results reach GM only when
+// DataCacheCleanAndInvalid writes their line out, and what is still dirty when
+// the core ends is reported as a lost write. SINGLE_CACHE_LINE acts from dst's
+// address to the next 64-byte boundary only (the devkit page); ENTIRE_DATA_CACHE
+// on every line of the core. dcciDst is accepted but not modelled: every form
+// keeps the cache coherent with GM (CACHELINE_OUT; the UB form does not exist here).
 // Both forms: with dcciDst (Atlas A2), without (also Atlas inference AI Core).
 enum class CacheLine : uint8_t { SINGLE_CACHE_LINE = 0, ENTIRE_DATA_CACHE };
 enum class DcciDst : uint8_t { CACHELINE_ALL = 0, CACHELINE_UB, CACHELINE_OUT, CACHELINE_ATOMIC };
 
 template <typename T, CacheLine entireType>
 inline void DataCacheCleanAndInvalid(const GlobalTensor<T>& dst) {
-  (void)dst.Access(0, "DataCacheCleanAndInvalid");
+  const T* p = dst.Access(0, "DataCacheCleanAndInvalid");
+  ascendc_sim::DcacheCleanAndInvalidate(p, entireType == CacheLine::ENTIRE_DATA_CACHE);
 }
 template <typename T, CacheLine entireType, DcciDst dcciDst>
 inline void DataCacheCleanAndInvalid(const GlobalTensor<T>& dst) {
-  (void)dst.Access(0, "DataCacheCleanAndInvalid");
+  DataCacheCleanAndInvalid<T, entireType>(dst);
 }
 
 class TPipe;
