@@ -772,6 +772,10 @@ BAD = {{"not_written": Bad(not_written("{n}", "BAD"), ValueError, "")}}
 
 # float64 gradcheck calls: {{"<id>": lambda m: ((<arguments>), {{}})}}
 GRADCHECK = {{"not_written": not_written("{n}", "GRADCHECK")}}
+
+# LLM-like calls for the CUDA traffic model (tests/test_cuda_sim_traffic.py), built like SAMPLES:
+# [sample("<id>", lambda m: ((m(4, 2048), ...), {{}}))]
+TRAFFIC = [sample("not_written", not_written("{n}", "TRAFFIC"))]
 {backward_part}
 # Optional, where they apply (tests/op_cases/__init__.py): LAYOUT, BACKWARD_LAYOUT, PYTHON_LEVEL,
 # CHECKED_FIRST, BACKWARD_CHECKED_FIRST, INTEGER_INPUT; and, replacing what is derived: FAKE,

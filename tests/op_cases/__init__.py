@@ -32,6 +32,9 @@ Required
                    (test_bad_input.py)
   GRADCHECK        dict[str, builder]: float64 gradcheck calls,
                    builder(Maker) -> (args, kwargs) (test_ops.py)
+  TRAFFIC          list[Sample]: LLM-like calls for the CUDA traffic model
+                   (test_cuda_sim_traffic.py; TRAFFIC_CEILING, optional, holds a
+                   kernel that misses its targets to its present figures)
 
 Optional, derived when absent
   FAKE             dict[str, Fake]; default: each Call at rows=5
@@ -67,7 +70,7 @@ from ._kinds import (  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
 
-REQUIRED_FORWARD = ("SAMPLES", "schema_args", "CALLS", "BAD", "GRADCHECK")
+REQUIRED_FORWARD = ("SAMPLES", "schema_args", "CALLS", "BAD", "GRADCHECK", "TRAFFIC")
 REQUIRED_BACKWARD = ("schema_args", "FAKE", "BAD")  # in the forward op's module: backward_schema_args, BACKWARD_FAKE, BACKWARD_BAD
 
 PROTOS: dict[str, OpProto] = load_protos()
