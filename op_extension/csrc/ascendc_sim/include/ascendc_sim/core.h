@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ascendc_sim {
@@ -186,16 +187,22 @@ inline void UnregisterGm(const void* ptr) {
   if (it != Device().gm.end() && --it->second.refs == 0) Device().gm.erase(it);
 }
 
+// The registered buffer with the highest start at or below `addr` (the only one
+// that can hold it), or nullptr; the caller checks that `addr` lies inside it.
+inline GmRegion* GmRegionAtOrBelow(uintptr_t addr) {
+  auto& gm = Device().gm;
+  auto it = gm.upper_bound(addr);
+  if (it == gm.begin()) return nullptr;
+  return &std::prev(it)->second;
+}
+
 // The registered allocation holding [ptr, ptr + bytes), or a SimError naming
 // `what`. Reads may run into the allocator's padding (readableBytes); writes
 // (`write`) must stay inside the allocation.
 inline GmRegion& CheckGm(const void* ptr, uint64_t bytes, const std::string& what, bool write = false) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
-  auto& gm = Device().gm;
-  auto it = gm.upper_bound(addr);
-  if (it != gm.begin()) {
-    --it;
-    GmRegion& r = it->second;
+  if (GmRegion* found = GmRegionAtOrBelow(addr)) {
+    GmRegion& r = *found;
     if (addr >= r.begin && addr - r.begin <= r.readableBytes) {
       const uint64_t limit = write ? r.bytes : r.readableBytes;
       if (addr + bytes <= r.begin + limit) return r;
@@ -218,12 +225,8 @@ inline GmRegion& CheckGm(const void* ptr, uint64_t bytes, const std::string& wha
 // carries the allocator's padding.
 inline bool InPaddedAllocation(const void* ptr, uint64_t bytes) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
-  auto& gm = Device().gm;
-  auto it = gm.upper_bound(addr);
-  if (it == gm.begin()) return false;
-  --it;
-  const GmRegion& r = it->second;
-  return r.readableBytes > r.bytes && addr >= r.begin && addr + bytes <= r.begin + r.bytes;
+  const GmRegion* r = GmRegionAtOrBelow(addr);
+  return r != nullptr && r->readableBytes > r->bytes && addr >= r->begin && addr + bytes <= r->begin + r->bytes;
 }
 
 // ---- The scalar unit's Data Cache ------------------------------------------
@@ -238,16 +241,30 @@ inline bool InPaddedAllocation(const void* ptr, uint64_t bytes) {
 
 inline uintptr_t DcacheLineOf(uintptr_t addr) { return addr / kDcacheLineBytes * kDcacheLineBytes; }
 
+// Calls fn(b, e) for each maximal run [b, e) of set bits of `mask` (bit i: byte i
+// of a line) inside [from, to).
+template <typename Fn>
+inline void ForEachByteRun(uint64_t mask, uint32_t from, uint32_t to, Fn&& fn) {
+  for (uint32_t b = from; b < to; ++b) {
+    if (!(mask >> b & 1)) continue;
+    uint32_t e = b;
+    while (e < to && (mask >> e & 1)) ++e;
+    fn(b, e);
+    b = e;
+  }
+}
+
+// The bytes [from, to) of the line at `lineAddr` that lie in [addr, addr + bytes).
+inline std::pair<uint32_t, uint32_t> DcacheLineSpan(uintptr_t lineAddr, uintptr_t addr, uint64_t bytes) {
+  const uintptr_t lo = std::max(lineAddr, addr), hi = std::min<uintptr_t>(lineAddr + kDcacheLineBytes, addr + bytes);
+  return {uint32_t(lo - lineAddr), uint32_t(hi > lo ? hi - lineAddr : lo - lineAddr)};
+}
+
 // "buffer 'name', bytes [a, b)" for messages about GM address range [begin, end).
 inline std::string GmRangeName(uintptr_t begin, uintptr_t end) {
-  auto& gm = Device().gm;
-  auto it = gm.upper_bound(begin);
-  if (it != gm.begin()) {
-    --it;
-    const GmRegion& r = it->second;
-    if (begin >= r.begin && begin < r.begin + r.readableBytes) {
-      return Str("GM buffer '", r.name, "' bytes [", begin - r.begin, ", ", end - r.begin, ")");
-    }
+  const GmRegion* r = GmRegionAtOrBelow(begin);
+  if (r != nullptr && begin >= r->begin && begin < r->begin + r->readableBytes) {
+    return Str("GM buffer '", r->name, "' bytes [", begin - r->begin, ", ", end - r->begin, ")");
   }
   return Str("GM bytes [", reinterpret_cast<const void*>(begin), ", +", end - begin, ")");
 }
@@ -258,13 +275,10 @@ inline std::string GmRangeName(uintptr_t begin, uintptr_t end) {
 inline DcacheLine& DcacheFill(CoreState& core, uintptr_t addr) {
   const uintptr_t lineAddr = DcacheLineOf(addr);
   DcacheLine& line = core.dcache[lineAddr];
-  auto& gm = Device().gm;
-  auto it = gm.upper_bound(addr);
-  if (it == gm.begin()) return line;
-  --it;
-  const GmRegion& r = it->second;
-  const uintptr_t lo = std::max<uintptr_t>(lineAddr, r.begin);
-  const uintptr_t hi = std::min<uintptr_t>(lineAddr + kDcacheLineBytes, r.begin + r.readableBytes);
+  const GmRegion* r = GmRegionAtOrBelow(addr);
+  if (r == nullptr) return line;
+  const uintptr_t lo = std::max<uintptr_t>(lineAddr, r->begin);
+  const uintptr_t hi = std::min<uintptr_t>(lineAddr + kDcacheLineBytes, r->begin + r->readableBytes);
   for (uintptr_t a = lo; a < hi; ++a) {
     const uint64_t bit = uint64_t(1) << (a - lineAddr);
     if (line.valid & bit) continue;
@@ -325,16 +339,9 @@ inline void WriteGm(void* dst, const void* src, uint64_t bytes, const std::strin
 
 // Writes back the dirty bytes of [begin, end) of `line` and drops those bytes.
 inline void DcacheCleanRange(uintptr_t lineAddr, DcacheLine& line, uint32_t from, uint32_t to, const char* what) {
-  for (uint32_t b = from; b < to;) {
-    if (!(line.dirty >> b & 1)) {
-      ++b;
-      continue;
-    }
-    uint32_t e = b;
-    while (e < to && (line.dirty >> e & 1)) ++e;
+  ForEachByteRun(line.dirty, from, to, [&](uint32_t b, uint32_t e) {
     WriteGm(reinterpret_cast<void*>(lineAddr + b), line.data + b, e - b, what);
-    b = e;
-  }
+  });
   const uint64_t mask = (to - from >= 64) ? ~uint64_t(0) : ((uint64_t(1) << (to - from)) - 1) << from;
   line.valid &= ~mask;
   line.dirty &= ~mask;
@@ -370,11 +377,12 @@ inline void MarkDcacheStale(const void* dst, const void* src, uint64_t bytes) {
   for (auto it = core->dcache.lower_bound(DcacheLineOf(addr)); it != core->dcache.end() && it->first < addr + bytes;
        ++it) {
     DcacheLine& line = it->second;
-    for (uint32_t b = 0; b < kDcacheLineBytes; ++b) {
-      const uintptr_t a = it->first + b;
-      if (a < addr || a >= addr + bytes || !(line.valid >> b & 1)) continue;
-      if (line.data[b] != s[a - addr]) line.stale |= uint64_t(1) << b;
-    }
+    const auto [from, to] = DcacheLineSpan(it->first, addr, bytes);
+    ForEachByteRun(line.valid, from, to, [&](uint32_t b, uint32_t e) {
+      for (uint32_t i = b; i < e; ++i) {
+        if (line.data[i] != s[it->first + i - addr]) line.stale |= uint64_t(1) << i;
+      }
+    });
   }
 }
 
@@ -387,15 +395,12 @@ inline void CheckDmaReadNotDirty(const void* src, uint64_t bytes, const std::str
   const auto addr = reinterpret_cast<uintptr_t>(src);
   for (auto it = core->dcache.lower_bound(DcacheLineOf(addr)); it != core->dcache.end() && it->first < addr + bytes;
        ++it) {
-    for (uint32_t b = 0; b < kDcacheLineBytes; ++b) {
-      const uintptr_t a = it->first + b;
-      if (a < addr || a >= addr + bytes || !(it->second.dirty >> b & 1)) continue;
-      uint32_t e = b;
-      while (e < kDcacheLineBytes && it->first + e < addr + bytes && (it->second.dirty >> e & 1)) ++e;
-      Fail(Str(what, ": reads ", GmRangeName(a, it->first + e), ", which GlobalTensor::SetValue stored into the core's data "
+    const auto [from, to] = DcacheLineSpan(it->first, addr, bytes);
+    ForEachByteRun(it->second.dirty, from, to, [&](uint32_t b, uint32_t e) {
+      Fail(Str(what, ": reads ", GmRangeName(it->first + b, it->first + e), ", which GlobalTensor::SetValue stored into the core's data "
                "cache and no DataCacheCleanAndInvalid wrote back yet: the DMA reads GM, without that store (rule: "
                "data cache, DataCacheCleanAndInvalid page)"));
-    }
+    });
   }
 }
 
@@ -413,15 +418,13 @@ inline std::string DcacheLostWrites(const CoreState& core) {
     all += GmRangeName(runBegin, runEnd);
   };
   for (const auto& [lineAddr, line] : core.dcache) {
-    for (uint32_t b = 0; b < kDcacheLineBytes; ++b) {
-      if (!(line.dirty >> b & 1)) continue;
-      const uintptr_t a = lineAddr + b;
-      if (a != runEnd) {
+    ForEachByteRun(line.dirty, 0, kDcacheLineBytes, [&, lineAddr = lineAddr](uint32_t b, uint32_t e) {
+      if (lineAddr + b != runEnd) {  // a run continues across lines when it ends on one's last byte
         flush();
-        runBegin = a;
+        runBegin = lineAddr + b;
       }
-      runEnd = a + 1;
-    }
+      runEnd = lineAddr + e;
+    });
   }
   flush();
   if (all.empty()) return all;
