@@ -64,6 +64,11 @@ BENCH_LIMIT=${BENCH_LIMIT:-150}
 TESTS_LIMIT=${TESTS_LIMIT:-330}
 STEPS=${STEPS:-build probes bench tests}
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
+# torch's ninja build compiles with $CXX (else `c++` on the PATH); setuptools links
+# a C++ extension with $CXX (else the Python's sysconfig CXX).
+sysconfig_cxx=$("$PYTHON" -c 'import sysconfig; print((sysconfig.get_config_var("CXX") or "c++").split()[0])')
+compile_cxx=${CXX:-c++}
+link_cxx=${CXX:-$sysconfig_cxx}
 mkdir -p "$OUT" build
 OUT=$(cd "$OUT" && pwd)
 SUMMARY=$OUT/summary.txt
@@ -88,10 +93,6 @@ start=$SECONDS
   # The compiler the extensions get (sysconfig's, as setuptools picks it), glibc, the
   # kernel and the stack limit: what differed from the CPU machines when the
   # first GPU run's workers crashed.
-  # torch's ninja build compiles with $CXX (else `c++` on the PATH); setuptools links
-  # a C++ extension with $CXX (else sysconfig's CXX).
-  compile_cxx=${CXX:-c++}
-  link_cxx=${CXX:-$("$PYTHON" -c 'import sysconfig; print((sysconfig.get_config_var("CXX") or "c++").split()[0])')}
   echo "compiles with: $(command -v "$compile_cxx") ($("$compile_cxx" --version 2>&1 | head -n 1))"
   echo "links with: $link_cxx ($("$link_cxx" --version 2>&1 | head -n 1))"
   echo "glibc: $(ldd --version 2>&1 | head -n 1); kernel $(uname -r); stack limit $(ulimit -s)"
@@ -195,7 +196,7 @@ fi
 # for both compiling and linking, each candidate in turn, and rerun that probe on it.
 if grep -q "^== probe ascend_sim_alone: exit 1[3-9][0-9]" "$SUMMARY"; then
   n=0
-  for cand in $(printf '%s\n' /usr/bin/g++ "$(command -v c++)" "$("$PYTHON" -c 'import sysconfig; print((sysconfig.get_config_var("CXX") or "c++").split()[0])')" | while read -r c; do [ -n "$c" ] && command -v "$c" >/dev/null && readlink -f "$(command -v "$c")"; done | awk '!seen[$0]++'); do
+  for cand in $(printf '%s\n' /usr/bin/g++ "$(command -v c++)" "$sysconfig_cxx" | while read -r c; do [ -n "$c" ] && command -v "$c" >/dev/null && readlink -f "$(command -v "$c")"; done | awk '!seen[$0]++'); do
     n=$((n + 1))
     alt=build/gpu_check/alt$n
     CXX=$cand LDSHARED="$cand -shared" OP_EXT_WITH_CUDA=0 OP_EXT_EXTENSIONS=_ascend_sim MAX_JOBS=$JOBS \
