@@ -150,6 +150,17 @@ __aicore__ inline uint64_t ReadableLength(uint64_t totalLength, uint32_t tailMod
 // vector unit: V->S event before the scalar unit reads them.
 constexpr uint64_t kDataCacheLineBytes = 64;
 
+// Before scalar loads (GetValue) of GM that a DMA wrote, into a workspace earlier
+// calls used too (the backward norms' statistics): the devkit does not say the
+// data cache is emptied when a kernel starts, so a line of an earlier call's
+// values could still be cached. Drops every line of the core (issue 28, item 4).
+// A tensor never given a buffer (nothing to read: no rows, or no gradient that
+// needs it) has nothing cached.
+template <typename T>
+__aicore__ inline void DropDataCacheBeforeReading(const AscendC::GlobalTensor<T>& gm) {
+  if (gm.GetSize() > 0) AscendC::DataCacheCleanAndInvalid<T, AscendC::CacheLine::ENTIRE_DATA_CACHE>(gm);
+}
+
 template <typename T>
 __aicore__ inline void WriteShortTensor(const AscendC::GlobalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
                                         uint32_t n) {

@@ -426,13 +426,8 @@ class KernelRmsNormGrad {
     // The last core's columns run to the end (with only whole blocks moving, the
     // tiling joins a last partial block to the one before it: ColumnUnits).
     if (end > t_.cols || core + 1 == t_.dwUsedCoreNum) end = t_.cols;
-    // The statistics are read below with scalar loads, through this core's data
-    // cache, after the first pass wrote them by DMA into a workspace that earlier
-    // calls used too. The devkit does not say the cache is emptied when a kernel
-    // starts, so a line of an earlier call's statistics could still be cached:
-    // drop every line first (issue 28, item 4). No statistics (no rows, or
-    // no weight to take a gradient of): no buffer, nothing to drop.
-    if (rstdGm_.GetSize() > 0) AscendC::DataCacheCleanAndInvalid<float, AscendC::CacheLine::ENTIRE_DATA_CACHE>(rstdGm_);
+    // The statistics below are scalar loads of what the row pass wrote by DMA.
+    op_ext_kernel::DropDataCacheBeforeReading(rstdGm_);
     for (uint64_t c0 = begin; c0 < end; c0 += t_.dwChunkCols) {
       uint64_t c = c0;
       uint32_t width = static_cast<uint32_t>(end - c0 < t_.dwChunkCols ? end - c0 : t_.dwChunkCols);
