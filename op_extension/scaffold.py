@@ -730,6 +730,17 @@ BACKWARD_FAKE = {{"not_written": Fake(not_written("{n}", "BACKWARD_FAKE"), not_w
 
 # Bad inputs of custom::{b} and the error each must raise (a message "custom::{b}: ...<phrase>").
 BACKWARD_BAD = {{"not_written": Bad(not_written("{n}", "BACKWARD_BAD"), ValueError, "")}}
+
+
+def backward_fuzz_case(fz):
+    """A call of custom::{b} for the fuzz suite, as fuzz_case (fz.grad_output(shape) for
+    an incoming gradient)."""
+    return not_written("{n}", "backward_fuzz_case")(fz)
+
+
+def backward_fuzz_model(case, args, grad_outputs):
+    """custom::{b}'s float64 model, as fuzz_model."""
+    return not_written("{n}", "backward_fuzz_model")(case, args, grad_outputs)
 '''
     return f'''"""{n}{f" and {b}" if b else ""}: the test data of the shared tests (tests/op_cases/__init__.py
 says what each entry holds and which tests use it).
@@ -741,6 +752,7 @@ short complete example. The shared tests derive the rest from the prototype.
 
 import torch
 
+from fuzz_kit import Expect, f64  # noqa: F401
 from op_cases import Bad, Call, Fake, H, not_written, rand, sample  # noqa: F401
 from op_extension import ops  # noqa: F401
 
@@ -776,11 +788,26 @@ GRADCHECK = {{"not_written": not_written("{n}", "GRADCHECK")}}
 # LLM-like calls for the CUDA traffic model (tests/test_cuda_sim_traffic.py), built like SAMPLES:
 # [sample("<id>", lambda m: ((m(4, 2048), ...), {{}}))]
 TRAFFIC = [sample("not_written", not_written("{n}", "TRAFFIC"))]
+
+
+# The fuzz suite (tests/test_fuzz.py runs the op on every target; tests/fuzz_kit.py
+# holds the strategies and float64 models the ops share, gelu.py has a short example).
+def fuzz_case(fz):
+    """One call hypothesis draws: fz.spec(shape) a tensor of the drawn dtype fz.dtype,
+    fz.any_shape(), fz.pick([...]); return fz.case((<arguments>), row_len=<terms a
+    reduction adds>)."""
+    return not_written("{n}", "fuzz_case")(fz)
+
+
+def fuzz_model(case, args, grad_outputs):
+    """The float64 model of each output, from the built inputs `args`:
+    [Expect(value, magnitude >= |value|, n)] (from fuzz_kit import Expect, f64)."""
+    return not_written("{n}", "fuzz_model")(case, args, grad_outputs)
 {backward_part}
 # Optional, where they apply (tests/op_cases/__init__.py): LAYOUT, BACKWARD_LAYOUT, PYTHON_LEVEL,
-# CHECKED_FIRST, BACKWARD_CHECKED_FIRST, INTEGER_INPUT; and, replacing what is derived: FAKE,
-# INFERENCE, backward_args, BACKWARD_SAMPLE, EXPANDED_GRAD_SAMPLE, PARTIAL_GRAD_SAMPLE,
-# LOW_PRECISION_OPCHECK.
+# CHECKED_FIRST, BACKWARD_CHECKED_FIRST, INTEGER_INPUT, FUZZ_TOLERANCE, FUZZ_SATURATES_16BIT;
+# and, replacing what is derived: FAKE, INFERENCE, backward_args, BACKWARD_SAMPLE,
+# EXPANDED_GRAD_SAMPLE, PARTIAL_GRAD_SAMPLE, LOW_PRECISION_OPCHECK.
 '''
 
 

@@ -20,9 +20,10 @@ elementwise backward grad_input = grad_output * alpha):
   npu glue, the CUDA harness and its traffic model) and the op's own
   tests/test_scale_by.py must pass, none failing.
 
-Not tests/test_fuzz.py: its case builders and float64 models name each op, so
-a new op fails there until that shared file gets a branch for it (README,
-step 4). SIMULATOR_PROBE holds both simulators to the op's definition instead.
+The shared tests include tests/test_fuzz.py, which fuzzes the op on every
+target (the CPU kernel variants, the CUDA harness, both Ascend SoCs) from the
+cases and float64 model in its tests/op_cases/ file. SIMULATOR_PROBE holds both
+simulators to the op's definition bit for bit besides.
 
 No file of this tree is changed: the scratch copy holds the working tree's
 tracked and untracked (not ignored) files, the build happens there. The whole
@@ -54,12 +55,13 @@ NOT_IMPLEMENTED = "not implemented yet"
 # reference comparisons per CPU kernel variant, gradcheck, compile, FakeTensor,
 # bad input, the CUDA harness and its traffic model, prototypes, npu glue), and
 # those that run every op at once (the all-ops compiled graph and export, debug's
-# fallback and autocompare). Not tests/test_fuzz.py: see SIMULATOR_PROBE.
+# fallback and autocompare), the fuzz suite on every target among them.
 SHARED = (f"{OP} or all_ops or test_every_op_is_covered or every_custom_op or forcing_every_op"
-          " or autocompare_every_op or every_op_appears or every_op_and_backward_op_is_registered")
-# Its floor (290 passed when this was written); far fewer means a shared test
+          " or autocompare_every_op or every_op_appears or every_op_and_backward_op_is_registered"
+          " or every_op_has_every_target")
+# Its floor (303 passed when this was written); far fewer means a shared test
 # stopped iterating op_protos/.
-MIN_SHARED_PASSED = 270
+MIN_SHARED_PASSED = 285
 
 
 # ---- step 1: the prototypes ---------------------------------------------------------
@@ -151,13 +153,11 @@ for layer, call in calls.items():
 
 # ---- after the fill-in: the kernels on both simulators -------------------------------
 
-# tests/test_fuzz.py would run the op on every target, but its case builders
-# and float64 models name each op (it has no branch for scale_by, so it fails
-# with KeyError: a shared file that still needs an edit per op). Until it takes
-# them from the op's files, this probe holds the simulated devices to the op's
-# definition: every dtype, sizes around the 32-byte block and the multi-core
-# split, both Ascend SoCs (bfloat16 only where the SoC has it), the harness.
-# Prints "ok", or what differs.
+# tests/test_fuzz.py holds every target to the op's float64 model within its
+# tolerance; this probe holds the simulated devices to the op's definition bit
+# for bit: every dtype, sizes around the 32-byte block and the multi-core split,
+# both Ascend SoCs (bfloat16 only where the SoC has it), the harness. Prints
+# "ok", or what differs.
 SIMULATOR_PROBE = """
 import torch
 import op_extension
@@ -564,6 +564,18 @@ OP_CASES = [
      'GRADCHECK = {"alpha": lambda m: ((m(3, 7), 1.5), {}), "default_alpha": lambda m: ((m(3, 7),), {})}'),
     ('TRAFFIC = [sample("not_written", not_written("scale_by", "TRAFFIC"))]',
      'TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048), 0.5), {}))]'),
+    # The fuzz suite's cases and float64 models. Constraint: values near the
+    # dtype's max only where |alpha| <= 1 (alpha * x overflows otherwise, in the
+    # kernel's dtype where float64 does not).
+    ('    return not_written("scale_by", "fuzz_case")(fz)',
+     '    alpha = fz.pick([0.5, 2.5, -0.75, 1.0, 0.0])\n'
+     '    return fz.case((fz.spec(fz.any_shape(), near_max=abs(alpha) <= 1), alpha))'),
+    ('    return not_written("scale_by", "fuzz_model")(case, args, grad_outputs)',
+     '    y = f64(args[0]) * args[1]\n    return [Expect(y, y.abs())]'),
+    ('    return not_written("scale_by", "backward_fuzz_case")(fz)',
+     '    return fz.case((fz.grad_output(fz.any_shape()), fz.pick([0.5, 2.5, -0.75])))'),
+    ('    return not_written("scale_by", "backward_fuzz_model")(case, args, grad_outputs)',
+     '    y = f64(args[0]) * args[1]\n    return [Expect(y, y.abs())]'),
     ('    return not_written("scale_by", "backward_schema_args")(x)', "    return x(2, 3, 4), 0.5"),
     ('BACKWARD_FAKE = {"not_written": Fake(not_written("scale_by", "BACKWARD_FAKE"), not_written("scale_by", "BACKWARD_FAKE"))}',
      'BACKWARD_FAKE = {"": Fake(lambda g: custom.scale_by_backward(g, 0.5), lambda d: (torch.randn(5, H).to(d),))}'),
@@ -695,7 +707,7 @@ def flow(tmp_path_factory) -> Flow:
     # (`make test` would run them all, and install the package into a venv.)
     t = time.monotonic()
     f.shared = run(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", SHARED, "tests",
-                   "--ignore=tests/test_scale_by.py", "--ignore=tests/test_fuzz.py", timeout=1500)
+                   "--ignore=tests/test_scale_by.py", timeout=1500)
     seconds["shared tests"] = time.monotonic() - t
     f.own = run(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_scale_by.py", timeout=300)
     seconds["total"] = time.monotonic() - start

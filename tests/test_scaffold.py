@@ -189,6 +189,10 @@ def test_op_cases_has_every_required_entry_each_naming_the_file(tree):
         "BAD": lambda: mod.BAD["not_written"].call(x),
         "BACKWARD_BAD": lambda: mod.BACKWARD_BAD["not_written"].call(x),
         "GRADCHECK": lambda: mod.GRADCHECK["not_written"](op_cases.Maker()),
+        "fuzz_case": lambda: mod.fuzz_case(None),
+        "fuzz_model": lambda: mod.fuzz_model(None, (), ()),
+        "backward_fuzz_case": lambda: mod.backward_fuzz_case(None),
+        "backward_fuzz_model": lambda: mod.backward_fuzz_model(None, (), ()),
     }
     for name, use in uses.items():
         with pytest.raises(op_cases.NotWritten, match=NOT_WRITTEN.replace(".+", re.escape(name) + ".*")):
@@ -221,7 +225,8 @@ def test_shared_tests_fail_until_the_op_cases_are_written(tree, tmp_path):
     """The scaffolded op in op_protos/: the shared tests collect as before, and each
     test of it fails saying which file to fill in."""
     (tmp_path / "scaffolded_op_plugin.py").write_text(PLUGIN.format(tests=str(ROOT / "tests"), tree=str(tree)))
-    tests = [str(ROOT / "tests" / f) for f in ("test_bad_input.py", "test_ops.py", "test_compile.py", "test_npu_glue.py")]
+    tests = [str(ROOT / "tests" / f) for f in ("test_bad_input.py", "test_ops.py", "test_compile.py", "test_npu_glue.py",
+                                               "test_fuzz.py")]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "scaffolded_op_plugin",
          # (but the check that its npu glue file defines its functions, which the
@@ -238,7 +243,8 @@ def test_shared_tests_fail_until_the_op_cases_are_written(tree, tmp_path):
     for test in ("test_bad_input[scale_shift-not_written-cpu]", "test_unsupported_dtype[scale_shift_backward-torch.int32-cpu]",
                  "test_opcheck[cpu-scale_shift-not_written-grad]", "test_compiled_fwd_bwd_matches_eager[cpu-scale_shift]",
                  "test_opcheck[cpu-scale_shift_backward_not_written]", "test_gradcheck[cpu-scale_shift_not_written]",
-                 "test_backward_goes_through_the_dispatcher[scale_shift]"):
+                 "test_backward_goes_through_the_dispatcher[scale_shift]", "test_forward[scale_shift-cpu-default]",
+                 "test_backward[scale_shift-ascend-Ascend310P]"):
         assert any(f"::{test} " in line for line in failed), (test, failed)
     # test_autograd_kernel_covers_npu reads the dispatcher, not op_cases: it fails
     # because this op was never built (its kernels are in `tree` only).

@@ -35,6 +35,11 @@ Required
   TRAFFIC          list[Sample]: LLM-like calls for the CUDA traffic model
                    (test_cuda_sim_traffic.py; TRAFFIC_CEILING, optional, holds a
                    kernel that misses its targets to its present figures)
+  fuzz_case(fz), fuzz_model(case, args, grad_outputs)  the op's fuzzing: the
+                   calls hypothesis draws and their float64 model
+                   (test_fuzz.py; tests/fuzz_kit.py says what they return, and
+                   holds the strategies and models they share)
+  backward_fuzz_case(fz), backward_fuzz_model(...)  the same for the backward op
 
 Optional, derived when absent
   FAKE             dict[str, Fake]; default: each Call at rows=5
@@ -52,7 +57,8 @@ Optional, derived when absent
 
 Optional, for behaviour only some ops have (absent: not tested for the op)
   LAYOUT, BACKWARD_LAYOUT (test_layouts.py); PYTHON_LEVEL, CHECKED_FIRST,
-  BACKWARD_CHECKED_FIRST, INTEGER_INPUT (test_bad_input.py).
+  BACKWARD_CHECKED_FIRST, INTEGER_INPUT (test_bad_input.py); FUZZ_TOLERANCE,
+  FUZZ_SATURATES_16BIT (test_fuzz.py).
   A CHECKED_FIRST entry with a fourth item (the reason) is a known bug: xfail, not run.
 """
 
@@ -70,8 +76,9 @@ from ._kinds import (  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
 
-REQUIRED_FORWARD = ("SAMPLES", "schema_args", "CALLS", "BAD", "GRADCHECK", "TRAFFIC")
-REQUIRED_BACKWARD = ("schema_args", "FAKE", "BAD")  # in the forward op's module: backward_schema_args, BACKWARD_FAKE, BACKWARD_BAD
+REQUIRED_FORWARD = ("SAMPLES", "schema_args", "CALLS", "BAD", "GRADCHECK", "TRAFFIC", "fuzz_case", "fuzz_model")
+# in the forward op's module: backward_schema_args, BACKWARD_FAKE, BACKWARD_BAD, backward_fuzz_case, ...
+REQUIRED_BACKWARD = ("schema_args", "FAKE", "BAD", "fuzz_case", "fuzz_model")
 
 PROTOS: dict[str, OpProto] = load_protos()
 FORWARD_OPS: tuple[str, ...] = tuple(n for n, p in PROTOS.items() if not p.backward_of)

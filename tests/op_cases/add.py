@@ -1,7 +1,10 @@
 """add and add_backward: the test data of the shared tests (see op_cases/__init__.py)."""
 
+import math
+
 import torch
 
+from fuzz_kit import Expect, f64
 from op_cases import HUGE, NOT_BROADCASTABLE, SAME_DTYPE, Bad, Call, Fake, H, huge, rand, sample
 from op_extension import ops
 
@@ -97,3 +100,52 @@ GRADCHECK = {
 }
 
 LAYOUT = (lambda x, y: ops.add(x, y, 0.5), lambda x, y: torch.add(x, y, alpha=0.5))
+
+
+# ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----
+
+
+def fuzz_case(fz):
+    out = fz.any_shape()
+    xs, os_ = fz.broadcastable_to(out), fz.broadcastable_to(out)
+    alpha = fz.pick([1.0, -1.0, 0.5, 2.5, -0.75, 0.0])
+    # Constraint: other's near-max values are divided by |alpha| > 1, so that
+    # alpha * other is representable (an overflow there is intermediate: the
+    # sum with input may be finite, and Ascend's float16 Muls rounds it alone).
+    x = fz.spec(xs, row_len=xs[-1] if xs else None)
+    if fz.integer(0, 5) == 0:
+        other = fz.pick([1.5, -3.0, 0.0, math.inf, math.nan, 1e-3])
+    else:
+        other = fz.spec(os_, near_max=abs(alpha) <= 1)
+    return fz.case((x, other, alpha))
+
+
+def fuzz_model(case, args, grad_outputs):
+    x, o, alpha = f64(args[0]), args[1], args[2]
+    o = f64(o) if isinstance(o, torch.Tensor) else torch.full((), o, dtype=torch.float64)
+    return [Expect(x + alpha * o, x.abs() + (alpha * o).abs())]
+
+
+def backward_fuzz_case(fz):
+    out = fz.any_shape()
+    size = fz.broadcastable_to(out)
+    alpha = fz.pick([1.0, -1.0, 0.5, 2.5, -0.75])
+    n = max(1, math.prod(out)) // max(1, math.prod(size)) if math.prod(size) else 1
+    return fz.case((fz.grad_output(out), list(size), alpha), row_len=max(1, n))
+
+
+def backward_fuzz_model(case, args, grad_outputs):
+    g, size, alpha = f64(args[0]), args[1], args[2]
+    e = (alpha * g).sum_to_size(size) if size else (alpha * g).sum()
+    m = (abs(alpha) * g.abs()).sum_to_size(size) if size else (abs(alpha) * g.abs()).sum()
+    return [Expect(e.reshape(size), m.reshape(size), case.row_len)]
+
+
+FUZZ_TOLERANCE = {
+    # AddCustom computes in float16 itself, Muls then Add, each rounded to float16
+    # (test_ascend_sim.py checks that exact behaviour): 2 ulps relative to
+    # m = |input| + |alpha * other|.
+    ("ascend", torch.float16, "forward"): {"out_ulps": 2},
+}
+# Its Ascend kernel computes in 16 bits, which Ascend310P saturates.
+FUZZ_SATURATES_16BIT = True

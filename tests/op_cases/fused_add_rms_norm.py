@@ -2,7 +2,9 @@
 (see op_cases/__init__.py)."""
 
 import torch
+import torch.nn.functional as F
 
+from fuzz_kit import Expect, f64, norm_backward_model, norm_case_inputs, rms_eps
 from op_cases import HUGE, SAME_DTYPE, Bad, Call, Fake, H, huge, rand, sample
 from op_extension import ops
 
@@ -89,3 +91,42 @@ GRADCHECK = {
     "weight": lambda m: ((m(3, 7), m(3, 7), [7], m(7), 1e-5), {}),
     "no_weight": lambda m: ((m(2, 3, 5), m(2, 3, 5), [5]), {}),
 }
+
+
+# ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----
+
+
+def fuzz_case(fz):
+    lead, norm, x, w, n = norm_case_inputs(fz)
+    r = fz.spec(lead + norm, row_len=max(n, 1))
+    return fz.case((x, r, list(norm), w, fz.pick([None, 1e-6, 0.0])), row_len=n)
+
+
+def fuzz_model(case, args, grad_outputs):
+    x, r, norm, w = f64(args[0]), f64(args[1]), args[2], f64(args[3])
+    z = (x + r).to(case.dtype).double()  # residual_out is stored in the dtype, the norm reads it
+    e = F.rms_norm(z, norm, w, rms_eps(args[4], case.dtype))
+    return [Expect(e, e.abs(), case.row_len), Expect(z, x.abs() + r.abs())]
+
+
+def backward_fuzz_case(fz):
+    lead, norm, x, w, n = norm_case_inputs(fz)
+    dres = fz.grad_output(lead + norm) if fz.boolean() else None
+    eps = fz.pick([None, 1e-6])
+    return fz.case((fz.grad_output(lead + norm), dres, x, list(norm), w, eps), row_len=n)
+
+
+def backward_fuzz_model(case, args, grad_outputs):
+    g, gres, x, norm, w = f64(args[0]), f64(args[1]), f64(args[2]), args[3], f64(args[4])
+    return norm_backward_model(False, g, x, norm, w, None, rms_eps(args[5], case.dtype), case.row_len,
+                               bias=False, grad_residual=gres)
+
+
+FUZZ_TOLERANCE = {
+    # The residual sum is rounded to the dtype before the norm reads it (as the
+    # model does, but the two roundings can differ by an ulp where float32 and
+    # float64 sums straddle a tie), then the output is rounded once more.
+    ("*", "*", "forward"): {"out_ulps": 2},
+}
+# Its Ascend kernel re-reads the stored 16-bit residual, which Ascend310P saturates.
+FUZZ_SATURATES_16BIT = True

@@ -3,6 +3,7 @@
 import torch
 import torch.nn.functional as F
 
+from fuzz_kit import gelu_parts, glu_case, glu_model
 from op_cases import HUGE, SAME_DTYPE, Bad, Call, Fake, H, huge, rand, sample
 from op_cases.swiglu import glu_samples
 from op_extension import ops
@@ -59,3 +60,18 @@ GRADCHECK = {
 
 LAYOUT = (lambda x, y: ops.geglu(x, y, "none"), lambda x, y: F.gelu(x) * y)
 BACKWARD_LAYOUT = lambda dy, x, y: custom.geglu_backward(dy, x, y, "tanh")  # noqa: E731
+
+
+# ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----
+
+
+def fuzz_case(fz):
+    return glu_case(fz, approximate=True)
+
+
+def fuzz_model(case, args, grad_outputs):
+    return glu_model(case, args, gelu_parts)
+
+
+backward_fuzz_case = fuzz_case
+backward_fuzz_model = fuzz_model

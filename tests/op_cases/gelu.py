@@ -3,6 +3,7 @@
 import torch
 import torch.nn.functional as F
 
+from fuzz_kit import ACTIVATION_SCALES, Expect, f64, gelu_parts
 from op_cases import HUGE, Bad, Call, Fake, H, huge, rand, sample
 from op_extension import ops
 
@@ -75,3 +76,29 @@ GRADCHECK = {
 
 LAYOUT = (lambda x, y: ops.gelu(x, "tanh"), lambda x, y: F.gelu(x, approximate="tanh"))
 BACKWARD_LAYOUT = lambda dy, x, y: custom.gelu_backward(dy, x, "none")  # noqa: E731
+
+
+# ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----
+
+
+def fuzz_case(fz):
+    shape = fz.any_shape()
+    x = fz.spec(shape, row_len=shape[-1] if shape else None, scales=ACTIVATION_SCALES)
+    return fz.case((x, fz.pick(["none", "tanh"])))
+
+
+def fuzz_model(case, args, grad_outputs):
+    f, _, fm, _ = gelu_parts(f64(args[0]), args[1])
+    return [Expect(f, fm)]
+
+
+def backward_fuzz_case(fz):
+    shape = fz.any_shape()
+    x = fz.spec(shape, backward_primal=True, scales=ACTIVATION_SCALES)
+    return fz.case((fz.grad_output(shape), x, fz.pick(["none", "tanh"])))
+
+
+def backward_fuzz_model(case, args, grad_outputs):
+    g, x = f64(args[0]), f64(args[1])
+    _, fp, _, fpm = gelu_parts(x, args[2])
+    return [Expect(g * fp, g.abs() * fpm)]

@@ -3,6 +3,7 @@
 import torch
 import torch.nn.functional as F
 
+from fuzz_kit import Expect, f64, nan_to_inf, norm_backward_model, norm_case_inputs, row_dims
 from op_cases import HUGE, Bad, Call, Fake, H, huge, rand, sample
 from op_extension import ops
 
@@ -95,3 +96,37 @@ GRADCHECK = {
 }
 
 LAYOUT = (lambda x, y: ops.layer_norm(x, [x.shape[-1]]), lambda x, y: F.layer_norm(x, [x.shape[-1]]))
+
+
+# ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----
+
+
+def fuzz_case(fz):
+    lead, norm, x, w, n = norm_case_inputs(fz)
+    b = fz.spec(norm, rows=False) if fz.boolean() else None
+    return fz.case((x, list(norm), w, b, fz.pick([1e-5, 1e-5, 1e-6, 1e-2, 0.0])), row_len=n)
+
+
+def fuzz_model(case, args, grad_outputs):
+    x, norm, w, b, eps = f64(args[0]), args[1], f64(args[2]), f64(args[3]), args[4]
+    e = F.layer_norm(x, norm, w, b, eps)
+    if x.numel() == 0:
+        return [Expect(e, e.abs(), case.row_len)]
+    dims = row_dims(x, norm)
+    rstd = torch.rsqrt(x.var(dims, unbiased=False, keepdim=True) + eps)
+    # x - mean: the mean's rounding error is relative to mean(|x|), not |mean|
+    m = (x.abs() + x.abs().mean(dims, keepdim=True)) * rstd * (w.abs() if w is not None else 1)
+    m = m + (b.abs() if b is not None else 0)
+    return [Expect(e, nan_to_inf(m), case.row_len)]
+
+
+def backward_fuzz_case(fz):
+    lead, norm, x, w, n = norm_case_inputs(fz)
+    b = fz.spec(norm, rows=False) if fz.boolean() else None
+    eps = fz.pick([1e-5, 1e-6, 0.0])
+    return fz.case((fz.grad_output(lead + norm), x, list(norm), w, b, eps), row_len=n)
+
+
+def backward_fuzz_model(case, args, grad_outputs):
+    g, x, norm, w, b, eps = f64(args[0]), f64(args[1]), args[2], f64(args[3]), f64(args[4]), args[5]
+    return norm_backward_model(True, g, x, norm, w, b, eps, case.row_len, bias=True)

@@ -3,6 +3,7 @@
 import torch
 import torch.nn.functional as F
 
+from fuzz_kit import Expect, f64, norm_backward_model, norm_case_inputs, rms_eps
 from op_cases import HUGE, Bad, Call, Fake, H, huge, rand, sample
 from op_extension import ops
 
@@ -112,3 +113,28 @@ GRADCHECK = {
 }
 
 LAYOUT = (lambda x, y: ops.rms_norm(x, [x.shape[-1]], None, 1e-6), lambda x, y: F.rms_norm(x, [x.shape[-1]], None, 1e-6))
+
+
+# ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----
+
+
+def fuzz_case(fz):
+    lead, norm, x, w, n = norm_case_inputs(fz)
+    return fz.case((x, list(norm), w, fz.pick([None, None, 1e-6, 1e-5, 0.0])), row_len=n)
+
+
+def fuzz_model(case, args, grad_outputs):
+    x, norm, w, eps = f64(args[0]), args[1], f64(args[2]), rms_eps(args[3], case.dtype)
+    e = F.rms_norm(x, norm, w, eps)
+    return [Expect(e, e.abs(), case.row_len)]
+
+
+def backward_fuzz_case(fz):
+    lead, norm, x, w, n = norm_case_inputs(fz)
+    eps = fz.pick([None, None, 1e-6, 0.0])
+    return fz.case((fz.grad_output(lead + norm), x, list(norm), w, eps), row_len=n)
+
+
+def backward_fuzz_model(case, args, grad_outputs):
+    g, x, norm, w, eps = f64(args[0]), f64(args[1]), args[2], f64(args[3]), rms_eps(args[4], case.dtype)
+    return norm_backward_model(False, g, x, norm, w, None, eps, case.row_len, bias=False)

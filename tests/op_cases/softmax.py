@@ -1,7 +1,11 @@
 """softmax and softmax_backward: the test data of the shared tests (see op_cases/__init__.py)."""
 
+from dataclasses import dataclass
+
 import torch
 
+from fuzz_kit import ACTIVATION_SCALES, Expect, f64, nan_to_inf
+from fuzz_strategies import TSpec
 from op_cases import HUGE, Bad, Call, Fake, H, huge, rand, sample
 from op_extension import ops
 
@@ -74,3 +78,63 @@ GRADCHECK = {
 }
 
 LAYOUT = (lambda x, y: ops.softmax(x, -1), lambda x, y: torch.softmax(x, -1))
+
+
+# ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----
+
+
+def _dim(fz, shape):
+    ndim = len(shape)
+    return fz.integer(-max(ndim, 1), max(ndim, 1) - 1)
+
+
+def _row_len(shape, dim):
+    return max(1, shape[dim] if shape else 1)
+
+
+def fuzz_case(fz):
+    shape = fz.any_shape()
+    x = fz.spec(shape, row_len=shape[-1] if shape else None, scales=ACTIVATION_SCALES)
+    dim = _dim(fz, shape)
+    return fz.case((x, dim), row_len=_row_len(shape, dim))
+
+
+def fuzz_model(case, args, grad_outputs):
+    x, dim, n = f64(args[0]), args[1], case.row_len
+    e = torch.softmax(x, dim)
+    if x.dim() == 0 or x.numel() == 0:
+        return [Expect(e, e.abs(), n)]
+    # exp(x - max) is as exact as x - max: the magnitude carries that difference
+    diff = x - x.amax(dim, keepdim=True)
+    diff = torch.where(torch.isfinite(diff), diff, torch.zeros_like(diff))
+    return [Expect(e, e.abs() * (1 + diff.abs()), n)]
+
+
+@dataclass(frozen=True)
+class SoftmaxOf:
+    """softmax(x, dim) rounded to x's dtype, as softmax_backward's `output`."""
+
+    x: TSpec
+    dim: int
+
+    def build(self):
+        x = self.x.build()
+        return torch.softmax(x.double(), self.dim).to(x.dtype)
+
+    def __repr__(self):
+        return f"torch.softmax({self.x!r}.double(), {self.dim}).to(torch.{self.x.dtype})"
+
+
+def backward_fuzz_case(fz):
+    shape = fz.any_shape()
+    dim = _dim(fz, shape)
+    # output: a softmax of random logits (in the dtype), built by the reproducer too
+    y = SoftmaxOf(fz.spec(shape, row_len=shape[-1] if shape else None, scales=(3.0, 0.1, 1.0, 10.0)), dim)
+    return fz.case((fz.grad_output(shape), y, dim), row_len=_row_len(shape, dim))
+
+
+def backward_fuzz_model(case, args, grad_outputs):
+    g, y, dim = f64(args[0]), f64(args[1]), args[2]
+    e = torch._softmax_backward_data(g, y, dim, torch.float64)
+    m = y.abs() * (g.abs() + (g * y).abs().sum(dim, keepdim=True)) if y.dim() else y.abs() * g.abs() * 2
+    return [Expect(e, nan_to_inf(m), case.row_len, nan_means_undefined=True)]

@@ -3,6 +3,7 @@
 import torch
 import torch.nn.functional as F
 
+from fuzz_kit import glu_case, glu_model, silu_parts
 from op_cases import HUGE, SAME_DTYPE, Bad, Call, Fake, H, huge, rand, sample
 from op_extension import ops
 
@@ -73,3 +74,18 @@ GRADCHECK = {
 
 LAYOUT = (lambda x, y: ops.swiglu(x, y), lambda x, y: F.silu(x) * y)
 BACKWARD_LAYOUT = lambda dy, x, y: custom.swiglu_backward(dy, x, y)  # noqa: E731
+
+
+# ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----
+
+
+def fuzz_case(fz):
+    return glu_case(fz, approximate=False)
+
+
+def fuzz_model(case, args, grad_outputs):
+    return glu_model(case, args, lambda gate, _: silu_parts(gate))
+
+
+backward_fuzz_case = fuzz_case
+backward_fuzz_model = fuzz_model
