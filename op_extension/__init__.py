@@ -37,6 +37,7 @@ _built.warn()  # once, naming every prototype left out
 
 from . import debug  # noqa: E402  (reads the OP_EXT_* debug switches)
 from . import nn  # noqa: E402
+from . import tune  # noqa: E402  (debug's tune switch dispatches through it)
 
 globals().update({name: getattr(ops, name) for name in ops.__all__})
 
@@ -49,7 +50,7 @@ if "torch._dynamo" in __import__("sys").modules:
     _register_backend()
     del _register_backend
 
-__all__ = sorted([*ops.__all__, "debug", "nn", "ops"])
+__all__ = sorted([*ops.__all__, "debug", "nn", "ops", "tune"])
 
 
 def __getattr__(name: str):

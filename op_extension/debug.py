@@ -10,6 +10,7 @@ the same switches at run time:
     OP_EXT_AUTOCOMPARE=1 (or ops / regexes)      configure(autocompare=True)
     OP_EXT_DUMP_OP_ARGS=0|1|2|3                  configure(dump=2)
     OP_EXT_STATS=1                               configure(stats=True); stats(); reset_stats()
+    OP_EXT_TUNE=1                                configure(tune=True) (op_extension.tune.tuning())
 
 Where the hooks sit: while any switch is on, a Python kernel is registered for
 every custom op at the dispatcher's BackendSelect key, which every call of a
@@ -23,6 +24,7 @@ switches cost nothing per call, not even a flag test.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -40,8 +42,8 @@ from torch._C import DispatchKey, DispatchKeySet
 from . import _reference
 from ._fake import PROTOS
 
-__all__ = ["OPS", "Settings", "configure", "current", "format_stats", "hooks_installed", "reset_stats", "settings",
-           "stats"]
+__all__ = ["OPS", "Settings", "configure", "current", "format_stats", "hooks_installed", "power", "reset_stats",
+           "settings", "stats"]
 
 # Every op and backward op of torch.ops.custom, from the prototypes the library
 # holds as described (_built.BUILT).
@@ -52,6 +54,7 @@ ENV_FALLBACK_ON_ERROR = "OP_EXT_FALLBACK_ON_ERROR"
 ENV_AUTOCOMPARE = "OP_EXT_AUTOCOMPARE"
 ENV_DUMP = "OP_EXT_DUMP_OP_ARGS"
 ENV_STATS = "OP_EXT_STATS"
+ENV_TUNE = "OP_EXT_TUNE"
 
 
 # ---------------------------------------------------------------------------
@@ -98,9 +101,11 @@ class Settings:
     autocompare: frozenset[str] = frozenset()
     dump: int = 0
     stats: bool = False
+    tune: bool = False
 
     def any_on(self) -> bool:
-        return bool(self.force_fallback or self.fallback_on_error or self.autocompare or self.dump or self.stats)
+        return bool(self.force_fallback or self.fallback_on_error or self.autocompare or self.dump or self.stats
+                    or self.tune)
 
 
 _settings = Settings()
@@ -172,7 +177,7 @@ def current() -> Settings:
 
 
 def configure(*, force_fallback=_KEEP, fallback_on_error=_KEEP, autocompare=_KEEP, dump=_KEEP,
-              stats=_KEEP) -> Settings:
+              stats=_KEEP, tune=_KEEP) -> Settings:
     """Changes the given switches (the others stay as they are); returns the
     settings in effect before, which configure(**dataclasses.asdict(old)) restores.
 
@@ -183,6 +188,8 @@ def configure(*, force_fallback=_KEEP, fallback_on_error=_KEEP, autocompare=_KEE
     autocompare: ops whose every call also runs the reference and logs the comparison.
     dump: 0 off, 1 op and kernel, 2 also every argument, 3 also tensor values.
     stats: count calls and time them per op and device (stats()).
+    tune: run each call key's fastest correct implementation, tuning new keys
+        (op_extension.tune).
     """
     global _settings
     old = _settings
@@ -197,6 +204,8 @@ def configure(*, force_fallback=_KEEP, fallback_on_error=_KEEP, autocompare=_KEE
         changes["dump"] = _dump_level(dump, "dump")
     if stats is not _KEEP:
         changes["stats"] = _flag(stats, "stats")
+    if tune is not _KEEP:
+        changes["tune"] = _flag(tune, "tune")
     _settings = dataclasses.replace(old, **changes)
     _sync_hooks()
     return old
@@ -228,6 +237,8 @@ def _configure_from_env() -> None:
         switches["dump"] = _dump_level(env[ENV_DUMP], ENV_DUMP)
     if env.get(ENV_STATS):
         switches["stats"] = _flag(env[ENV_STATS], ENV_STATS)
+    if env.get(ENV_TUNE):
+        switches["tune"] = _flag(env[ENV_TUNE], ENV_TUNE)
     if switches:
         configure(**switches)
 
@@ -239,6 +250,9 @@ def _configure_from_env() -> None:
 _library: torch.library.Library | None = None
 # Test-only faults (see _plant_wrong_kernel and friends): {op: (kind, options)}.
 _plants: dict[str, tuple[str, dict]] = {}
+# op_extension.tune's dispatch, which it puts here when it is imported (it
+# imports this module): the call's implementation while the tune switch is on.
+_tuner = None
 
 
 def _sync_hooks() -> None:
@@ -312,7 +326,10 @@ def _debug_call(name: str, op, keyset, args: tuple, kwargs: dict):
             out = _reference_outputs(name, op, full, device)
         else:
             try:
-                out = _device_kernel(name, op, below, args, kwargs)
+                if s.tune and _tuner is not None:
+                    out = _tuner(name, op, below, args, kwargs, full, device)
+                else:
+                    out = _device_kernel(name, op, below, args, kwargs)
             except Exception as e:
                 if not s.fallback_on_error or _input_error(name, op, args, kwargs) is not None:
                     raise  # bad input keeps the op's own error
@@ -459,43 +476,68 @@ def _difference(actual: torch.Tensor, expected: torch.Tensor):
     return diff, rel, e
 
 
-def _autocompare(name: str, op, full: list, originals: list, out, device: torch.device) -> None:
-    inputs = ", ".join(_describe(a) for a in full if isinstance(a, torch.Tensor))
-    expected = _as_tuple(_reference_outputs(name, op, originals, device))
+def _compare_output(name: str, output_name: str, actual: torch.Tensor, want: torch.Tensor) -> tuple[bool, str]:
+    """(close, what autocompare says of it) for one output of custom::<name>
+    against the reference's, at the op's tolerance."""
+    if actual.shape != want.shape:
+        return False, f"MISMATCH: shape {list(actual.shape)}, reference {list(want.shape)}"
+    if actual.numel() == 0:
+        return True, "allclose (empty)"
+    tol = _reference.tolerance(actual.dtype, *_tolerance_key(name, output_name)) \
+        if actual.dtype in _reference.TOLERANCES else {"atol": 0.0, "rtol": 0.0}
+    diff, rel, e = _difference(actual, want)
+    bad = diff > tol["atol"] + tol["rtol"] * e.abs()
+    abs_at = int(diff.reshape(-1).argmax())
+    max_abs = float(diff.reshape(-1)[abs_at])
+    if not bool(bad.any()):
+        return True, f"allclose (max abs err {max_abs:.3g}; atol {tol['atol']:g}, rtol {tol['rtol']:g})"
+    rel_at = int(rel.reshape(-1).argmax())
+    return False, (f"MISMATCH in {int(bad.sum())} of {actual.numel()} elements: "
+                   f"max abs err {max_abs:.3g} at index {_coords(abs_at, actual.shape)}, "
+                   f"max rel err {float(rel.reshape(-1)[rel_at]):.3g} at index {_coords(rel_at, actual.shape)} "
+                   f"(atol {tol['atol']:g}, rtol {tol['rtol']:g})")
+
+
+def _outputs_compared(name: str, op, out, expected) -> list[tuple[str, bool, str]]:
+    """[(output name and description, close, what is said of it)] per output."""
     returns = op._schema.returns
-    for i, (actual, want) in enumerate(zip(_as_tuple(out), expected)):
+    found = []
+    for i, (actual, want) in enumerate(zip(_as_tuple(out), _as_tuple(expected))):
         output_name = returns[i].name or "output"
-        head = f"autocompare custom::{name}({inputs}) {output_name} {_describe(actual)}"
-        if actual.shape != want.shape:
-            log.info(f"{head}: MISMATCH: shape {list(actual.shape)}, reference {list(want.shape)}")
-            continue
-        tol = _reference.tolerance(actual.dtype, *_tolerance_key(name, output_name)) \
-            if actual.dtype in _reference.TOLERANCES else {"atol": 0.0, "rtol": 0.0}
-        if actual.numel() == 0:
-            log.info(f"{head}: allclose (empty)")
-            continue
-        diff, rel, e = _difference(actual, want)
-        bad = diff > tol["atol"] + tol["rtol"] * e.abs()
-        abs_at = int(diff.reshape(-1).argmax())
-        max_abs = float(diff.reshape(-1)[abs_at])
-        if not bool(bad.any()):
-            log.info(f"{head}: allclose (max abs err {max_abs:.3g}; atol {tol['atol']:g}, rtol {tol['rtol']:g})")
-            continue
-        rel_at = int(rel.reshape(-1).argmax())
-        log.info(f"{head}: MISMATCH in {int(bad.sum())} of {actual.numel()} elements: "
-                 f"max abs err {max_abs:.3g} at index {_coords(abs_at, actual.shape)}, "
-                 f"max rel err {float(rel.reshape(-1)[rel_at]):.3g} at index {_coords(rel_at, actual.shape)} "
-                 f"(atol {tol['atol']:g}, rtol {tol['rtol']:g})")
+        close, said = _compare_output(name, output_name, actual, want)
+        found.append((f"{output_name} {_describe(actual)}", close, said))
+    return found
+
+
+def _mismatches(name: str, op, out, expected) -> list[str]:
+    """How the outputs of custom::<name> differ from the reference's beyond the
+    op's tolerance (empty: all close): the tuner rejects an implementation with any."""
+    return [f"{what}: {said}" for what, close, said in _outputs_compared(name, op, out, expected) if not close]
+
+
+def _modified_inputs(name: str, op, now: list, before: list) -> list[str]:
+    """Each input of custom::<name> that a call changed (now vs a copy from before it)."""
+    found = []
     schema_args = op._schema.arguments
-    for i, (now, before) in enumerate(zip(full, originals)):
-        if not isinstance(now, torch.Tensor) or now.numel() == 0:
+    for i, (value, copy) in enumerate(zip(now, before)):
+        if not isinstance(value, torch.Tensor) or value.numel() == 0:
             continue
-        diff, _, _ = _difference(now, before)
+        diff, _, _ = _difference(value, copy)
         if bool((diff != 0).any()):
             at = int(diff.reshape(-1).argmax())
-            log.info(f"autocompare custom::{name}: the op MODIFIED its input '{schema_args[i].name}' "
-                     f"{_describe(now)}: {int((diff != 0).sum())} elements changed, "
-                     f"max abs change {float(diff.reshape(-1)[at]):.3g} at index {_coords(at, now.shape)}")
+            found.append(f"the op MODIFIED its input '{schema_args[i].name}' {_describe(value)}: "
+                         f"{int((diff != 0).sum())} elements changed, max abs change "
+                         f"{float(diff.reshape(-1)[at]):.3g} at index {_coords(at, value.shape)}")
+    return found
+
+
+def _autocompare(name: str, op, full: list, originals: list, out, device: torch.device) -> None:
+    inputs = ", ".join(_describe(a) for a in full if isinstance(a, torch.Tensor))
+    expected = _reference_outputs(name, op, originals, device)
+    for what, _, said in _outputs_compared(name, op, out, expected):
+        log.info(f"autocompare custom::{name}({inputs}) {what}: {said}")
+    for line in _modified_inputs(name, op, full, originals):
+        log.info(f"autocompare custom::{name}: {line}")
 
 
 # ---------------------------------------------------------------------------
@@ -540,8 +582,21 @@ def _dump(name: str, op, full: list, device: torch.device, level: int, forced: b
 # Statistics
 # ---------------------------------------------------------------------------
 
-# {(op, device type): [calls, total ns]}
-_stats: dict[tuple[str, str], list[int]] = {}
+# The latest calls' times kept per op and device, for the percentiles.
+PERCENTILE_WINDOW = 65536
+
+
+@dataclasses.dataclass
+class _OpStats:
+    calls: int = 0
+    total_ns: int = 0
+    recent_ns: collections.deque = dataclasses.field(
+        default_factory=lambda: collections.deque(maxlen=PERCENTILE_WINDOW))
+    peak_bytes: int | None = None  # CUDA: the most memory one call allocated above what was allocated before it
+
+
+# {(op, device type): _OpStats}
+_stats: dict[tuple[str, str], _OpStats] = {}
 _stats_lock = threading.Lock()
 
 
@@ -555,45 +610,166 @@ def _synchronize(device: torch.device) -> None:
         sync()
 
 
-def _start_timer(device: torch.device) -> int:
-    _synchronize(device)
-    return time.perf_counter_ns()
+@dataclasses.dataclass
+class _Timer:
+    start_ns: int
+    allocated: int | None  # CUDA: memory allocated when the call began
 
 
-def _record_time(name: str, device: torch.device, start: int) -> None:
+def _start_timer(device: torch.device) -> _Timer:
     _synchronize(device)
-    elapsed = time.perf_counter_ns() - start
+    allocated = None
+    if device.type == "cuda":
+        # The peak since here is the call's (this resets the caching
+        # allocator's peak statistics that torch.cuda.max_memory_allocated reports).
+        allocated = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        _power.start(device)
+    return _Timer(time.perf_counter_ns(), allocated)
+
+
+def _record_time(name: str, device: torch.device, timer: _Timer) -> None:
+    _synchronize(device)
+    elapsed = time.perf_counter_ns() - timer.start_ns
+    peak = torch.cuda.max_memory_allocated(device) - timer.allocated if timer.allocated is not None else None
     with _stats_lock:  # autograd runs a device's backward ops on a thread of its own
-        entry = _stats.setdefault((name, device.type), [0, 0])
-        entry[0] += 1
-        entry[1] += elapsed
+        entry = _stats.setdefault((name, device.type), _OpStats())
+        entry.calls += 1
+        entry.total_ns += elapsed
+        entry.recent_ns.append(elapsed)
+        if peak is not None:
+            entry.peak_bytes = max(entry.peak_bytes or 0, peak)
+
+
+def _percentile(sorted_ns: list[int], q: float) -> float:
+    """The q-th percentile (0..100), linearly interpolated, in ms."""
+    if len(sorted_ns) == 1:
+        return sorted_ns[0] / 1e6
+    pos = (len(sorted_ns) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_ns) - 1)
+    return (sorted_ns[lo] + (sorted_ns[hi] - sorted_ns[lo]) * (pos - lo)) / 1e6
 
 
 def stats() -> dict[str, dict[str, dict[str, float]]]:
-    """{op: {device type: {"calls", "total_ms", "mean_ms"}}} since the last
-    reset_stats(), for the calls made while stats were on. The time is the
-    kernel's (or the reference's, where it ran), device work waited for."""
+    """{op: {device type: {"calls", "total_ms", "mean_ms", "p50_ms", "p90_ms",
+    "p99_ms", "peak_alloc_bytes" (CUDA only)}}} since the last reset_stats(),
+    for the calls made while stats were on. The time is the kernel's (or the
+    reference's, where it ran), device work waited for; the percentiles are over
+    the latest PERCENTILE_WINDOW calls."""
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for (name, device), (calls, total_ns) in sorted(_stats.items()):
-        out.setdefault(name, {})[device] = {
-            "calls": calls, "total_ms": total_ns / 1e6, "mean_ms": total_ns / 1e6 / calls,
-        }
+    with _stats_lock:
+        items = sorted((k, (v.calls, v.total_ns, sorted(v.recent_ns), v.peak_bytes)) for k, v in _stats.items())
+    for (name, device), (calls, total_ns, recent, peak) in items:
+        entry = {"calls": calls, "total_ms": total_ns / 1e6, "mean_ms": total_ns / 1e6 / calls,
+                 "p50_ms": _percentile(recent, 50), "p90_ms": _percentile(recent, 90),
+                 "p99_ms": _percentile(recent, 99)}
+        if peak is not None:
+            entry["peak_alloc_bytes"] = peak
+        out.setdefault(name, {})[device] = entry
     return out
 
 
+def power() -> dict[str, dict[str, float]]:
+    """{device: {"mean_w", "max_w", "samples"}}: the board power NVML reported,
+    sampled every POWER_PERIOD_S while stats were on and CUDA ops ran (empty
+    without a GPU or without the nvidia-ml-py package)."""
+    return _power.summary()
+
+
 def reset_stats() -> None:
-    _stats.clear()
+    with _stats_lock:
+        _stats.clear()
+    _power.reset()
 
 
 def format_stats() -> str:
-    """stats() as a table, one row per op and device."""
-    rows = [("op", "device", "calls", "total ms", "mean ms")]
+    """stats() as a table, one row per op and device; power() under it where sampled."""
+    header = ("op", "device", "calls", "total ms", "mean ms", "p50 ms", "p90 ms", "p99 ms", "peak alloc")
+    rows = [header]
     for name, devices in stats().items():
         for device, s in devices.items():
-            rows.append((f"custom::{name}", device, str(s["calls"]), f"{s['total_ms']:.3f}", f"{s['mean_ms']:.4f}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    return "\n".join("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                     for r in rows)
+            peak = s.get("peak_alloc_bytes")
+            rows.append((f"custom::{name}", device, str(s["calls"]), f"{s['total_ms']:.3f}", f"{s['mean_ms']:.4f}",
+                         f"{s['p50_ms']:.4f}", f"{s['p90_ms']:.4f}", f"{s['p99_ms']:.4f}",
+                         "-" if peak is None else f"{peak / 2**20:.1f} MiB"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+             for r in rows]
+    for device, p in power().items():
+        lines.append(f"power {device}: mean {p['mean_w']:.1f} W, max {p['max_w']:.1f} W ({p['samples']} samples)")
+    return "\n".join(lines)
+
+
+POWER_PERIOD_S = 0.05
+
+
+class _PowerSampler:
+    """Samples a GPU's board power on a thread while stats are on. `reader(device)`
+    gives a function returning watts (None where power cannot be read); tests
+    put one of their own in place of NVML's."""
+
+    def __init__(self, reader):
+        self.reader = reader
+        self.lock = threading.Lock()
+        self.samples: dict[str, list[float]] = {}
+        self.threads: dict[str, threading.Thread] = {}
+        self.stop_event = threading.Event()
+
+    def start(self, device: torch.device) -> None:
+        key = str(device)
+        if key in self.threads:
+            return
+        read = self.reader(device)
+        if read is None:
+            self.threads[key] = None  # no power to read here: do not ask again
+            return
+        thread = threading.Thread(target=self._run, args=(key, read), name=f"op_extension power {key}", daemon=True)
+        self.threads[key] = thread
+        thread.start()
+
+    def _run(self, key: str, read) -> None:
+        while not self.stop_event.is_set():
+            if _settings.stats:
+                watts = read()
+                if watts is not None:
+                    with self.lock:
+                        self.samples.setdefault(key, []).append(float(watts))
+            self.stop_event.wait(POWER_PERIOD_S)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        with self.lock:
+            return {k: {"mean_w": sum(v) / len(v), "max_w": max(v), "samples": len(v)}
+                    for k, v in sorted(self.samples.items()) if v}
+
+    def reset(self) -> None:
+        with self.lock:
+            self.samples.clear()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for thread in self.threads.values():
+            if thread is not None:
+                thread.join()
+        self.threads.clear()
+        self.stop_event.clear()
+
+
+def _nvml_reader(device: torch.device):
+    """NVML's power reading of a CUDA device, or None (no nvidia-ml-py, no GPU)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        pynvml.nvmlDeviceGetPowerUsage(handle)  # fails here where the board does not report power
+    except Exception:  # noqa: BLE001  (any failure: power is not reported)
+        return None
+    return lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3  # milliwatts
+
+
+_power = _PowerSampler(_nvml_reader)
 
 
 # ---------------------------------------------------------------------------

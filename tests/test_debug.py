@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -305,12 +306,53 @@ def test_stats_count_and_time_each_op_and_device():
     gelu = s["gelu"]["cpu"]
     assert gelu["calls"] == 3 and gelu["total_ms"] > 0
     assert gelu["mean_ms"] == pytest.approx(gelu["total_ms"] / 3)
+    assert 0 < gelu["p50_ms"] <= gelu["p90_ms"] <= gelu["p99_ms"] <= gelu["total_ms"]
+    assert "peak_alloc_bytes" not in gelu  # measured on CUDA only
     assert s["rms_norm_backward"]["cpu"]["calls"] == 1
     table = debug.format_stats().splitlines()
-    assert table[0].split() == ["op", "device", "calls", "total", "ms", "mean", "ms"]
-    assert table[1].split()[:3] == ["custom::gelu", "cpu", "3"]
+    assert table[0].split() == ["op", "device", "calls", "total", "ms", "mean", "ms", "p50", "ms", "p90", "ms",
+                                "p99", "ms", "peak", "alloc"]
+    assert table[1].split()[:3] == ["custom::gelu", "cpu", "3"] and table[1].split()[-1] == "-"
     debug.reset_stats()
     assert debug.stats() == {}
+
+
+def test_stats_percentiles_interpolate_over_the_latest_calls(monkeypatch):
+    monkeypatch.setattr(debug, "PERCENTILE_WINDOW", 4)
+    entry = debug._OpStats()
+    entry.recent_ns = debug.collections.deque(maxlen=4)
+    for ns in (9_000_000, 1_000_000, 2_000_000, 3_000_000, 4_000_000):  # the first falls out of the window
+        entry.calls += 1
+        entry.total_ns += ns
+        entry.recent_ns.append(ns)
+    monkeypatch.setitem(debug._stats, ("gelu", "cpu"), entry)
+    s = debug.stats()["gelu"]["cpu"]
+    assert s["calls"] == 5 and s["mean_ms"] == pytest.approx(19 / 5)
+    assert s["p50_ms"] == pytest.approx(2.5) and s["p90_ms"] == pytest.approx(3.7)
+    assert s["p99_ms"] == pytest.approx(3.97)
+
+
+def test_power_is_sampled_on_a_thread_while_stats_are_on():
+    readings = iter([100.0, 300.0, None] + [200.0] * 1000)
+    sampler = debug._PowerSampler(lambda device: (lambda: next(readings)) if device.type == "cuda" else None)
+    debug.configure(stats=True)
+    try:
+        sampler.start(torch.device("cpu"))  # no reader: never asked again, no thread
+        sampler.start(torch.device("cuda", 0))
+        sampler.start(torch.device("cuda", 0))  # one thread per device
+        deadline = time.monotonic() + 30
+        while sampler.summary().get("cuda:0", {}).get("samples", 0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        sampler.stop()
+        debug.configure(stats=False)
+    summary = sampler.summary()
+    assert list(summary) == ["cuda:0"] and sampler.threads == {}
+    got = summary["cuda:0"]
+    assert got["samples"] >= 3 and got["max_w"] == 300.0  # None (unreadable) skipped
+    assert got["mean_w"] == pytest.approx((100 + 300 + 200 * (got["samples"] - 2)) / got["samples"])
+    sampler.reset()
+    assert sampler.summary() == {}
 
 
 def test_every_op_appears_under_its_name_in_the_profiler():

@@ -12,6 +12,7 @@ and the comment must say why; anything else fails.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -101,6 +102,8 @@ def test_no_stray_exemption_markers():
 
 @pytest.mark.parametrize("block", [b for b in PYTHON_BLOCKS if b.not_run is None], ids=lambda b: b.id)
 def test_python_block_runs_as_pasted(block, tmp_path):
+    # A block that tunes writes the tuning cache: into this test's folder, not the user's.
+    env = {**os.environ, "OP_EXT_TUNE_CACHE": str(tmp_path / "tuning")}
     result = subprocess.run([sys.executable, "-c", block.code], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=600)
+                            timeout=600, env=env)
     assert result.returncode == 0, f"{block.id} fails when pasted:\n{block.code}\n{result.stderr[-4000:]}"

@@ -30,6 +30,8 @@ IMPORTLIB = {
     f"{PACKAGE}._cpp_gen": "loads _protos.py by path for setup.py and the CI scripts, which run before the "
                            "package is importable",
     f"{PACKAGE}.transformers": "imports Hugging Face's modeling modules, named by the model families it patches",
+    f"{PACKAGE}.tune": "importlib.metadata reads the installed package's version (a key of the tuning cache); it "
+                       "imports no module",
 }
 
 # The floor below the toolkit: what it may reach. _built loads the compiled library.
@@ -41,10 +43,9 @@ COLLECTORS = ["ops", "_fake", "_reference", "_transforms", "_sim_args", "ascend_
 
 
 def module_files(root: Path, package: str = PACKAGE) -> dict[str, Path]:
-    """Every Python module of the package and of its op_defs, by dotted name."""
+    """Every Python module of the package and of its subpackages (op_defs, bench, tune), by dotted name."""
     files = {}
-    for path in (sorted((root / package).glob("*.py")) + sorted((root / package / "op_defs").glob("*.py"))
-                 + sorted((root / package / "bench").glob("*.py"))):
+    for path in (sorted((root / package).glob("*.py")) + sorted((root / package).glob("*/*.py"))):
         parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()

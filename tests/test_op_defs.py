@@ -25,7 +25,7 @@ FORWARD = sorted(p.name for p in PROTOS.values() if not p.backward_of)
 
 def test_exports_come_from_the_prototypes():
     assert ops.__all__ == FORWARD
-    assert op_extension.__all__ == sorted(FORWARD + ["debug", "nn", "ops"])
+    assert op_extension.__all__ == sorted(FORWARD + ["debug", "nn", "ops", "tune"])
     for name in FORWARD:
         assert getattr(op_extension, name) is getattr(ops, name)
 

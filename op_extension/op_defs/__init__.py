@@ -31,6 +31,8 @@ piece (module attribute)   collected by                        default (absent m
                            ``SIMULATOR_ARGS``)                 contiguous, outputs by the shape rules
 ``BENCH``                  ``op_extension.bench`` (its rows:   none: the benchmark skips the op with a note
                            setup, composite, bytes moved)
+``NATIVE = {op: f}``       ``op_extension.tune`` (torch's own  none: the tuner times the op's kernels and
+                           op, one of the implementations)     its composite only
 =========================  ==================================  =============================================
 
 ``op`` keys are the op's own name and its backward op's. ``TOLERANCES`` is
@@ -82,8 +84,9 @@ __all__ = ["MODULES", "PIECES", "OpDefError", "forward_name", "module", "piece",
 # The module attributes an op module may define; an UPPER_CASE name close to one
 # (REFERENCE, TOLERANCE, ...) is refused, so that a misspelt piece is not
 # silently ignored.
-PIECES = ("FAKE", "REFERENCES", "TOLERANCES", "TRANSFORM", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS", "BENCH")
-_KEYED = ("FAKE", "REFERENCES", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS")
+PIECES = ("FAKE", "REFERENCES", "TOLERANCES", "TRANSFORM", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS", "BENCH",
+          "NATIVE")
+_KEYED = ("FAKE", "REFERENCES", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS", "NATIVE")
 
 
 class OpDefError(RuntimeError):

@@ -69,6 +69,14 @@ def ref_add_backward(grad_output, input_size, alpha=1.0, *, dtype):
 
 REFERENCES = {"add": ref_add, "add_backward": ref_add_backward}
 
+
+def native_add(input, other, alpha=1.0, *, dtype):
+    return torch.add(input, other, alpha=alpha)
+
+
+# torch's own op, in the inputs' dtype: one of the implementations op_extension.tune times.
+NATIVE = {"add": native_add}
+
 # add backward in float32: the gradient of a broadcast operand is a sum over up
 # to a few hundred rows, accumulated in float32 in row order (so that it is
 # deterministic), where ATen sums pairwise: for 300 terms of |g| ~ 1 scaled by

@@ -34,6 +34,8 @@ def ref_gelu_backward(grad_output, input, approximate="none", *, dtype):
 
 
 REFERENCES = {"gelu": ref_gelu, "gelu_backward": ref_gelu_backward}
+# torch's own ops (the references, run in the inputs' dtype): implementations op_extension.tune times.
+NATIVE = REFERENCES
 
 
 class _Gelu(torch.autograd.Function):

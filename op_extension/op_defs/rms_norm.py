@@ -90,6 +90,9 @@ def ref_rms_norm_backward(grad_output, input, normalized_shape, weight=None, eps
 
 
 REFERENCES = {"rms_norm": ref_rms_norm, "rms_norm_backward": ref_rms_norm_backward}
+# torch's own op (the forward's reference, run in the inputs' dtype): an implementation op_extension.tune
+# times. The backward's reference is a composite of several ops, not torch's.
+NATIVE = {"rms_norm": ref_rms_norm}
 
 
 # ---- torch.func transforms and forward-mode AD ------------------------------------------

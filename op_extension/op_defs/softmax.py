@@ -43,6 +43,8 @@ def ref_softmax_backward(grad_output, output, dim, *, dtype):
 
 
 REFERENCES = {"softmax": ref_softmax, "softmax_backward": ref_softmax_backward}
+# torch's own ops (the references, run in the inputs' dtype): implementations op_extension.tune times.
+NATIVE = REFERENCES
 
 
 def _vmap_softmax(op, call):
