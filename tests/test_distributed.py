@@ -5,7 +5,9 @@ redistribute: the DTensor result (values and placements) and, for the forward
 ops, the gradients through op_extension.ops.<op> and DTensor's autograd, against
 the single-process result (float32, atol 1e-5). One spawn of gloo workers per
 world size (2 and 4) runs every case (tests/process_group.py); rank 0 saves what
-each case gave, and the tests here compare it, case by case.
+each case gave, and the tests here compare it, case by case. The same spawn
+runs an RMSNorm + MLP block under parallelize_module (sequence and tensor
+parallel) against one process.
 """
 
 from __future__ import annotations
@@ -242,6 +244,49 @@ def _run_case(case, mesh, rank, world):
     return got
 
 
+# ---- a block under tensor and sequence parallel -----------------------------------------------------------------
+
+
+class _Block(torch.nn.Module):
+    """RMSNorm, then a two-layer GELU MLP: a transformer's MLP half."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(SEED)
+        self.norm = op_extension.nn.CustomRMSNorm(16)
+        self.up = torch.nn.Linear(16, 32)
+        self.down = torch.nn.Linear(32, 16)
+        with torch.no_grad():
+            self.norm.weight.normal_()
+
+    def forward(self, x):
+        return self.down(op_extension.ops.gelu(self.up(self.norm(x))))
+
+
+def _block_loss(out):
+    return (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(SEED + 2))).sum()
+
+
+def _run_block(mesh, rank, world):
+    """The norm sequence parallel (its input split on the sequence), up column-wise
+    and down row-wise split, the output split on the sequence again."""
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+
+    block = parallelize_module(_Block(), mesh, {"norm": SequenceParallel(),
+                                                "up": ColwiseParallel(input_layouts=Shard(1)),
+                                                "down": RowwiseParallel(output_layouts=Shard(1))})
+    x = _x(torch.Generator().manual_seed(SEED), *ROWS)
+    local = x.chunk(world, dim=1)[rank].clone().requires_grad_()
+    out = DTensor.from_local(block(local), mesh, [Shard(1)]).full_tensor()
+    _block_loss(out).backward()
+    grads = {name: p.grad.full_tensor() for name, p in block.named_parameters()}
+    grads["input"] = DTensor.from_local(local.grad, mesh, [Shard(1)]).full_tensor()
+    return {"output": out.detach(), "grads": grads,
+            "norm_weight_grad": tuple(_code(p) for p in block.norm.weight.grad.placements)}
+
+
 def _worker(rank: int, world: int, store: str, out: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -254,6 +299,10 @@ def _worker(rank: int, world: int, store: str, out: str) -> None:
             results[case.name] = _run_case(case, mesh, rank, world)
         except Exception as e:  # every rank fails alike: the op's own error, reported by the case
             results[case.name] = {"error": f"{type(e).__name__}: {e}"}
+    try:
+        results["block"] = _run_block(mesh, rank, world)
+    except Exception as e:
+        results["block"] = {"error": f"{type(e).__name__}: {e}"}
     if rank == 0:
         torch.save(results, out)
     dist.barrier()
@@ -303,6 +352,23 @@ def test_dtensor_result_equals_one_process(results, world, case):
         assert len(got["grads"]) == len(want)
         for i, (grad, w) in enumerate(zip(got["grads"], want)):
             torch.testing.assert_close(grad, w, atol=ATOL, rtol=0, msg=lambda m, i=i: f"gradient {i}: {m}")
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_block_under_tensor_and_sequence_parallel_equals_one_process(results, world):
+    got = results(world)["block"]
+    assert "error" not in got, got.get("error")
+    block = _Block()
+    x = _x(torch.Generator().manual_seed(SEED), *ROWS).requires_grad_()
+    out = block(x)
+    _block_loss(out).backward()
+    torch.testing.assert_close(got["output"], out.detach(), atol=ATOL, rtol=0)
+    want = {name: p.grad for name, p in block.named_parameters()} | {"input": x.grad}
+    assert got["grads"].keys() == want.keys()
+    for name, grad in want.items():
+        torch.testing.assert_close(got["grads"][name], grad, atol=ATOL, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
+    # The norm's weight gradient is each rank's rows' share, a sum DTensor reduces when it is read.
+    assert got["norm_weight_grad"] == ("P",)
 
 
 # ---- the rules and their registration ---------------------------------------------------------------------------

@@ -48,8 +48,9 @@ binding cannot express). ``NPU_GLUE_ARGS`` does to the arguments, for
 ``ascend_sim.run``, what the op's npu glue (csrc/torch_ext/npu/ops/<name>.cpp) does
 before its aclnn call beyond what the prototype says (add materialises a
 broadcast, softmax passes a 0-dim tensor as [1]): the simulator's binding itself
-is derived from the prototype. A ``SHARDING`` rule takes the op's arguments (a tensor as DTensor's spec of it) and lists the placements,
-on one mesh dim, of the outputs and the tensor arguments that the op computes right on local shards
+is derived from the prototype. A ``SHARDING`` rule takes the op's arguments (a
+tensor as DTensor's spec of it) and lists the placements, on one mesh dim, of
+the outputs and the tensor arguments that the op computes right on local shards
 (op_extension.toolkit's SHARDING section, docs/distributed.md). ``BENCH`` is an ``op_extension.bench_spec.Bench``:
 the op's benchmark rows (a setup factory of inputs and implementations, the eager
 composite models contain, the minimum bytes moved), in a section of its own at
