@@ -174,6 +174,30 @@ def _cases():
 CASES = _cases()
 
 
+def _mesh_2d_cases():
+    """On 4 ranks as a 2 x 2 mesh: a placement per mesh dim ("S0,S1"); DTensor
+    expands each rule to both dims."""
+    rope = lambda g: [_x(g, 4, 8, 8, 16), _x(g, 4, 4, 8, 16), _x(g, 4, 8, 16), _x(g, 4, 8, 16)]  # noqa: E731
+    return [
+        Case("2d-rms_norm-S0,S1", "rms_norm", lambda g: [_x(g, *ROWS), [16], _x(g, 16)], ("S0,S1", "R,R"),
+             ("S0,S1",), grad=True),
+        Case("2d-rms_norm_backward-S0,S1", "rms_norm_backward",
+             lambda g: [_x(g, *ROWS), _x(g, *ROWS), [16], _x(g, 16)], ("S0,S1", "S0,S1", "R,R"), ("S0,S1", "P,P")),
+        Case("2d-layer_norm_backward-S1,S0", "layer_norm_backward",
+             lambda g: [_x(g, *ROWS), _x(g, *ROWS), [16], _x(g, 16), _x(g, 16)], ("S1,S0", "S1,S0", "R,R", "R,R"),
+             ("S1,S0", "P,P", "P,P")),
+        Case("2d-add-bias-S1,S2", "add", lambda g: [_x(g, *ROWS), _x(g, 16)], ("S1,S2", "R,S0"), ("S1,S2",),
+             grad=True, kwargs={"alpha": 0.5}),
+        Case("2d-rotary_embedding-S0,S2", "rotary_embedding", rope, ("S0,S2", "S0,S2", "S0,S1", "S0,S1"),
+             ("S0,S2", "S0,S2"), grad=True),
+        Case("2d-softmax-S0,S2-redistributed", "softmax", lambda g: [_x(g, *ROWS), -1], ("S0,S2",),
+             (("S0,R", "S0,S0", "S0,S1", "R,R", "R,S0", "R,S1"),)),
+    ]
+
+
+MESH_2D_CASES = _mesh_2d_cases()
+
+
 def _placement(code):
     from torch.distributed.tensor import Partial, Replicate, Shard
 
@@ -211,8 +235,8 @@ def _as_tuple(out):
 def _distribute(t, code, mesh, rank, world):
     from torch.distributed.tensor import DTensor, distribute_tensor
 
-    if code != "P":
-        return distribute_tensor(t, mesh, [_placement(code)])
+    if code != "P":  # "S0,S1": a placement per dim of a 2-D mesh
+        return distribute_tensor(t, mesh, [_placement(c) for c in code.split(",")])
     # A Partial sum of unequal terms: rank 0 holds t less the others' noise.
     noise = [torch.randn(t.shape, generator=torch.Generator().manual_seed(1000 + r)) for r in range(1, world)]
     local = t - sum(noise) if rank == 0 else noise[rank - 1]
@@ -233,7 +257,7 @@ def _run_case(case, mesh, rank, world):
                 for a, code in zip(args, _places_of(args, case.places))]
 
     outs = _as_tuple(getattr(torch.ops.custom, case.op)(*placed(), **case.kwargs))
-    got = {"placements": [tuple(_code(p) for p in o.placements) for o in outs],
+    got = {"placements": [",".join(_code(p) for p in o.placements) for o in outs],
            "values": [o.full_tensor() for o in outs]}
     if case.grad:
         leaves = [a.requires_grad_() if isinstance(a, torch.Tensor) else a for a in placed()]
@@ -299,6 +323,13 @@ def _worker(rank: int, world: int, store: str, out: str) -> None:
             results[case.name] = _run_case(case, mesh, rank, world)
         except Exception as e:  # every rank fails alike: the op's own error, reported by the case
             results[case.name] = {"error": f"{type(e).__name__}: {e}"}
+    if world == 4:
+        mesh_2d = init_device_mesh("cpu", (2, 2))
+        for case in MESH_2D_CASES:
+            try:
+                results[case.name] = _run_case(case, mesh_2d, rank, world)
+            except Exception as e:
+                results[case.name] = {"error": f"{type(e).__name__}: {e}"}
     try:
         results["block"] = _run_block(mesh, rank, world)
     except Exception as e:
@@ -341,7 +372,7 @@ def test_dtensor_result_equals_one_process(results, world, case):
     assert len(got["placements"]) == len(case.out) == len(expected)
     for i, (placements, want) in enumerate(zip(got["placements"], case.out)):
         allowed = want if isinstance(want, tuple) else (want,)
-        assert placements[0] in allowed, f"output {i}: {placements} not in {allowed}"
+        assert placements in allowed, f"output {i}: {placements} not in {allowed}"
     for i, (value, want) in enumerate(zip(got["values"], expected)):
         torch.testing.assert_close(value, want, atol=ATOL, rtol=0, msg=lambda m, i=i: f"output {i}: {m}")
     if case.grad:
@@ -369,6 +400,11 @@ def test_block_under_tensor_and_sequence_parallel_equals_one_process(results, wo
         torch.testing.assert_close(got["grads"][name], grad, atol=ATOL, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
     # The norm's weight gradient is each rank's rows' share, a sum DTensor reduces when it is read.
     assert got["norm_weight_grad"] == ("P",)
+
+
+@pytest.mark.parametrize("case", MESH_2D_CASES, ids=[c.name for c in MESH_2D_CASES])
+def test_dtensor_result_on_a_2d_mesh_equals_one_process(results, case):
+    test_dtensor_result_equals_one_process(results, 4, case)
 
 
 # ---- the rules and their registration ---------------------------------------------------------------------------
