@@ -26,12 +26,17 @@ import torch
 from . import _built
 from .op_defs import piece
 
-__all__ = ["REGISTERED", "register", "rules"]
+__all__ = ["LOCAL_SHAPES", "REGISTERED", "register", "rules"]
 
 _DTENSOR = "torch.distributed.tensor"
 
 REGISTERED: list[str] = []
 """The ops whose rule DTensor holds, once it is loaded (tests, docs)."""
+
+LOCAL_SHAPES: bool | None = None
+"""Once registered: whether this torch's DTensor gives an op whose output shape
+is an argument (add_backward) the local shape of a split output; if not, such
+an output is never split."""
 
 
 def rules() -> dict:
@@ -83,7 +88,9 @@ def _register_now() -> None:
     # DTensor's table of the ops whose shape argument it rewrites to the local
     # shape of their split output (aten's view and factory ops); a torch without
     # it leaves such an output whole.
+    global LOCAL_SHAPES
     local_shapes = getattr(propagator, "op_to_shape_and_stride_idx", None)
+    LOCAL_SHAPES = local_shapes is not None
     for name, rule in rules().items():
         op = getattr(torch.ops.custom, name).default
         shaped = _shape_arguments(_built.BUILT[name])

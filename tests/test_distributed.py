@@ -334,6 +334,7 @@ def _worker(rank: int, world: int, store: str, out: str) -> None:
         results["block"] = _run_block(mesh, rank, world)
     except Exception as e:
         results["block"] = {"error": f"{type(e).__name__}: {e}"}
+    results["local_shapes"] = distributed.LOCAL_SHAPES
     if rank == 0:
         torch.save(results, out)
     dist.barrier()
@@ -372,6 +373,9 @@ def test_dtensor_result_equals_one_process(results, world, case):
     assert len(got["placements"]) == len(case.out) == len(expected)
     for i, (placements, want) in enumerate(zip(got["placements"], case.out)):
         allowed = want if isinstance(want, tuple) else (want,)
+        if i in distributed._shape_arguments(load_protos()[case.op]) and not results(world)["local_shapes"]:
+            # A torch whose DTensor cannot give this output its local shape never splits it.
+            allowed = tuple(a for a in allowed if not a.startswith("S")) or ("R", "P")
         assert placements in allowed, f"output {i}: {placements} not in {allowed}"
     for i, (value, want) in enumerate(zip(got["values"], expected)):
         torch.testing.assert_close(value, want, atol=ATOL, rtol=0, msg=lambda m, i=i: f"output {i}: {m}")
@@ -437,6 +441,8 @@ def test_importing_the_package_leaves_dtensor_unloaded_and_registers_when_it_loa
         assert torch.ops.custom.rms_norm.default in propagator.op_strategy_funcs
         # The cache key holds normalized_shape (argument 1), not only the tensors.
         assert propagator.op_to_schema_info[torch.ops.custom.rms_norm.default].static_argnum == 1
+        assert op_extension.distributed.LOCAL_SHAPES == hasattr(propagator, "op_to_shape_and_stride_idx")
+        assert not any(type(f).__name__ == "_WhenImported" for f in sys.meta_path)  # it left
     """)
 
 
