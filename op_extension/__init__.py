@@ -35,6 +35,10 @@ _reference.collect()  # references and tolerances (debug, tests)
 ops._collect()  # the functional API
 _built.warn()  # once, naming every prototype left out
 
+from . import distributed  # noqa: E402
+
+distributed.register()  # the DTensor sharding rules, once DTensor is loaded
+
 from . import debug  # noqa: E402  (reads the OP_EXT_* debug switches)
 from . import nn  # noqa: E402
 from . import tune  # noqa: E402  (debug's tune switch dispatches through it)

@@ -26,7 +26,12 @@ lists the pieces):
   call of the op), the jvp helpers (``first_order_jvp``, ``own_tangent``,
   ``plus``) and the vmap helpers (``batch_first``, ``pad_after_batch``,
   ``leading_dims``, ``batched_param``, ``per_sample_sum``,
-  ``vmap_same_shape``).
+  ``vmap_same_shape``);
+- ``SHARDING``: ``placements`` (DTensor's Replicate, Shard, Partial, loaded
+  when a rule first runs) and ``row_sharding`` (the rule of an op whose
+  tensors share their leading dims: the activations, the norms, softmax), with
+  its kinds of tensor ``ROW``, ``SUM``, ``WHOLE`` and ``given`` (the kind
+  of an optional one).
 
 A new op's module takes these as they are: this file, shared by every op,
 names none (tests/test_scaffold.py).
@@ -60,6 +65,8 @@ __all__ = [
     # TRANSFORM, VMAP
     "active", "traced", "first_order_jvp", "own_tangent", "plus",
     "batch_first", "pad_after_batch", "leading_dims", "batched_param", "per_sample_sum", "vmap_same_shape",
+    # SHARDING
+    "placements", "row_sharding", "given", "ROW", "SUM", "WHOLE",
 ]
 
 
@@ -464,3 +471,63 @@ def vmap_same_shape(call):
         return out, tuple(0 for _ in out) if isinstance(out, tuple) else 0
 
     return rule
+
+
+# ---------------------------------------------------------------------------
+# SHARDING: DTensor sharding rules (op_extension.distributed registers them;
+# docs/distributed.md). A rule takes the op's arguments, each tensor as DTensor's
+# spec of it (.ndim, .shape, .placements) or None where absent, and returns the
+# acceptable strategies on one mesh dim, as
+# torch.distributed.tensor.experimental.register_sharding takes them: pairs
+# (the placement of each output, the placement of each tensor argument in the
+# schema's order, None for an absent one). DTensor moves the inputs to the
+# cheapest strategy, so a rule lists only what the op computes right on the
+# local shards.
+# ---------------------------------------------------------------------------
+
+
+def placements():
+    """(Replicate(), Shard, Partial()) of torch.distributed.tensor, Partial a sum.
+    Imported when a rule runs, never at `import op_extension`: loading DTensor
+    costs half a second, and a rule runs only once a DTensor has loaded it."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    return Replicate(), Shard, Partial()
+
+
+# The kinds of tensor of row_sharding.
+ROW = "row"  # shaped as the rows (an activation, its gradient): sharded as they are
+SUM = "sum"  # a sum over the rows (a weight's gradient): Partial where the rows are sharded
+WHOLE = "whole"  # the same on every row (a weight, a bias, an absent gradient): replicated
+
+
+def given(tensor, kind):
+    """`kind` for an optional tensor argument, None where the call has none."""
+    return None if tensor is None else kind
+
+
+def row_sharding(dims, outputs, inputs, linear=()):
+    """The strategies of an op whose ROW tensors share their leading dims and
+    that computes each row apart: everything replicated; for each dim of
+    `dims` (those of the ROW tensors it may split: not a normalized or softmax
+    dim), the ROW tensors sharded on it, the SUM outputs Partial and the WHOLE
+    ones replicated; and, where the op is linear in the inputs at the indices
+    `linear` taken together (the others fixed), those and every output but a
+    WHOLE one Partial, the other inputs replicated.
+
+    `outputs` and `inputs` are a kind per output and per tensor argument, None
+    for an absent argument (its placement is None)."""
+    R, S, P = placements()
+
+    def strategy(out_place, in_place):
+        return ([out_place(kind) for kind in outputs],
+                [None if kind is None else in_place(i, kind) for i, kind in enumerate(inputs)])
+
+    found = [strategy(lambda kind: R, lambda i, kind: R)]
+    for d in dims:
+        found.append(strategy(lambda kind: {ROW: S(d), SUM: P, WHOLE: R}[kind],
+                              lambda i, kind: S(d) if kind == ROW else R))
+    if linear and any(inputs[i] is not None for i in linear):
+        found.append(strategy(lambda kind: R if kind == WHOLE else P,
+                              lambda i, kind: P if i in linear else R))
+    return found

@@ -39,7 +39,7 @@ FLOOR = {TOOLKIT, f"{PACKAGE}._built", f"{PACKAGE}._protos", f"{PACKAGE}._C"}
 # The records an op module's BENCH is made of (the benchmark's rows): torch only.
 BENCH_SPEC = f"{PACKAGE}.bench_spec"
 
-COLLECTORS = ["ops", "_fake", "_reference", "_transforms", "_sim_args", "ascend_sim"]
+COLLECTORS = ["ops", "_fake", "_reference", "_transforms", "_sim_args", "ascend_sim", "distributed"]
 
 
 def module_files(root: Path, package: str = PACKAGE) -> dict[str, Path]:

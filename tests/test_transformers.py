@@ -17,11 +17,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
-import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -30,6 +28,7 @@ import torch
 import transformers
 
 import op_extension.transformers as oxt
+import process_group
 from op_extension.nn import CustomGEGLUMLP, CustomRMSNorm, CustomSwiGLUMLP, FusedAddRMSNorm
 
 T = transformers
@@ -402,23 +401,17 @@ def test_modules_take_hugging_face_constructor_arguments():
 
 # ---- DDP ------------------------------------------------------------------------
 #
-# Two worker processes (plain subprocesses, not multiprocessing: nothing of
-# pytest's process is inherited) meet through a file store, not a TCP port: no
-# free-port race, and gloo talks over loopback (GLOO_SOCKET_IFNAME=lo) whatever
-# the host name resolves to. Every wait is bounded, and a failure shows both
-# workers' output.
+# Two worker processes meet through a file store over gloo (tests/process_group.py:
+# outputs to files, not pipes; one deadline for both; a failing worker ends the
+# other at once; both workers' output on failure).
 DDP_STEPS = 3
 
 
 def _ddp_worker(rank: int, world: int, store: str, out: str) -> None:
-    import datetime
-
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
+    process_group.init(rank, world, store)
     model = build("llama").train()
     oxt.patch(model)
     ddp = DDP(model)
@@ -438,26 +431,9 @@ def _ddp_worker(rank: int, world: int, store: str, out: str) -> None:
 
 
 def test_ddp_training_of_a_patched_model(tmp_path):
-    world, out, store = 2, tmp_path / "ddp.pt", tmp_path / "store"
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import test_transformers as t; "
-            "t._ddp_worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])")
-    workers = [subprocess.Popen([sys.executable, "-c", code, here, str(rank), str(world), str(store), str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-               for rank in range(world)]
-    deadline = time.monotonic() + 240
-    outputs = []
-    for w in workers:
-        try:
-            outputs.append(w.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
-        except subprocess.TimeoutExpired:
-            for v in workers:
-                v.kill()
-            outputs.append(w.communicate()[0])
-    report = "\n".join(f"--- rank {r} (exit {w.returncode}):\n{o[-3000:]}" for r, (w, o) in
-                        enumerate(zip(workers, outputs)))
-    assert all(w.returncode == 0 for w in workers), report
+    world, out = 2, tmp_path / "ddp.pt"
+    workers = process_group.run("test_transformers", "_ddp_worker", world, tmp_path / "workers", str(out))
+    assert process_group.all_passed(workers), process_group.report(workers)
     result = torch.load(out)
     # The same training in one process over both ranks' batches (DDP averages the
     # two ranks' gradients: the mean of the two losses' gradients).

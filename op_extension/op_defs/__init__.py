@@ -29,6 +29,9 @@ piece (module attribute)   collected by                        default (absent m
 ``SIMULATOR_ARGS``         ``cuda_sim.run``/``ascend_sim.run`` the arguments as bound from the schema
 ``NPU_GLUE_ARGS``          ``ascend_sim.run`` (after           the arguments as they are: each tensor made
                            ``SIMULATOR_ARGS``)                 contiguous, outputs by the shape rules
+``SHARDING = {op: rule}``  ``distributed``: the DTensor        none: a DTensor reaching the op fails in
+                           sharding rule, registered when      DTensor's "no sharding strategy" (every op
+                           DTensor is loaded                   of op_protos/ has one: tests/test_distributed.py)
 ``BENCH``                  ``op_extension.bench`` (its rows:   none: the benchmark skips the op with a note
                            setup, composite, bytes moved)
 ``NATIVE = {op: f}``       ``op_extension.tune`` (torch's own  none: the tuner times the op's kernels and
@@ -47,7 +50,10 @@ binding cannot express). ``NPU_GLUE_ARGS`` does to the arguments, for
 ``ascend_sim.run``, what the op's npu glue (csrc/torch_ext/npu/ops/<name>.cpp) does
 before its aclnn call beyond what the prototype says (add materialises a
 broadcast, softmax passes a 0-dim tensor as [1]): the simulator's binding itself
-is derived from the prototype. ``BENCH`` is an ``op_extension.bench_spec.Bench``:
+is derived from the prototype. A ``SHARDING`` rule takes the op's arguments (a
+tensor as DTensor's spec of it) and lists the placements, on one mesh dim, of
+the outputs and the tensor arguments that the op computes right on local shards
+(op_extension.toolkit's SHARDING section, docs/distributed.md). ``BENCH`` is an ``op_extension.bench_spec.Bench``:
 the op's benchmark rows (a setup factory of inputs and implementations, the eager
 composite models contain, the minimum bytes moved), in a section of its own at
 the end of the module.
@@ -84,9 +90,9 @@ __all__ = ["MODULES", "PIECES", "OpDefError", "forward_name", "module", "piece",
 # The module attributes an op module may define; an UPPER_CASE name close to one
 # (REFERENCE, TOLERANCE, ...) is refused, so that a misspelt piece is not
 # silently ignored.
-PIECES = ("FAKE", "REFERENCES", "TOLERANCES", "TRANSFORM", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS", "BENCH",
-          "NATIVE")
-_KEYED = ("FAKE", "REFERENCES", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS", "NATIVE")
+PIECES = ("FAKE", "REFERENCES", "TOLERANCES", "TRANSFORM", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS", "SHARDING",
+          "BENCH", "NATIVE")
+_KEYED = ("FAKE", "REFERENCES", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS", "SHARDING", "NATIVE")
 
 
 class OpDefError(RuntimeError):

@@ -8,7 +8,7 @@ import numbers
 import torch
 
 from op_extension.toolkit import (KEEP_LAYOUT, FakeRule, batch_first, eager, fast_path, first_order_jvp, float_arg,
-                                  own_tangent, pad_after_batch, traced)
+                                  own_tangent, pad_after_batch, placements, traced)
 
 _custom = torch.ops.custom
 
@@ -179,6 +179,39 @@ def _materialised_broadcast(args: dict) -> dict:
 
 SIMULATOR_ARGS = {"add": _number_other}
 NPU_GLUE_ARGS = {"add": _materialised_broadcast}
+
+
+# ---- DTensor sharding rules: op_extension.distributed registers them ----------------
+
+
+def _shard_add(input, other, alpha=1.0):
+    # Elementwise with broadcasting: on an output dim an operand spans, it is
+    # sharded as the output; on one it is broadcast along, replicated. input +
+    # alpha * other is linear in both together: Partial + Partial is Partial.
+    R, S, P = placements()
+    shape = torch.broadcast_shapes(input.shape, other.shape)
+
+    def along(t, d):
+        i = d - (len(shape) - t.ndim)
+        return S(i) if i >= 0 and t.shape[i] == shape[d] else R
+
+    return ([([R], [R, R]), ([P], [P, P])]
+            + [([S(d)], [along(input, d), along(other, d)]) for d in range(len(shape))])
+
+
+def _shard_add_backward(grad_output, input_size, alpha=1.0):
+    # A sum of grad_output over the dims the operand was broadcast along: one
+    # of them sharded gives a Partial sum, a dim the operand spans stays sharded.
+    R, S, P = placements()
+    offset = grad_output.ndim - len(input_size)
+    found = [([R], [R]), ([P], [P])]
+    for d in range(grad_output.ndim):
+        i = d - offset
+        found.append(([S(i) if i >= 0 and input_size[i] == grad_output.shape[d] else P], [S(d)]))
+    return found
+
+
+SHARDING = {"add": _shard_add, "add_backward": _shard_add_backward}
 
 
 # ---- benchmark: python -m op_extension.bench ---------------------------------------

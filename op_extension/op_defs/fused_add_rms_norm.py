@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from op_extension.toolkit import (FakeRule, batch_first, batched_param, check_affine, check_normalized_shape,
-                                  common_float, default_eps, eager, fast_path, first_order_jvp, int64_list_arg,
-                                  leading_dims, optional_eps, other_dtype, own_tangent, per_sample_sum, plus,
-                                  round_through, shape_list, traced)
+from op_extension.toolkit import (ROW, SUM, WHOLE, FakeRule, batch_first, batched_param, check_affine,
+                                  check_normalized_shape, common_float, default_eps, eager, fast_path, first_order_jvp,
+                                  given, int64_list_arg, leading_dims, optional_eps, other_dtype, own_tangent,
+                                  per_sample_sum, plus, round_through, row_sharding, shape_list, traced)
 from op_extension.op_defs.add import add
 from op_extension.op_defs.rms_norm import _RmsNorm, eps_value, ref_rms_norm, rms_norm, rms_norm_grads
 
@@ -197,6 +197,24 @@ _fused_add_rms_norm = traced(_custom.fused_add_rms_norm.default, _FusedAddRmsNor
 
 SIMULATOR_ARGS = {"fused_add_rms_norm": eps_value("input"),
                   "fused_add_rms_norm_backward": eps_value("residual_out")}
+
+
+# ---- DTensor sharding rules: op_extension.distributed registers them ----------------
+
+
+def _shard_fused_add_rms_norm(input, residual, normalized_shape, weight=None, eps=None):
+    return row_sharding(range(input.ndim - len(normalized_shape)), [ROW, ROW], [ROW, ROW, given(weight, WHOLE)])
+
+
+def _shard_fused_add_rms_norm_backward(grad_output, grad_residual_out, residual_out, normalized_shape, weight=None,
+                                       eps=None):
+    # grad_input is rms_norm's input gradient of grad_output plus grad_residual_out: linear in both.
+    return row_sharding(range(residual_out.ndim - len(normalized_shape)), [ROW, SUM if weight is not None else WHOLE],
+                        [ROW, given(grad_residual_out, ROW), ROW, given(weight, WHOLE)], linear=(0, 1))
+
+
+SHARDING = {"fused_add_rms_norm": _shard_fused_add_rms_norm,
+            "fused_add_rms_norm_backward": _shard_fused_add_rms_norm_backward}
 
 
 # ---- benchmark: python -m op_extension.bench ---------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from op_extension.toolkit import KEEP_LAYOUT, FakeRule, eager, fast_path, first_order_jvp, plus, traced, vmap_same_shape
+from op_extension.toolkit import (KEEP_LAYOUT, ROW, FakeRule, eager, fast_path, first_order_jvp, plus, row_sharding,
+                                  traced, vmap_same_shape)
 
 _custom = torch.ops.custom
 
@@ -71,6 +72,20 @@ TRANSFORM = _Geglu
 VMAP = {"geglu": vmap_same_shape(_custom.geglu.default),
         "geglu_backward": vmap_same_shape(_custom.geglu_backward.default)}
 _geglu = traced(_custom.geglu.default, _Geglu.apply)
+
+
+# ---- DTensor sharding rules: op_extension.distributed registers them ----------------
+
+
+def _shard_geglu(gate, up, approximate="none"):
+    return row_sharding(range(gate.ndim), [ROW], [ROW, ROW], linear=(1,))  # gelu(gate) * up
+
+
+def _shard_geglu_backward(grad_output, gate, up, approximate="none"):
+    return row_sharding(range(gate.ndim), [ROW, ROW], [ROW, ROW, ROW], linear=(0,))
+
+
+SHARDING = {"geglu": _shard_geglu, "geglu_backward": _shard_geglu_backward}
 
 
 # ---- benchmark: python -m op_extension.bench ---------------------------------------

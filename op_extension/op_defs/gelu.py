@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from op_extension.toolkit import KEEP_LAYOUT, FakeRule, eager, fast_path, first_order_jvp, traced, vmap_same_shape
+from op_extension.toolkit import (KEEP_LAYOUT, ROW, FakeRule, eager, fast_path, first_order_jvp, row_sharding, traced,
+                                  vmap_same_shape)
 
 _custom = torch.ops.custom
 
@@ -69,6 +70,21 @@ TRANSFORM = _Gelu
 VMAP = {"gelu": vmap_same_shape(_custom.gelu.default),
         "gelu_backward": vmap_same_shape(_custom.gelu_backward.default)}
 _gelu = traced(_custom.gelu.default, _Gelu.apply)
+
+
+# ---- DTensor sharding rules: op_extension.distributed registers them ----------------
+
+
+def _shard_gelu(input, approximate="none"):
+    # Not linear: a Partial input is summed first.
+    return row_sharding(range(input.ndim), [ROW], [ROW])
+
+
+def _shard_gelu_backward(grad_output, input, approximate="none"):
+    return row_sharding(range(input.ndim), [ROW], [ROW, ROW], linear=(0,))
+
+
+SHARDING = {"gelu": _shard_gelu, "gelu_backward": _shard_gelu_backward}
 
 
 # ---- benchmark: python -m op_extension.bench ---------------------------------------

@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from op_extension.toolkit import (FakeRule, absent_grad, batch_first, batched_param, check_affine,
-                                  check_normalized_shape, check_same, check_same_shape, common_float, eager,
-                                  fast_path, first_order_jvp, float_arg, int64_list_arg, leading_dims, other_dtype,
-                                  own_tangent, per_sample_sum, plus, shape_list, traced)
+from op_extension.toolkit import (ROW, SUM, WHOLE, FakeRule, absent_grad, batch_first, batched_param, check_affine,
+                                  check_normalized_shape, check_same, check_same_shape, common_float, eager, fast_path,
+                                  first_order_jvp, float_arg, given, int64_list_arg, leading_dims, other_dtype,
+                                  own_tangent, per_sample_sum, plus, row_sharding, shape_list, traced)
 
 _custom = torch.ops.custom
 
@@ -194,6 +194,23 @@ class _LayerNorm(torch.autograd.Function):
 TRANSFORM = _LayerNorm
 VMAP = {"layer_norm": _vmap_layer_norm(_custom.layer_norm.default), "layer_norm_backward": _vmap_layer_norm_backward}
 _layer_norm = traced(_custom.layer_norm.default, _LayerNorm.apply)
+
+
+# ---- DTensor sharding rules: op_extension.distributed registers them ----------------
+
+
+def _shard_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return row_sharding(range(input.ndim - len(normalized_shape)), [ROW],
+                        [ROW, given(weight, WHOLE), given(bias, WHOLE)])
+
+
+def _shard_layer_norm_backward(grad_output, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return row_sharding(range(input.ndim - len(normalized_shape)),
+                        [ROW, SUM if weight is not None else WHOLE, SUM if bias is not None else WHOLE],
+                        [ROW, ROW, given(weight, WHOLE), given(bias, WHOLE)], linear=(0,))
+
+
+SHARDING = {"layer_norm": _shard_layer_norm, "layer_norm_backward": _shard_layer_norm_backward}
 
 
 # ---- benchmark: python -m op_extension.bench ---------------------------------------

@@ -6,10 +6,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from op_extension.toolkit import (MEMORY_FORMAT, FakeRule, absent_grad, batch_first, batched_param, check_affine,
-                                  check_normalized_shape, check_same, check_same_shape, common_float, default_eps,
-                                  default_rms_norm_eps, eager, fast_path, first_order_jvp, int64_list_arg,
-                                  leading_dims, optional_eps, other_dtype, per_sample_sum, plus, shape_list, traced)
+from op_extension.toolkit import (MEMORY_FORMAT, ROW, SUM, WHOLE, FakeRule, absent_grad, batch_first, batched_param,
+                                  check_affine, check_normalized_shape, check_same, check_same_shape, common_float,
+                                  default_eps, default_rms_norm_eps, eager, fast_path, first_order_jvp, given,
+                                  int64_list_arg, leading_dims, optional_eps, other_dtype, per_sample_sum, plus,
+                                  row_sharding, shape_list, traced)
 
 _custom = torch.ops.custom
 
@@ -189,6 +190,22 @@ def eps_value(tensor: str):
 
 
 SIMULATOR_ARGS = {"rms_norm": eps_value("input"), "rms_norm_backward": eps_value("input")}
+
+
+# ---- DTensor sharding rules: op_extension.distributed registers them ----------------
+
+
+def _shard_rms_norm(input, normalized_shape, weight=None, eps=None):
+    # A row's statistics need the whole row: only the leading dims split.
+    return row_sharding(range(input.ndim - len(normalized_shape)), [ROW], [ROW, given(weight, WHOLE)])
+
+
+def _shard_rms_norm_backward(grad_output, input, normalized_shape, weight=None, eps=None):
+    return row_sharding(range(input.ndim - len(normalized_shape)), [ROW, SUM if weight is not None else WHOLE],
+                        [ROW, ROW, given(weight, WHOLE)], linear=(0,))
+
+
+SHARDING = {"rms_norm": _shard_rms_norm, "rms_norm_backward": _shard_rms_norm_backward}
 
 
 # ---- benchmark: python -m op_extension.bench ---------------------------------------

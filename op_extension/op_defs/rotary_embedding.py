@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from op_extension.toolkit import LIKE_DENSE_SOURCE, FakeRule, check_same_shape, eager, fast_path
+from op_extension.toolkit import LIKE_DENSE_SOURCE, FakeRule, check_same_shape, eager, fast_path, placements
 
 _custom = torch.ops.custom
 
@@ -94,6 +94,33 @@ def ref_rotary_embedding_backward(grad_q_embed, grad_k_embed, cos, sin, unsqueez
 
 
 REFERENCES = {"rotary_embedding": ref_rotary_embedding, "rotary_embedding_backward": ref_rotary_embedding_backward}
+
+
+# ---- DTensor sharding rules: op_extension.distributed registers them ----------------
+
+
+def _shard_rotary_embedding(q, k, cos, sin, unsqueeze_dim=1):
+    # q and k split on any dim but the head dim (last: rotate_half pairs its
+    # halves), together; cos and sin split on the same dim where they span it
+    # (sequence, batch), replicated where they are broadcast along it (heads,
+    # a batch of 1). Linear in q and k: Partial ones give Partial outputs.
+    R, S, P = placements()
+    found = [([R, R], [R, R, R, R]), ([P, P], [P, P, R, R])]
+    if q.ndim != k.ndim:
+        return found
+    at = unsqueeze_dim + cos.ndim + 1 if unsqueeze_dim < 0 else unsqueeze_dim  # cos.unsqueeze(at) broadcasts to q
+    offset = q.ndim - (cos.ndim + 1)
+    for d in range(q.ndim - 1):
+        j = d - offset  # d's dim in cos.unsqueeze(at)
+        c = j if j < at else j - 1  # and in cos
+        table = S(c) if j >= 0 and j != at and cos.shape[c] == q.shape[d] else R
+        found.append(([S(d), S(d)], [S(d), S(d), table, table]))
+    return found
+
+
+# The backward is linear in the output gradients as the forward is in q and k,
+# with the same shapes: the same rule.
+SHARDING = {"rotary_embedding": _shard_rotary_embedding, "rotary_embedding_backward": _shard_rotary_embedding}
 
 
 # ---- benchmark: python -m op_extension.bench ---------------------------------------

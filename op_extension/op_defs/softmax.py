@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from op_extension.toolkit import FakeRule, batch_first, eager, fast_path, first_order_jvp, int64_arg, traced, wrap_dim
+from op_extension.toolkit import (ROW, FakeRule, batch_first, eager, fast_path, first_order_jvp, int64_arg,
+                                  row_sharding, traced, wrap_dim)
 
 _custom = torch.ops.custom
 
@@ -114,6 +115,25 @@ def _zero_dim_as_vector(*names: str):
 
 NPU_GLUE_ARGS = {"softmax": _zero_dim_as_vector("input"),
                  "softmax_backward": _zero_dim_as_vector("grad_output", "output")}
+
+
+# ---- DTensor sharding rules: op_extension.distributed registers them ----------------
+
+
+def _rows(input, dim):
+    """Every dim of input but the softmax's."""
+    return [d for d in range(input.ndim) if d != dim % max(input.ndim, 1)]
+
+
+def _shard_softmax(input, dim):
+    return row_sharding(_rows(input, dim), [ROW], [ROW])
+
+
+def _shard_softmax_backward(grad_output, output, dim):
+    return row_sharding(_rows(output, dim), [ROW], [ROW, ROW], linear=(0,))
+
+
+SHARDING = {"softmax": _shard_softmax, "softmax_backward": _shard_softmax_backward}
 
 
 # ---- benchmark: python -m op_extension.bench ---------------------------------------

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from op_extension.toolkit import KEEP_LAYOUT, FakeRule, eager, fast_path, first_order_jvp, plus, traced, vmap_same_shape
+from op_extension.toolkit import (KEEP_LAYOUT, ROW, FakeRule, eager, fast_path, first_order_jvp, plus, row_sharding,
+                                  traced, vmap_same_shape)
 
 _custom = torch.ops.custom
 
@@ -74,6 +75,20 @@ TRANSFORM = _Swiglu
 VMAP = {"swiglu": vmap_same_shape(_custom.swiglu.default),
         "swiglu_backward": vmap_same_shape(_custom.swiglu_backward.default)}
 _swiglu = traced(_custom.swiglu.default, _Swiglu.apply)
+
+
+# ---- DTensor sharding rules: op_extension.distributed registers them ----------------
+
+
+def _shard_swiglu(gate, up):
+    return row_sharding(range(gate.ndim), [ROW], [ROW, ROW], linear=(1,))  # silu(gate) * up
+
+
+def _shard_swiglu_backward(grad_output, gate, up):
+    return row_sharding(range(gate.ndim), [ROW, ROW], [ROW, ROW, ROW], linear=(0,))
+
+
+SHARDING = {"swiglu": _shard_swiglu, "swiglu_backward": _shard_swiglu_backward}
 
 
 # ---- benchmark: python -m op_extension.bench ---------------------------------------
