@@ -55,13 +55,14 @@ NOT_IMPLEMENTED = "not implemented yet"
 # reference comparisons per CPU kernel variant, gradcheck, compile, FakeTensor,
 # bad input, the CUDA harness and its traffic model, prototypes, npu glue), and
 # those that run every op at once (the all-ops compiled graph and export, debug's
-# fallback and autocompare), the fuzz suite on every target among them.
+# fallback and autocompare), the fuzz suite on every target and the DTensor cases
+# on 2 and 4 ranks among them.
 SHARED = (f"{OP} or all_ops or test_every_op_is_covered or every_custom_op or forcing_every_op"
           " or autocompare_every_op or every_op_appears or every_op_and_backward_op_is_registered"
-          " or every_op_has_every_target")
-# Its floor (303 passed when this was written); far fewer means a shared test
+          " or every_op_has_every_target or every_op_has_a_sharding_rule")
+# Its floor (317 passed when this was written); far fewer means a shared test
 # stopped iterating op_protos/.
-MIN_SHARED_PASSED = 285
+MIN_SHARED_PASSED = 300
 
 
 # ---- step 1: the prototypes ---------------------------------------------------------
@@ -537,6 +538,11 @@ FAKE = {"scale_by": toolkit.FakeRule(layout=toolkit.KEEP_LAYOUT),
      "    return input * alpha"),
     ('    raise NotImplementedError("scale_by_backward: the reference is not implemented yet: fill in op_extension/op_defs/scale_by.py")',
      "    return grad_output * alpha"),
+    # Elementwise and linear: any dim splits, and a Partial sum stays one.
+    ('    raise NotImplementedError("scale_by: the DTensor sharding rule is not implemented yet: fill in op_extension/op_defs/scale_by.py")',
+     "    return toolkit.row_sharding(range(input.ndim), [toolkit.ROW], [toolkit.ROW], linear=(0,))"),
+    ('    raise NotImplementedError("scale_by_backward: the DTensor sharding rule is not implemented yet: fill in op_extension/op_defs/scale_by.py")',
+     "    return toolkit.row_sharding(range(grad_output.ndim), [toolkit.ROW], [toolkit.ROW], linear=(0,))"),
 ]
 
 # The shared tests' data (tests/op_cases/__init__.py says what each entry is).
@@ -574,6 +580,10 @@ OP_CASES = [
      '    y = f64(args[0]) * args[1]\n    return [Expect(y, y.abs())]'),
     ('    return not_written("scale_by", "backward_fuzz_case")(fz)',
      '    return fz.case((fz.grad_output(fz.any_shape()), fz.pick([0.5, 2.5, -0.75])))'),
+    ('DISTRIBUTED = [placed("not_written", not_written("scale_by", "DISTRIBUTED"), [], [])]',
+     'DISTRIBUTED = [placed(p, lambda g: [grand(g, *DT_ROWS), 0.5], [p], [p]) for p in ("R", "S0", "S2", "P")]'),
+    ('BACKWARD_DISTRIBUTED = [placed("not_written", not_written("scale_by", "BACKWARD_DISTRIBUTED"), [], [])]',
+     'BACKWARD_DISTRIBUTED = [placed(p, lambda g: [grand(g, *DT_ROWS), 0.5], [p], [p]) for p in ("R", "S1", "P")]'),
     ('    return not_written("scale_by", "backward_fuzz_model")(case, args, grad_outputs)',
      '    y = f64(args[0]) * args[1]\n    return [Expect(y, y.abs())]'),
     ('    return not_written("scale_by", "backward_schema_args")(x)', "    return x(2, 3, 4), 0.5"),

@@ -1,7 +1,8 @@
 """The ops on DTensors (issue 29; docs/distributed.md): every op's sharding rule.
 
 For every op and backward op, each placement its rule accepts and one it must
-redistribute: the DTensor result (values and placements) and, for the forward
+redistribute (the cases are the op's DISTRIBUTED entries in tests/op_cases/<op>.py,
+its backward op's BACKWARD_DISTRIBUTED): the DTensor result (values and placements) and, for the forward
 ops, the gradients through op_extension.ops.<op> and DTensor's autograd, against
 the single-process result (float32, atol 1e-5). One spawn of gloo workers per
 world size (2 and 4) runs every case (tests/process_group.py); rank 0 saves what
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+import op_cases
 import op_extension
 import process_group
 from op_extension import distributed
@@ -32,170 +34,35 @@ SEED = 29
 
 @dataclass(frozen=True)
 class Case:
-    """torch.ops.custom.<op>(*args, **kwargs) with each tensor argument placed as
-    `places` says ("R", "S<dim>", "P": Replicate, Shard, Partial sum); `out`
-    the placements of the outputs, or a tuple of the ones DTensor may pick
-    where it redistributes. `grad`: also the gradients of the tensor arguments
-    through op_extension.ops.<op>."""
+    """One entry of an op's DISTRIBUTED (or its BACKWARD_DISTRIBUTED) in
+    tests/op_cases/<op>.py (op_cases/_kinds.py's Placed), for custom::<op>."""
 
     name: str
     op: str
-    make: object  # generator -> (args, kwargs), tensors full-size
+    make: object  # generator -> arguments, tensors full-size; op_cases.Missing where the op has no cases
     places: tuple
     out: tuple
     grad: bool = False
     kwargs: dict = field(default_factory=dict)
 
 
-def _x(g, *shape):
-    return torch.randn(*shape, generator=g)
-
-
-ROWS = (4, 8, 16)  # [batch, sequence, hidden]: every dim splits on 4 ranks
-ANY = ("R", "S0", "S1", "S2")  # what DTensor may pick for a [4, 8, 16] output
-
-
-def _cases():
+def _cases(mesh: int) -> list[Case]:
+    """Every op's and backward op's cases on a mesh of `mesh` dims, from its test
+    data; an op without them gives one "<op>-MISSING" case that fails naming the file."""
     cases = []
-
-    def add(name, op, make, places, out, grad=None, **kwargs):
-        cases.append(Case(f"{op}-{name}", op, make, tuple(places), tuple(out),
-                      grad=not op.endswith("_backward") if grad is None else grad, kwargs=kwargs))
-
-    # ---- elementwise: any dim; Partial where linear
-    def activations(n):
-        return lambda g: [_x(g, *ROWS) for _ in range(n)]
-
-    x1, x2, x3 = activations(1), activations(2), activations(3)
-    for p in ("R", "S0", "S1", "S2"):
-        add(p, "gelu", x1, [p], [p])
-        add(p, "gelu_backward", x2, [p, p], [p])
-        add(p, "swiglu", x2, [p, p], [p])
-        add(p, "swiglu_backward", x3, [p, p, p], [p, p])
-        add(p, "geglu", x2, [p, p], [p], approximate="tanh")
-        add(p, "geglu_backward", x3, [p, p, p], [p, p])
-        add(p, "add", x2, [p, p], [p], alpha=0.5)
-    add("P", "gelu_backward", x2, ["P", "R"], ["P"])
-    add("up-P", "swiglu", x2, ["R", "P"], ["P"])
-    add("P", "swiglu_backward", x3, ["P", "R", "R"], ["P", "P"])
-    add("up-P", "geglu", x2, ["R", "P"], ["P"])
-    add("P", "geglu_backward", x3, ["P", "R", "R"], ["P", "P"])
-    add("P+P", "add", x2, ["P", "P"], ["P"], alpha=0.5)
-    # gelu is not linear: a Partial input is summed first.
-    add("P-redistributed", "gelu", x1, ["P"], [ANY])
-    add("gate-P-redistributed", "swiglu", x2, ["P", "R"], [ANY])
-    add("S0-S1-redistributed", "gelu_backward", x2, ["S0", "S1"], [ANY])
-
-    # ---- add with broadcasting; add_backward sums over the broadcast dims
-    def bias(g):
-        return [_x(g, *ROWS), _x(g, 16)]
-
-    add("bias-S0", "add", bias, ["S0", "R"], ["S0"], alpha=0.5)
-    add("bias-S2", "add", bias, ["S2", "S0"], ["S2"], alpha=0.5)
-    add("bias-R", "add", bias, ["R", "R"], ["R"], alpha=0.5)
-    add("bias-P+P", "add", bias, ["P", "P"], ["P"], alpha=0.5)
-    add("P+R-redistributed", "add", x2, ["P", "R"], [ANY + ("P",)], alpha=0.5)
-    for place, size, out in (("S0", [16], "P"), ("S2", [16], "S0"), ("S1", [4, 8, 16], "S1"),
-                              ("S0", [1, 8, 16], "P"), ("S1", [1, 8, 16], "S1"), ("R", [16], "R"),
-                              ("P", [8, 16], "P")):
-        add(f"{place}-to-{size}", "add_backward", lambda g, size=size: [_x(g, *ROWS), size], [place], [out],
-            alpha=0.5)
-
-    # ---- row ops: the leading dims; weight and bias gradients Partial when the rows are split
-    def norm(n_params, shape=(16,)):
-        return lambda g: [_x(g, *ROWS), list(shape)] + [_x(g, *shape) for _ in range(n_params)]
-
-    def norm_backward(n_params, shape=(16,)):
-        return lambda g: [_x(g, *ROWS), _x(g, *ROWS), list(shape)] + [_x(g, *shape) for _ in range(n_params)]
-
-    for p in ("R", "S0", "S1"):
-        summed = "R" if p == "R" else "P"
-        add(p, "rms_norm", norm(1), [p, "R"], [p])
-        add(p, "rms_norm_backward", norm_backward(1), [p, p, "R"], [p, summed])
-        add(p, "layer_norm", norm(2), [p, "R", "R"], [p])
-        add(p, "layer_norm_backward", norm_backward(2), [p, p, "R", "R"], [p, summed, summed])
-        add(p, "fused_add_rms_norm", lambda g: [_x(g, *ROWS), _x(g, *ROWS), [16], _x(g, 16)], [p, p, "R"], [p, p])
-        add(p, "fused_add_rms_norm_backward", lambda g: [_x(g, *ROWS), _x(g, *ROWS), _x(g, *ROWS), [16], _x(g, 16)],
-            [p, p, p, "R"], [p, summed])
-        add(p, "softmax", lambda g: [_x(g, *ROWS), -1], [p], [p])
-        add(p, "softmax_backward", lambda g: [_x(g, *ROWS), torch.softmax(_x(g, *ROWS), -1), -1], [p, p], [p])
-    # The same input and placements, normalized over [16] then [8, 16]: the second
-    # must not reuse the first's cached strategy (the add_backward cases, one
-    # grad_output placement and several input_size in a row, check the same).
-    add("S1-before-the-cache-case", "rms_norm", norm(0), ["S1"], ["S1"], grad=False)
-    add("S1-cache-key-redistributed", "rms_norm", norm(0, (8, 16)), ["S1"], [("R", "S0")], grad=False)
-    add("no-weight-S0", "rms_norm", norm(0), ["S0"], ["S0"])
-    add("no-weight-S0", "rms_norm_backward", norm_backward(0), ["S0", "S0"], ["S0", "R"])
-    add("no-params-S1", "layer_norm", norm(0), ["S1"], ["S1"])
-    add("no-params-S1", "layer_norm_backward", norm_backward(0), ["S1", "S1"], ["S1", "R", "R"])
-    add("P", "rms_norm_backward", norm_backward(1), ["P", "R", "R"], ["P", "P"])
-    add("P", "layer_norm_backward", norm_backward(2), ["P", "R", "R", "R"], ["P", "P", "P"])
-    add("P", "softmax_backward", lambda g: [_x(g, *ROWS), torch.softmax(_x(g, *ROWS), -1), -1], ["P", "R"], ["P"])
-    add("P", "fused_add_rms_norm_backward", lambda g: [_x(g, *ROWS), _x(g, *ROWS), _x(g, *ROWS), [16], _x(g, 16)],
-        ["P", "P", "R", "R"], ["P", "P"])
-    add("no-grad-residual-S0", "fused_add_rms_norm_backward", lambda g: [_x(g, *ROWS), None, _x(g, *ROWS), [16],
-                                                                         _x(g, 16)], ["S0", "S0", "R"], ["S0", "P"])
-    # Split on the normalized dim, or a weight split: redistributed, never computed on the slice.
-    rows_only = ("R", "S0", "S1")
-    add("S2-redistributed", "rms_norm", norm(1), ["S2", "R"], [rows_only])
-    add("weight-S0-redistributed", "rms_norm", norm(1), ["S0", "S0"], [("S0", "R")])
-    add("S2-redistributed", "rms_norm_backward", norm_backward(1), ["S2", "S2", "R"], [rows_only, ("R", "P")])
-    add("S2-redistributed", "layer_norm", norm(2), ["S2", "R", "R"], [rows_only])
-    add("S2-redistributed", "layer_norm_backward", norm_backward(2), ["S2", "S2", "R", "R"],
-        [rows_only, ("R", "P"), ("R", "P")])
-    add("S2-redistributed", "fused_add_rms_norm", lambda g: [_x(g, *ROWS), _x(g, *ROWS), [16], _x(g, 16)],
-        ["S2", "S2", "R"], [rows_only, rows_only])
-    add("S2-redistributed", "fused_add_rms_norm_backward",
-        lambda g: [_x(g, *ROWS), _x(g, *ROWS), _x(g, *ROWS), [16], _x(g, 16)], ["S2", "S2", "S2", "R"],
-        [rows_only, ("R", "P")])
-    add("S2-redistributed", "softmax", lambda g: [_x(g, *ROWS), -1], ["S2"], [rows_only])
-    add("P-redistributed", "softmax", lambda g: [_x(g, *ROWS), 1], ["P"], [("R", "S0", "S2")])
-    add("S2-redistributed", "softmax_backward", lambda g: [_x(g, *ROWS), torch.softmax(_x(g, *ROWS), -1), -1],
-        ["S2", "S2"], [rows_only + ("P",)])
-    add("P-redistributed", "rms_norm", norm(1), ["P", "R"], [rows_only])
-
-    # ---- rotary_embedding: q [batch, heads, seq, head_dim], k with fewer heads;
-    # cos/sin [batch, seq, head_dim] split with the batch or the sequence,
-    # replicated with the heads (and when broadcast along the batch).
-    def rope(batch_of_tables=4):
-        return lambda g: [_x(g, 4, 8, 8, 16), _x(g, 4, 4, 8, 16), _x(g, batch_of_tables, 8, 16),
-                          _x(g, batch_of_tables, 8, 16)]
-
-    for op in ("rotary_embedding", "rotary_embedding_backward"):
-        for p, table in (("R", "R"), ("S0", "S0"), ("S1", "R"), ("S2", "S1")):
-            add(p, op, rope(), [p, p, table, table], [p, p])
-        add("S0-broadcast-batch", op, rope(1), ["S0", "S0", "R", "R"], ["S0", "S0"])
-        add("P", op, rope(), ["P", "P", "R", "R"], ["P", "P"])
-        add("S2-tables-replicated", op, rope(), ["S2", "S2", "R", "R"], ["S2", "S2"])
-        add("S3-redistributed", op, rope(), ["S3", "S3", "R", "R"], [("R", "S0", "S1", "S2")] * 2)
+    for op, entries in op_cases.each("DISTRIBUTED", op_cases.ALL_OPS):
+        if isinstance(entries, op_cases.Missing):
+            if mesh == 1:
+                cases.append(Case(f"{op}-MISSING", op, entries, (), ()))
+            continue
+        backward = bool(op_cases.PROTOS[op].backward_of)
+        cases += [Case(f"{op}-{p.name}" if mesh == 1 else f"2d-{op}-{p.name}", op, p.make, p.places, p.out,
+                       grad=p.grad and not backward, kwargs=p.kwargs) for p in entries if p.mesh == mesh]
     return cases
 
 
-CASES = _cases()
-
-
-def _mesh_2d_cases():
-    """On 4 ranks as a 2 x 2 mesh: a placement per mesh dim ("S0,S1"); DTensor
-    expands each rule to both dims."""
-    rope = lambda g: [_x(g, 4, 8, 8, 16), _x(g, 4, 4, 8, 16), _x(g, 4, 8, 16), _x(g, 4, 8, 16)]  # noqa: E731
-    return [
-        Case("2d-rms_norm-S0,S1", "rms_norm", lambda g: [_x(g, *ROWS), [16], _x(g, 16)], ("S0,S1", "R,R"),
-             ("S0,S1",), grad=True),
-        Case("2d-rms_norm_backward-S0,S1", "rms_norm_backward",
-             lambda g: [_x(g, *ROWS), _x(g, *ROWS), [16], _x(g, 16)], ("S0,S1", "S0,S1", "R,R"), ("S0,S1", "P,P")),
-        Case("2d-layer_norm_backward-S1,S0", "layer_norm_backward",
-             lambda g: [_x(g, *ROWS), _x(g, *ROWS), [16], _x(g, 16), _x(g, 16)], ("S1,S0", "S1,S0", "R,R", "R,R"),
-             ("S1,S0", "P,P", "P,P")),
-        Case("2d-add-bias-S1,S2", "add", lambda g: [_x(g, *ROWS), _x(g, 16)], ("S1,S2", "R,S0"), ("S1,S2",),
-             grad=True, kwargs={"alpha": 0.5}),
-        Case("2d-rotary_embedding-S0,S2", "rotary_embedding", rope, ("S0,S2", "S0,S2", "S0,S1", "S0,S1"),
-             ("S0,S2", "S0,S2"), grad=True),
-        Case("2d-softmax-S0,S2-redistributed", "softmax", lambda g: [_x(g, *ROWS), -1], ("S0,S2",),
-             (("S0,R", "S0,S0", "S0,S1", "R,R", "R,S0", "R,S1"),)),
-    ]
-
-
-MESH_2D_CASES = _mesh_2d_cases()
+CASES = _cases(1)
+MESH_2D_CASES = _cases(2)
 
 
 def _placement(code):
@@ -301,7 +168,7 @@ def _run_block(mesh, rank, world):
     block = parallelize_module(_Block(), mesh, {"norm": SequenceParallel(),
                                                 "up": ColwiseParallel(input_layouts=Shard(1)),
                                                 "down": RowwiseParallel(output_layouts=Shard(1))})
-    x = _x(torch.Generator().manual_seed(SEED), *ROWS)
+    x = op_cases.grand(torch.Generator().manual_seed(SEED), *op_cases.DT_ROWS)
     local = x.chunk(world, dim=1)[rank].clone().requires_grad_()
     out = DTensor.from_local(block(local), mesh, [Shard(1)]).full_tensor()
     _block_loss(out).backward()
@@ -319,6 +186,8 @@ def _worker(rank: int, world: int, store: str, out: str) -> None:
     mesh = init_device_mesh("cpu", (world,))
     results = {}
     for case in CASES:
+        if isinstance(case.make, op_cases.Missing):
+            continue
         try:
             results[case.name] = _run_case(case, mesh, rank, world)
         except Exception as e:  # every rank fails alike: the op's own error, reported by the case
@@ -366,6 +235,8 @@ def results(tmp_path_factory):
 @pytest.mark.parametrize("world", WORLDS)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_dtensor_result_equals_one_process(results, world, case):
+    if isinstance(case.make, op_cases.Missing):
+        case.make()  # fails, naming the file to write
     got = results(world)[case.name]
     assert "error" not in got, f"custom::{case.op} on {case.places}: {got.get('error')}"
     args = _inputs(case)
@@ -394,7 +265,7 @@ def test_block_under_tensor_and_sequence_parallel_equals_one_process(results, wo
     got = results(world)["block"]
     assert "error" not in got, got.get("error")
     block = _Block()
-    x = _x(torch.Generator().manual_seed(SEED), *ROWS).requires_grad_()
+    x = op_cases.grand(torch.Generator().manual_seed(SEED), *op_cases.DT_ROWS).requires_grad_()
     out = block(x)
     _block_loss(out).backward()
     torch.testing.assert_close(got["output"], out.detach(), atol=ATOL, rtol=0)
@@ -414,12 +285,11 @@ def test_dtensor_result_on_a_2d_mesh_equals_one_process(results, case):
 # ---- the rules and their registration ---------------------------------------------------------------------------
 
 
-def test_every_op_and_backward_op_has_a_rule_and_a_case():
-    names = set(load_protos())
-    without = sorted(names - set(distributed.rules()))
+def test_every_op_has_a_sharding_rule():
+    """Every op and backward op of op_protos/ has its SHARDING rule (its cases:
+    tests/op_cases/<op>.py's DISTRIBUTED, which test_op_cases requires)."""
+    without = sorted(set(load_protos()) - set(distributed.rules()))
     assert not without, f"no SHARDING rule in their op module (op_extension/op_defs/): {without}"
-    untested = sorted(names - {c.op for c in CASES})
-    assert not untested, f"no case in tests/test_distributed.py: {untested}"
 
 
 def _python(code):

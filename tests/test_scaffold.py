@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import subprocess
-import sysconfig
 import sys
 import sysconfig
 from pathlib import Path
@@ -193,6 +192,8 @@ def test_op_cases_has_every_required_entry_each_naming_the_file(tree):
         "fuzz_model": lambda: mod.fuzz_model(None, (), ()),
         "backward_fuzz_case": lambda: mod.backward_fuzz_case(None),
         "backward_fuzz_model": lambda: mod.backward_fuzz_model(None, (), ()),
+        "DISTRIBUTED": lambda: mod.DISTRIBUTED[0].make(None),
+        "BACKWARD_DISTRIBUTED": lambda: mod.BACKWARD_DISTRIBUTED[0].make(None),
     }
     for name, use in uses.items():
         with pytest.raises(op_cases.NotWritten, match=NOT_WRITTEN.replace(".+", re.escape(name) + ".*")):
@@ -424,11 +425,15 @@ def demo(tree):
     lib._destroy()
 
 
-def test_scaffolded_op_module_holds_only_the_references(tree):
+def test_scaffolded_op_module_holds_only_the_references_and_sharding_rules(tree):
     module = _op_module(tree)
     pieces = {name for name in vars(module) if name.isupper()}
-    assert pieces == {"REFERENCES"}
-    assert set(module.REFERENCES) == {"scale_shift", "scale_shift_backward"}
+    assert pieces == {"REFERENCES", "SHARDING"}
+    assert set(module.REFERENCES) == set(module.SHARDING) == {"scale_shift", "scale_shift_backward"}
+    # A rule DTensor would run says what to write, never a strategy that could be wrong.
+    with pytest.raises(NotImplementedError, match="scale_shift_backward: the DTensor sharding rule is not implemented "
+                                                  "yet: fill in op_extension/op_defs/scale_shift.py"):
+        module.SHARDING["scale_shift_backward"](None, None, None)
     assert not hasattr(module, "scale_shift"), "the functional function is derived, not generated"
     assert module.toolkit is toolkit  # what op modules import of the package (tests/test_import_graph.py)
 

@@ -40,6 +40,9 @@ Required
                    (test_fuzz.py; tests/fuzz_kit.py says what they return, and
                    holds the strategies and models they share)
   backward_fuzz_case(fz), backward_fuzz_model(...)  the same for the backward op
+  DISTRIBUTED, BACKWARD_DISTRIBUTED  list[Placed]: the op on DTensors, each
+                   placement its SHARDING rule accepts and one it must
+                   redistribute (test_distributed.py)
 
 Optional, derived when absent
   FAKE             dict[str, Fake]; default: each Call at rows=5
@@ -71,14 +74,16 @@ from types import ModuleType
 from op_extension._protos import OpProto, load_protos
 
 from ._kinds import (  # noqa: F401
-    H, HUGE, NOT_BROADCASTABLE, SAME_DEVICE, SAME_DTYPE, Bad, Call, Fake, Maker, NotWritten, Sample, huge, not_written,
+    DT_ANY, DT_ROWS, H, HUGE, NOT_BROADCASTABLE, SAME_DEVICE, SAME_DTYPE, Bad, Call, Fake, Maker, NotWritten, Placed,
+    Sample, dt_norm, dt_rows, grand, huge, not_written, placed,
     rand, sample)
 
 HERE = Path(__file__).resolve().parent
 
-REQUIRED_FORWARD = ("SAMPLES", "schema_args", "CALLS", "BAD", "GRADCHECK", "TRAFFIC", "fuzz_case", "fuzz_model")
+REQUIRED_FORWARD = ("SAMPLES", "schema_args", "CALLS", "BAD", "GRADCHECK", "TRAFFIC", "fuzz_case", "fuzz_model",
+                    "DISTRIBUTED")
 # in the forward op's module: backward_schema_args, BACKWARD_FAKE, BACKWARD_BAD, backward_fuzz_case, ...
-REQUIRED_BACKWARD = ("schema_args", "FAKE", "BAD", "fuzz_case", "fuzz_model")
+REQUIRED_BACKWARD = ("schema_args", "FAKE", "BAD", "fuzz_case", "fuzz_model", "DISTRIBUTED")
 
 PROTOS: dict[str, OpProto] = load_protos()
 FORWARD_OPS: tuple[str, ...] = tuple(n for n, p in PROTOS.items() if not p.backward_of)

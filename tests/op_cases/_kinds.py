@@ -4,7 +4,7 @@ its entries use. Re-exported by op_cases (``from op_cases import Bad, Call, ...`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -148,3 +148,49 @@ class Bad:
     call: Callable
     exc: type[Exception]
     phrase: str
+
+
+# ---------------------------------------------------------------------------
+# DTensor cases (tests/test_distributed.py)
+# ---------------------------------------------------------------------------
+
+DT_ROWS = (4, 8, 16)  # [batch, sequence, hidden]: every dim splits on 2 and 4 ranks
+DT_ANY = ("R", "S0", "S1", "S2")  # what DTensor may pick for a DT_ROWS output where it redistributes
+
+
+def grand(g: torch.Generator, *shape) -> torch.Tensor:
+    """randn from the case's generator (every rank and the single process draw the same)."""
+    return torch.randn(*shape, generator=g)
+
+
+def dt_rows(n: int) -> Callable:
+    """n activations of DT_ROWS."""
+    return lambda g: [grand(g, *DT_ROWS) for _ in range(n)]
+
+
+def dt_norm(n_params: int, shape=(16,), grads: int = 0) -> Callable:
+    """A row norm's arguments: `grads` incoming gradients, x, normalized_shape, n_params weights/biases."""
+    return lambda g: ([grand(g, *DT_ROWS) for _ in range(grads)] + [grand(g, *DT_ROWS), list(shape)]
+                      + [grand(g, *shape) for _ in range(n_params)])
+
+
+@dataclass(frozen=True)
+class Placed:
+    """custom::<op>(*make(generator), **kwargs) on DTensors, each tensor argument
+    placed as `places` says ("R", "S<dim>", "P": Replicate, Shard, Partial sum;
+    "S0,S1" a placement per dim of a 2-D mesh); `out` the placements of the
+    outputs, or for each a tuple of those DTensor may pick where it
+    redistributes. `grad` (forward ops): also the gradients through
+    op_extension.ops.<op>. `mesh` 2: on 4 ranks as a 2 x 2 mesh."""
+
+    name: str
+    make: Callable
+    places: tuple
+    out: tuple
+    grad: bool = True
+    kwargs: dict = field(default_factory=dict)
+    mesh: int = 1
+
+
+def placed(name, make, places, out, *, grad=True, mesh=1, **kwargs) -> Placed:
+    return Placed(name, make, tuple(places), tuple(out), grad, kwargs, mesh)

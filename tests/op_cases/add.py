@@ -5,7 +5,8 @@ import math
 import torch
 
 from fuzz_kit import Expect, f64
-from op_cases import HUGE, NOT_BROADCASTABLE, SAME_DTYPE, Bad, Call, Fake, H, huge, rand, sample
+from op_cases import (DT_ANY, DT_ROWS, HUGE, NOT_BROADCASTABLE, SAME_DTYPE, Bad, Call, Fake, H, dt_rows, grand, huge,
+                      placed, rand, sample)
 from op_extension import ops
 
 custom = torch.ops.custom
@@ -100,6 +101,33 @@ GRADCHECK = {
 }
 
 LAYOUT = (lambda x, y: ops.add(x, y, 0.5), lambda x, y: torch.add(x, y, alpha=0.5))
+
+
+# ---- DTensor cases (tests/test_distributed.py; op_cases/_kinds.py's Placed) ----
+
+
+def _bias(g):
+    return [grand(g, *DT_ROWS), grand(g, 16)]
+
+
+DISTRIBUTED = [placed(p, dt_rows(2), [p, p], [p], alpha=0.5) for p in ("R", "S0", "S1", "S2")] + [
+    placed("P+P", dt_rows(2), ["P", "P"], ["P"], alpha=0.5),
+    # broadcasting: the bias split on its own dim, or replicated
+    placed("bias-S0", _bias, ["S0", "R"], ["S0"], alpha=0.5),
+    placed("bias-S2", _bias, ["S2", "S0"], ["S2"], alpha=0.5),
+    placed("bias-R", _bias, ["R", "R"], ["R"], alpha=0.5),
+    placed("bias-P+P", _bias, ["P", "P"], ["P"], alpha=0.5),
+    placed("P+R-redistributed", dt_rows(2), ["P", "R"], [DT_ANY + ("P",)], alpha=0.5),
+    placed("bias-S1,S2", _bias, ["S1,S2", "R,S0"], ["S1,S2"], mesh=2, alpha=0.5),
+]
+# A sum over the broadcast dims: Partial where one of them is split. One
+# grad_output placement and several input_size in a row: the strategy cached for
+# one input_size must not serve another.
+BACKWARD_DISTRIBUTED = [
+    placed(f"{place}-to-{size}", lambda g, size=size: [grand(g, *DT_ROWS), size], [place], [out], alpha=0.5)
+    for place, size, out in (("S0", [16], "P"), ("S2", [16], "S0"), ("S1", [4, 8, 16], "S1"),
+                             ("S0", [1, 8, 16], "P"), ("S1", [1, 8, 16], "S1"), ("R", [16], "R"),
+                             ("P", [8, 16], "P"))]
 
 
 # ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----

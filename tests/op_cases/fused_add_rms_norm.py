@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from fuzz_kit import Expect, f64, norm_backward_model, norm_case_inputs, rms_eps
-from op_cases import HUGE, SAME_DTYPE, Bad, Call, Fake, H, huge, rand, sample
+from op_cases import DT_ROWS, HUGE, SAME_DTYPE, Bad, Call, Fake, H, grand, huge, placed, rand, sample
 from op_extension import ops
 
 custom = torch.ops.custom
@@ -91,6 +91,31 @@ GRADCHECK = {
     "weight": lambda m: ((m(3, 7), m(3, 7), [7], m(7), 1e-5), {}),
     "no_weight": lambda m: ((m(2, 3, 5), m(2, 3, 5), [5]), {}),
 }
+
+
+# ---- DTensor cases (tests/test_distributed.py; op_cases/_kinds.py's Placed) ----
+
+_ROWS_ONLY = ("R", "S0", "S1")  # a redistributed row op's output: split on a row dim or whole
+
+
+def _dt_args(g):
+    return [grand(g, *DT_ROWS), grand(g, *DT_ROWS), [16], grand(g, 16)]
+
+
+def _dt_backward_args(g):
+    return [grand(g, *DT_ROWS), grand(g, *DT_ROWS), grand(g, *DT_ROWS), [16], grand(g, 16)]
+
+
+DISTRIBUTED = [placed(p, _dt_args, [p, p, "R"], [p, p]) for p in ("R", "S0", "S1")] + [
+    placed("S2-redistributed", _dt_args, ["S2", "S2", "R"], [_ROWS_ONLY, _ROWS_ONLY]),
+]
+BACKWARD_DISTRIBUTED = [placed(p, _dt_backward_args, [p, p, p, "R"], [p, "R" if p == "R" else "P"])
+                        for p in ("R", "S0", "S1")] + [
+    placed("P", _dt_backward_args, ["P", "P", "R", "R"], ["P", "P"]),
+    placed("no-grad-residual-S0", lambda g: [grand(g, *DT_ROWS), None, grand(g, *DT_ROWS), [16], grand(g, 16)],
+           ["S0", "S0", "R"], ["S0", "P"]),
+    placed("S2-redistributed", _dt_backward_args, ["S2", "S2", "S2", "R"], [_ROWS_ONLY, ("R", "P")]),
+]
 
 
 # ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from fuzz_kit import gelu_parts, glu_case, glu_model
-from op_cases import HUGE, SAME_DTYPE, Bad, Call, Fake, H, huge, rand, sample
+from op_cases import HUGE, SAME_DTYPE, Bad, Call, Fake, H, dt_rows, huge, placed, rand, sample
 from op_cases.swiglu import glu_samples
 from op_extension import ops
 
@@ -60,6 +60,16 @@ GRADCHECK = {
 
 LAYOUT = (lambda x, y: ops.geglu(x, y, "none"), lambda x, y: F.gelu(x) * y)
 BACKWARD_LAYOUT = lambda dy, x, y: custom.geglu_backward(dy, x, y, "tanh")  # noqa: E731
+
+
+# ---- DTensor cases (tests/test_distributed.py; op_cases/_kinds.py's Placed) ----
+
+DISTRIBUTED = [placed(p, dt_rows(2), [p, p], [p], approximate="tanh") for p in ("R", "S0", "S1", "S2")] + [
+    placed("up-P", dt_rows(2), ["R", "P"], ["P"]),
+]
+BACKWARD_DISTRIBUTED = [placed(p, dt_rows(3), [p, p, p], [p, p]) for p in ("R", "S0", "S1", "S2")] + [
+    placed("P", dt_rows(3), ["P", "R", "R"], ["P", "P"]),
+]
 
 
 # ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from fuzz_kit import ACTIVATION_SCALES, Expect, f64, gelu_parts
-from op_cases import HUGE, Bad, Call, Fake, H, huge, rand, sample
+from op_cases import DT_ANY, HUGE, Bad, Call, Fake, H, dt_rows, huge, placed, rand, sample
 from op_extension import ops
 
 custom = torch.ops.custom
@@ -76,6 +76,18 @@ GRADCHECK = {
 
 LAYOUT = (lambda x, y: ops.gelu(x, "tanh"), lambda x, y: F.gelu(x, approximate="tanh"))
 BACKWARD_LAYOUT = lambda dy, x, y: custom.gelu_backward(dy, x, "none")  # noqa: E731
+
+
+# ---- DTensor cases (tests/test_distributed.py; op_cases/_kinds.py's Placed) ----
+
+DISTRIBUTED = [placed(p, dt_rows(1), [p], [p]) for p in ("R", "S0", "S1", "S2")] + [
+    # gelu is not linear: a Partial input is summed first.
+    placed("P-redistributed", dt_rows(1), ["P"], [DT_ANY]),
+]
+BACKWARD_DISTRIBUTED = [placed(p, dt_rows(2), [p, p], [p]) for p in ("R", "S0", "S1", "S2")] + [
+    placed("P", dt_rows(2), ["P", "R"], ["P"]),
+    placed("S0-S1-redistributed", dt_rows(2), ["S0", "S1"], [DT_ANY]),
+]
 
 
 # ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----

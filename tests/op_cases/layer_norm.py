@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from fuzz_kit import Expect, f64, nan_to_inf, norm_backward_model, norm_case_inputs, row_dims
-from op_cases import HUGE, Bad, Call, Fake, H, huge, rand, sample
+from op_cases import HUGE, Bad, Call, Fake, H, dt_norm, huge, placed, rand, sample
 from op_extension import ops
 
 custom = torch.ops.custom
@@ -96,6 +96,23 @@ GRADCHECK = {
 }
 
 LAYOUT = (lambda x, y: ops.layer_norm(x, [x.shape[-1]]), lambda x, y: F.layer_norm(x, [x.shape[-1]]))
+
+
+# ---- DTensor cases (tests/test_distributed.py; op_cases/_kinds.py's Placed) ----
+
+_ROWS_ONLY = ("R", "S0", "S1")  # a redistributed row op's output: split on a row dim or whole
+
+DISTRIBUTED = [placed(p, dt_norm(2), [p, "R", "R"], [p]) for p in ("R", "S0", "S1")] + [
+    placed("no-params-S1", dt_norm(0), ["S1"], ["S1"]),
+    placed("S2-redistributed", dt_norm(2), ["S2", "R", "R"], [_ROWS_ONLY]),
+]
+BACKWARD_DISTRIBUTED = [placed(p, dt_norm(2, grads=1), [p, p, "R", "R"], [p] + ["R" if p == "R" else "P"] * 2)
+                        for p in ("R", "S0", "S1")] + [
+    placed("no-params-S1", dt_norm(0, grads=1), ["S1", "S1"], ["S1", "R", "R"]),
+    placed("P", dt_norm(2, grads=1), ["P", "R", "R", "R"], ["P", "P", "P"]),
+    placed("S2-redistributed", dt_norm(2, grads=1), ["S2", "S2", "R", "R"], [_ROWS_ONLY, ("R", "P"), ("R", "P")]),
+    placed("S1,S0", dt_norm(2, grads=1), ["S1,S0", "S1,S0", "R,R", "R,R"], ["S1,S0", "P,P", "P,P"], mesh=2),
+]
 
 
 # ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----

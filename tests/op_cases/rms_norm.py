@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from fuzz_kit import Expect, f64, norm_backward_model, norm_case_inputs, rms_eps
-from op_cases import HUGE, Bad, Call, Fake, H, huge, rand, sample
+from op_cases import HUGE, Bad, Call, Fake, H, dt_norm, huge, placed, rand, sample
 from op_extension import ops
 
 custom = torch.ops.custom
@@ -113,6 +113,31 @@ GRADCHECK = {
 }
 
 LAYOUT = (lambda x, y: ops.rms_norm(x, [x.shape[-1]], None, 1e-6), lambda x, y: F.rms_norm(x, [x.shape[-1]], None, 1e-6))
+
+
+# ---- DTensor cases (tests/test_distributed.py; op_cases/_kinds.py's Placed) ----
+
+_ROWS_ONLY = ("R", "S0", "S1")  # a redistributed row op's output: split on a row dim or whole
+
+DISTRIBUTED = [placed(p, dt_norm(1), [p, "R"], [p]) for p in ("R", "S0", "S1")] + [
+    # The same input and placements, normalized over [16] then [8, 16]: the second
+    # must not reuse the first's cached strategy.
+    placed("S1-before-the-cache-case", dt_norm(0), ["S1"], ["S1"], grad=False),
+    placed("S1-cache-key-redistributed", dt_norm(0, (8, 16)), ["S1"], [("R", "S0")], grad=False),
+    placed("no-weight-S0", dt_norm(0), ["S0"], ["S0"]),
+    # Split on the normalized dim, or a weight split: redistributed, never computed on the slice.
+    placed("S2-redistributed", dt_norm(1), ["S2", "R"], [_ROWS_ONLY]),
+    placed("weight-S0-redistributed", dt_norm(1), ["S0", "S0"], [("S0", "R")]),
+    placed("P-redistributed", dt_norm(1), ["P", "R"], [_ROWS_ONLY]),
+    placed("S0,S1", dt_norm(1), ["S0,S1", "R,R"], ["S0,S1"], mesh=2),
+]
+BACKWARD_DISTRIBUTED = [placed(p, dt_norm(1, grads=1), [p, p, "R"], [p, "R" if p == "R" else "P"])
+                        for p in ("R", "S0", "S1")] + [
+    placed("no-weight-S0", dt_norm(0, grads=1), ["S0", "S0"], ["S0", "R"]),
+    placed("P", dt_norm(1, grads=1), ["P", "R", "R"], ["P", "P"]),
+    placed("S2-redistributed", dt_norm(1, grads=1), ["S2", "S2", "R"], [_ROWS_ONLY, ("R", "P")]),
+    placed("S0,S1", dt_norm(1, grads=1), ["S0,S1", "S0,S1", "R,R"], ["S0,S1", "P,P"], mesh=2),
+]
 
 
 # ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----

@@ -8,7 +8,7 @@ import torch
 from hypothesis import strategies as st
 
 from fuzz_kit import MAX_NUMEL, Expect, f64
-from op_cases import SAME_DTYPE, Bad, Call, Fake, H, huge, rand, sample
+from op_cases import SAME_DTYPE, Bad, Call, Fake, H, grand, huge, placed, rand, sample
 from op_extension import ops
 from test_ascend_sim_rope import rope_ub_bytes
 
@@ -138,6 +138,32 @@ GRADCHECK = {
     "": lambda m: ((m(2, 3, 4, 8), m(2, 1, 4, 8), m(2, 4, 8), m(2, 4, 8)), {}),
     "unsqueeze_dim2": lambda m: ((m(2, 4, 3, 8), m(2, 4, 1, 8), m(1, 4, 8), m(1, 4, 8)), {"unsqueeze_dim": 2}),
 }
+
+
+# ---- DTensor cases (tests/test_distributed.py; op_cases/_kinds.py's Placed) ----
+
+
+def _dt_rope(batch_of_tables=4):
+    """q [batch, heads, seq, head_dim], k with fewer heads, cos/sin [batch, seq, head_dim]."""
+    return lambda g: [grand(g, 4, 8, 8, 16), grand(g, 4, 4, 8, 16), grand(g, batch_of_tables, 8, 16),
+                      grand(g, batch_of_tables, 8, 16)]
+
+
+def _dt_cases():
+    # cos/sin split with the batch or the sequence, replicated with the heads
+    # (and when broadcast along the batch).
+    return [placed(p, _dt_rope(), [p, p, table, table], [p, p])
+            for p, table in (("R", "R"), ("S0", "S0"), ("S1", "R"), ("S2", "S1"))] + [
+        placed("S0-broadcast-batch", _dt_rope(1), ["S0", "S0", "R", "R"], ["S0", "S0"]),
+        placed("P", _dt_rope(), ["P", "P", "R", "R"], ["P", "P"]),
+        placed("S2-tables-replicated", _dt_rope(), ["S2", "S2", "R", "R"], ["S2", "S2"]),
+        placed("S3-redistributed", _dt_rope(), ["S3", "S3", "R", "R"], [("R", "S0", "S1", "S2")] * 2),
+    ]
+
+
+DISTRIBUTED = _dt_cases() + [
+    placed("S0,S2", _dt_rope(), ["S0,S2", "S0,S2", "S0,S1", "S0,S1"], ["S0,S2", "S0,S2"], mesh=2)]
+BACKWARD_DISTRIBUTED = _dt_cases()
 
 
 # ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----

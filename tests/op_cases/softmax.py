@@ -6,7 +6,7 @@ import torch
 
 from fuzz_kit import ACTIVATION_SCALES, Expect, f64, nan_to_inf
 from fuzz_strategies import TSpec
-from op_cases import HUGE, Bad, Call, Fake, H, huge, rand, sample
+from op_cases import DT_ROWS, HUGE, Bad, Call, Fake, H, grand, huge, placed, rand, sample
 from op_extension import ops
 
 custom = torch.ops.custom
@@ -78,6 +78,31 @@ GRADCHECK = {
 }
 
 LAYOUT = (lambda x, y: ops.softmax(x, -1), lambda x, y: torch.softmax(x, -1))
+
+
+# ---- DTensor cases (tests/test_distributed.py; op_cases/_kinds.py's Placed) ----
+
+_ROWS_ONLY = ("R", "S0", "S1")  # a redistributed row op's output: split on a row dim or whole
+
+
+def _dt_args(g):
+    return [grand(g, *DT_ROWS), -1]
+
+
+def _dt_backward_args(g):
+    return [grand(g, *DT_ROWS), torch.softmax(grand(g, *DT_ROWS), -1), -1]
+
+
+DISTRIBUTED = [placed(p, _dt_args, [p], [p]) for p in ("R", "S0", "S1")] + [
+    placed("S2-redistributed", _dt_args, ["S2"], [_ROWS_ONLY]),
+    placed("P-redistributed", lambda g: [grand(g, *DT_ROWS), 1], ["P"], [("R", "S0", "S2")]),
+    placed("S0,S2-redistributed", _dt_args, ["S0,S2"], [("S0,R", "S0,S0", "S0,S1", "R,R", "R,S0", "R,S1")],
+           mesh=2),
+]
+BACKWARD_DISTRIBUTED = [placed(p, _dt_backward_args, [p, p], [p]) for p in ("R", "S0", "S1")] + [
+    placed("P", _dt_backward_args, ["P", "R"], ["P"]),
+    placed("S2-redistributed", _dt_backward_args, ["S2", "S2"], [_ROWS_ONLY + ("P",)]),
+]
 
 
 # ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from fuzz_kit import glu_case, glu_model, silu_parts
-from op_cases import HUGE, SAME_DTYPE, Bad, Call, Fake, H, huge, rand, sample
+from op_cases import DT_ANY, HUGE, SAME_DTYPE, Bad, Call, Fake, H, dt_rows, huge, placed, rand, sample
 from op_extension import ops
 
 custom = torch.ops.custom
@@ -74,6 +74,17 @@ GRADCHECK = {
 
 LAYOUT = (lambda x, y: ops.swiglu(x, y), lambda x, y: F.silu(x) * y)
 BACKWARD_LAYOUT = lambda dy, x, y: custom.swiglu_backward(dy, x, y)  # noqa: E731
+
+
+# ---- DTensor cases (tests/test_distributed.py; op_cases/_kinds.py's Placed) ----
+
+DISTRIBUTED = [placed(p, dt_rows(2), [p, p], [p]) for p in ("R", "S0", "S1", "S2")] + [
+    placed("up-P", dt_rows(2), ["R", "P"], ["P"]),
+    placed("gate-P-redistributed", dt_rows(2), ["P", "R"], [DT_ANY]),
+]
+BACKWARD_DISTRIBUTED = [placed(p, dt_rows(3), [p, p, p], [p, p]) for p in ("R", "S0", "S1", "S2")] + [
+    placed("P", dt_rows(3), ["P", "R", "R"], ["P", "P"]),
+]
 
 
 # ---- fuzzing (tests/test_fuzz.py; tests/fuzz_kit.py says what each entry is) ----
