@@ -178,6 +178,135 @@ def _run_block(mesh, rank, world):
             "norm_weight_grad": tuple(_code(p) for p in block.norm.weight.grad.placements)}
 
 
+# ---- a Llama-style decoder, trained under tensor + sequence parallel and under FSDP2 ----------------------------
+
+VOCAB, HIDDEN, HEADS, HEAD_DIM, FFN, SEQ, BATCH, LAYERS, STEPS, LR = 32, 16, 4, 4, 32, 8, 2, 2, 3, 0.1
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (torch.nn.Linear(HIDDEN, HIDDEN, bias=False)
+                                                              for _ in range(4))
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        # -1 heads: all of them in one process, a rank's share under tensor parallel.
+        q, k, v = (proj(x).view(b, s, -1, HEAD_DIM).transpose(1, 2) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = op_extension.ops.rotary_embedding(q, k, cos, sin)
+        causal = torch.full((s, s), float("-inf")).triu(1)
+        attn = op_extension.ops.softmax(q @ k.transpose(-1, -2) * HEAD_DIM ** -0.5 + causal, -1) @ v
+        return self.o_proj(attn.transpose(1, 2).reshape(b, s, -1))
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate_proj, self.up_proj = torch.nn.Linear(HIDDEN, FFN, bias=False), torch.nn.Linear(HIDDEN, FFN, bias=False)
+        self.down_proj = torch.nn.Linear(FFN, HIDDEN, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(op_extension.ops.swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.input_layernorm, self.post_attention_layernorm = (op_extension.nn.CustomRMSNorm(HIDDEN, eps=1e-6)
+                                                               for _ in range(2))
+        self.self_attn, self.mlp = _Attention(), _Mlp()
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class _Decoder(torch.nn.Module):
+    """Llama's structure at toy size, every op of it op_extension's but the linears,
+    the embedding and the attention's matmuls."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(SEED)
+        self.embed_tokens = torch.nn.Embedding(VOCAB, HIDDEN)
+        self.layers = torch.nn.ModuleList(_Layer() for _ in range(LAYERS))
+        self.norm = op_extension.nn.CustomRMSNorm(HIDDEN, eps=1e-6)
+        self.lm_head = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
+        with torch.no_grad():
+            for module in self.modules():
+                if isinstance(module, op_extension.nn.CustomRMSNorm):
+                    module.weight.uniform_(0.5, 1.5)
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, HEAD_DIM, 2).float() / HEAD_DIM))
+        angles = torch.outer(torch.arange(SEQ).float(), inv_freq).repeat(1, 2)
+        self.cos, self.sin = angles.cos().expand(BATCH, SEQ, HEAD_DIM), angles.sin().expand(BATCH, SEQ, HEAD_DIM)
+
+    def forward(self, tokens):
+        x = self.embed_tokens(tokens)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin)
+        return self.lm_head(self.norm(x))
+
+
+def _tokens(step):
+    g = torch.Generator().manual_seed(SEED + 10 + step)
+    return torch.randint(0, VOCAB, (BATCH, SEQ), generator=g), torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+
+
+def _full(t):
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def _train(model, steps=STEPS):
+    """Plain SGD: the losses and the gradients of the last step, by parameter name."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    for step in range(steps):
+        tokens, labels = _tokens(step)
+        optimizer.zero_grad()
+        logits = _full(model(tokens))
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1))
+        loss.backward()
+        losses.append(loss.detach())
+        grads = {name: _full(p.grad).detach().clone() for name, p in model.named_parameters()}
+        optimizer.step()
+    return {"losses": torch.stack(losses), "grads": grads}
+
+
+def _tensor_sequence_parallel(model, mesh):
+    """Megatron-style: the norms sequence parallel, q/k/v and gate/up column-wise,
+    o/down row-wise back to the sequence split, the logits replicated."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+
+    plan = {"embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            "norm": SequenceParallel(),
+            "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())}
+    for i in range(LAYERS):
+        plan |= {f"layers.{i}.input_layernorm": SequenceParallel(),
+                 f"layers.{i}.post_attention_layernorm": SequenceParallel(),
+                 **{f"layers.{i}.self_attn.{p}": ColwiseParallel(input_layouts=Shard(1))
+                    for p in ("q_proj", "k_proj", "v_proj")},
+                 f"layers.{i}.self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+                 f"layers.{i}.mlp.gate_proj": ColwiseParallel(input_layouts=Shard(1)),
+                 f"layers.{i}.mlp.up_proj": ColwiseParallel(input_layouts=Shard(1)),
+                 f"layers.{i}.mlp.down_proj": RowwiseParallel(output_layouts=Shard(1))}
+    return parallelize_module(model, mesh, plan)
+
+
+def _fully_shard(model, mesh):
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
+def _run_decoders(mesh):
+    return {"tp_sp": _train(_tensor_sequence_parallel(_Decoder(), mesh)),
+            "fsdp2": _train(_fully_shard(_Decoder(), mesh))}
+
+
 def _worker(rank: int, world: int, store: str, out: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -203,6 +332,13 @@ def _worker(rank: int, world: int, store: str, out: str) -> None:
         results["block"] = _run_block(mesh, rank, world)
     except Exception as e:
         results["block"] = {"error": f"{type(e).__name__}: {e}"}
+    for name, run in (("decoder", _run_decoders),):
+        try:
+            results[name] = run(mesh)
+        except Exception as e:
+            import traceback
+
+            results[name] = {"error": f"{type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}"}
     results["local_shapes"] = distributed.LOCAL_SHAPES
     if rank == 0:
         torch.save(results, out)
@@ -275,6 +411,22 @@ def test_block_under_tensor_and_sequence_parallel_equals_one_process(results, wo
         torch.testing.assert_close(got["grads"][name], grad, atol=ATOL, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
     # The norm's weight gradient is each rank's rows' share, a sum DTensor reduces when it is read.
     assert got["norm_weight_grad"] == ("P",)
+
+
+@pytest.mark.parametrize("parallel", ["tp_sp", "fsdp2"])
+@pytest.mark.parametrize("world", WORLDS)
+def test_decoder_trains_as_one_process(results, world, parallel):
+    """A Llama-style decoder of op_extension's ops, three SGD steps under tensor +
+    sequence parallel (Megatron's plan) and under FSDP2: the losses and the last
+    step's gradients of every parameter equal one process's (float32, 1e-5)."""
+    got = results(world)["decoder"]
+    assert "error" not in got, got.get("error")
+    got = got[parallel]
+    want = _train(_Decoder())
+    torch.testing.assert_close(got["losses"], want["losses"], atol=ATOL, rtol=0)
+    assert got["grads"].keys() == want["grads"].keys()
+    for name, grad in want["grads"].items():
+        torch.testing.assert_close(got["grads"][name], grad, atol=ATOL, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
 
 
 @pytest.mark.parametrize("case", MESH_2D_CASES, ids=[c.name for c in MESH_2D_CASES])
