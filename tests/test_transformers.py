@@ -450,6 +450,77 @@ def test_ddp_training_of_a_patched_model(tmp_path):
         torch.testing.assert_close(result["state"][name], p, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
+# ---- tensor parallel ----------------------------------------------------------------
+#
+# The patched Llama under Hugging Face's own layout of tensor parallelism
+# (q/k/v and gate/up column-wise, o/down row-wise; the norms, rotary embedding
+# and SwiGLU on each rank's heads and columns): op_extension's ops in a model
+# that torch.distributed splits need no change.
+TP_STEPS = 3
+
+
+def _tp_plan(model):
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = {}
+    for i in range(len(model.model.layers)):
+        prefix = f"model.layers.{i}"
+        plan |= {f"{prefix}.self_attn.{p}": ColwiseParallel() for p in ("q_proj", "k_proj", "v_proj")}
+        plan |= {f"{prefix}.mlp.{p}": ColwiseParallel() for p in ("gate_proj", "up_proj")}
+        plan |= {f"{prefix}.self_attn.o_proj": RowwiseParallel(), f"{prefix}.mlp.down_proj": RowwiseParallel()}
+    return plan
+
+
+def _tp_train(model):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step in range(TP_STEPS):
+        opt.zero_grad()
+        loss = _loss(model, ids(batch=2, seed=200 + step))
+        loss.backward()
+        losses.append(loss.detach())
+        grads = {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).clone()
+                 for n, p in model.named_parameters()}
+        opt.step()
+    return torch.stack(losses), grads
+
+
+def _tp_worker(rank: int, world: int, store: str, out: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    process_group.init(rank, world, store)
+    model = build("llama").train()
+    oxt.patch(model)
+    mesh = init_device_mesh("cpu", (world,))
+    parallelize_module(model, mesh, _tp_plan(model))
+    layer = model.model.layers[0]
+    split = {name: [str(p) for p in getattr(module.weight, "placements", ())]
+             for name, module in (("gate_proj", layer.mlp.gate_proj), ("o_proj", layer.self_attn.o_proj))}
+    losses, grads = _tp_train(model)
+    if rank == 0:
+        torch.save({"losses": losses, "grads": grads, "split": split}, out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_tensor_parallel_training_of_a_patched_model(tmp_path):
+    world, out = 2, tmp_path / "tp.pt"
+    workers = process_group.run("test_transformers", "_tp_worker", world, tmp_path / "workers", str(out))
+    assert process_group.all_passed(workers), process_group.report(workers)
+    result = torch.load(out)
+    assert result["split"] == {"gate_proj": ["S(0)"], "o_proj": ["S(1)"]}  # the weights are split
+    model = build("llama").train()
+    report = oxt.patch(model)
+    assert report == {"LlamaRMSNorm": 5, "LlamaMLP": 2} and report.rope  # the patched modules are what was split
+    losses, grads = _tp_train(model)
+    torch.testing.assert_close(result["losses"], losses, atol=1e-5, rtol=0)
+    assert result["grads"].keys() == grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(result["grads"][name], grad, atol=1e-5, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
+
+
 def test_class_level_patch_keeps_hugging_face_for_arguments_it_cannot_honour():
     # An argument op_extension's module has no use for must not be dropped silently:
     # the stand-in builds Hugging Face's own module then.
