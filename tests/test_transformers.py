@@ -450,12 +450,15 @@ def test_ddp_training_of_a_patched_model(tmp_path):
         torch.testing.assert_close(result["state"][name], p, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
-# ---- tensor parallel ----------------------------------------------------------------
+# ---- tensor parallel and FSDP2 ----------------------------------------------------------
 #
 # The patched Llama under Hugging Face's own layout of tensor parallelism
 # (q/k/v and gate/up column-wise, o/down row-wise; the norms, rotary embedding
-# and SwiGLU on each rank's heads and columns): op_extension's ops in a model
-# that torch.distributed splits need no change.
+# and SwiGLU on each rank's heads and columns), and under FSDP2: op_extension's
+# ops in a model that torch.distributed splits need no change. Not sequence
+# parallel: Hugging Face builds the causal mask from the embedding's sequence
+# length, which sequence parallelism would split (tests/test_distributed.py
+# runs op_extension's own decoder that way).
 TP_STEPS = 3
 
 
@@ -499,13 +502,22 @@ def _tp_worker(rank: int, world: int, store: str, out: str) -> None:
     split = {name: [str(p) for p in getattr(module.weight, "placements", ())]
              for name, module in (("gate_proj", layer.mlp.gate_proj), ("o_proj", layer.self_attn.o_proj))}
     losses, grads = _tp_train(model)
+    # FSDP2: every layer's parameters sharded, gathered for its forward and backward.
+    from torch.distributed.fsdp import fully_shard
+
+    sharded = build("llama").train()
+    oxt.patch(sharded)
+    for layer in sharded.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fsdp_losses, fsdp_grads = _tp_train(fully_shard(sharded, mesh=mesh))
     if rank == 0:
-        torch.save({"losses": losses, "grads": grads, "split": split}, out)
+        torch.save({"losses": losses, "grads": grads, "split": split,
+                    "fsdp2": {"losses": fsdp_losses, "grads": fsdp_grads}}, out)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def test_tensor_parallel_training_of_a_patched_model(tmp_path):
+def test_tensor_parallel_and_fsdp2_training_of_a_patched_model(tmp_path):
     world, out = 2, tmp_path / "tp.pt"
     workers = process_group.run("test_transformers", "_tp_worker", world, tmp_path / "workers", str(out))
     assert process_group.all_passed(workers), process_group.report(workers)
@@ -515,10 +527,11 @@ def test_tensor_parallel_training_of_a_patched_model(tmp_path):
     report = oxt.patch(model)
     assert report == {"LlamaRMSNorm": 5, "LlamaMLP": 2} and report.rope  # the patched modules are what was split
     losses, grads = _tp_train(model)
-    torch.testing.assert_close(result["losses"], losses, atol=1e-5, rtol=0)
-    assert result["grads"].keys() == grads.keys()
-    for name, grad in grads.items():
-        torch.testing.assert_close(result["grads"][name], grad, atol=1e-5, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
+    for run in (result, result["fsdp2"]):
+        torch.testing.assert_close(run["losses"], losses, atol=1e-5, rtol=0)
+        assert run["grads"].keys() == grads.keys()
+        for name, grad in grads.items():
+            torch.testing.assert_close(run["grads"][name], grad, atol=1e-5, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_class_level_patch_keeps_hugging_face_for_arguments_it_cannot_honour():
