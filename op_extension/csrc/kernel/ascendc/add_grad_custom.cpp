@@ -138,6 +138,8 @@ class KernelAddGrad {
       if (tail && t_.outCols < blockElems) {
         SumColumns(row, 0, blockElems, t_.outCols);
       } else if (tail) {
+        // Two MTE3 copies to overlapping GM must be serialised (PipeBarrier page).
+        PipeBarrier<PIPE_MTE3>();
         SumColumns(row, t_.outCols - blockElems, blockElems);
       }
       u += blocks;
@@ -193,6 +195,7 @@ class KernelAddGrad {
     if (tail && t_.outRows < blockElems) {
       SumRuns(0, static_cast<uint32_t>(t_.outRows));
     } else if (tail) {
+      PipeBarrier<PIPE_MTE3>();  // overlapping GM writes must be serialised (PipeBarrier page)
       SumRuns(t_.outRows - blockElems, static_cast<uint32_t>(blockElems));
     }
   }

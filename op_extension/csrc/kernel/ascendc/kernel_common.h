@@ -247,6 +247,9 @@ class RowCopier {
       return;
     }
     AscendC::DataCopy(dst, src, count / kB * kB);
+    // The last block rewrites GM the copy above wrote: MTE3 copies to overlapping
+    // GM must be serialised (PipeBarrier page).
+    AscendC::PipeBarrier<PIPE_MTE3>();
     AscendC::LocalTensor<T> stage = stage_.template Get<T>();
     // The vector unit wrote src; the scalar unit reads it, then MTE3 reads the stage.
     event_t eventVS = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(AscendC::HardEvent::V_S));
@@ -284,6 +287,9 @@ class RowCopier {
       const uint32_t whole = AlignToBlock<T>(len);
       c = c + len - whole;
       len = whole;
+      // The shifted chunk's output overlaps the chunk before it in GM: the MTE3
+      // copies must be serialised (PipeBarrier page).
+      AscendC::PipeBarrier<PIPE_MTE3>();
     }
   }
 
@@ -380,6 +386,9 @@ class ElementwiseTiles {
     }
     if (overlapTail_) {
       overlapTail_ = false;
+      // The tail block overlaps the tiles before it in GM: their MTE3 copies
+      // must be complete before its copy starts (PipeBarrier page).
+      AscendC::PipeBarrier<PIPE_MTE3>();
       offset = tailOffset_;
       count = BlockElems<T>();
       return true;
