@@ -655,6 +655,19 @@ def test_pipes_ordered_correctly_are_not_reported(name, soc):
     ascend_sim._run_misuse(name, soc=soc)
 
 
+def test_dependent_vector_instructions_need_a_barrier_only_on_310p():
+    # NPU arch 2201 (910B): the compiler inserts PipeBarrier<PIPE_V> between
+    # dependent vector instructions; the devkit documents no such thing for
+    # 2002 (310P), whose kernels write it themselves.
+    ascend_sim._run_misuse("pipe_v_chain", soc="Ascend910B")
+    with pytest.raises(RuntimeError, match=r"kernel pipe_v_chain \(blockDim 2\): AscendC simulator \(Ascend310P\w*, "
+                                           r"core 0 of 2\): pipe hazard \(RAW\): Muls \(instruction #3, PIPE_V\) "
+                                           r"reads UB bytes \[0, 256\) of TQue<VECIN, 1> #1 that Adds \(instruction #2, "
+                                           r"PIPE_V\) wrote; no PipeBarrier<PIPE_V> \(or PIPE_ALL\) between them, and on "
+                                           r"NPU arch 2002 the compiler inserts none \(rule: same-pipe vector order"):
+        ascend_sim._run_misuse("pipe_v_chain", soc="Ascend310P")
+
+
 def test_misuse_control_kernel_runs():
     ascend_sim._run_misuse("clean", soc="Ascend910B")
     ascend_sim._run_misuse("clean", soc="Ascend310P")

@@ -33,9 +33,6 @@
 #include "ascendc_sim/core.h"
 
 namespace ascendc_sim {
-// The same-pipe vector rule (NPU arch 2002); off until the kernels carry their
-// PipeBarrier<PIPE_V> (the next step of issue 28).
-inline constexpr bool kCheckVectorPipeOrder = false;
 
 inline const char* PipeName(Pipe p) {
   static const char* const kNames[] = {"PIPE_S", "PIPE_V", "PIPE_MTE2", "PIPE_MTE3"};
@@ -71,7 +68,7 @@ inline std::map<uint32_t, UbUse>::iterator SplitUbRun(std::map<uint32_t, UbUse>&
 inline bool Unordered(const PipeState& s, Pipe p, Pipe q, const PipeUse& u, bool queued, bool raw) {
   if (u.n == 0 || p == Pipe::kS || q == Pipe::kS) return false;
   if (p == q) {
-    return kCheckVectorPipeOrder && raw && p == Pipe::kV && Device().spec.npuArch == 2002 && s.known[int(p)][int(p)] < u.n;
+    return raw && p == Pipe::kV && Device().spec.npuArch == 2002 && s.known[int(p)][int(p)] < u.n;
   }
   return !queued && s.known[int(p)][int(q)] < u.n;
 }
