@@ -611,6 +611,63 @@ def test_data_cache_used_correctly_is_not_reported(name, soc):
     ascend_sim._run_misuse(name, soc=soc)
 
 
+# ---------------------------------------------------------------------------
+# The order between a core's pipes (issue 28): S, V, MTE2, MTE3 run in parallel
+# on hardware; the simulator reports an access that nothing orders after an
+# earlier one on another pipe, and overlapping MTE3 writes to GM.
+# ---------------------------------------------------------------------------
+
+PIPE_MISUSE = [
+    ("pipe_mte2_v", r"pipe hazard \(RAW\): Muls \(instruction #2, PIPE_V\) reads UB bytes \[0, 256\) of "
+                    r"TQue<VECIN, 1> #1 that DataCopy\(GM->UB\) \(instruction #1, PIPE_MTE2\) wrote; nothing orders the "
+                    r"two: no EnQue/DeQue \(or FreeTensor/AllocTensor\) of the tensor, no SetFlag/WaitFlag"
+                    r"<HardEvent::MTE2_V>, no PipeBarrier<PIPE_ALL> between them \(rule: pipe order"),
+    ("pipe_v_mte3", r"pipe hazard \(RAW\): DataCopy\(UB->GM\) \(instruction #3, PIPE_MTE3\) reads UB bytes "
+                    r"\[256, 512\) of TBuf<VECCALC> #2 that Muls \(instruction #2, PIPE_V\) wrote; nothing orders the "
+                    r"two: .*SetFlag/WaitFlag<HardEvent::V_MTE3>"),
+    ("pipe_war_mte2", r"pipe hazard \(WAR\): DataCopy\(GM->UB\) \(instruction #4, PIPE_MTE2\) overwrites UB bytes "
+                      r"\[0, 128\) of TBuf<VECCALC> #1 that Muls \(instruction #2, PIPE_V\) read; nothing orders the "
+                      r"two: .*SetFlag/WaitFlag<HardEvent::V_MTE2>"),
+    ("gm_overlap", r"GM write order: DataCopy\(UB->GM\) \(instruction #4, PIPE_MTE3\) writes GM buffer "
+                   r"'aclrtMalloc buffer' bytes \[64, 192\), which DataCopy\(UB->GM\) \(instruction #3, PIPE_MTE3\) "
+                   r"also wrote, with no PipeBarrier<PIPE_MTE3> \(or PIPE_ALL\) between them: the two DMA writes may "
+                   r"land in either order \(rule: overlapping GM writes, PipeBarrier page\)"),
+    ("wait_without_set", r"WaitFlag<HardEvent::MTE2_V>\(2\) with no SetFlag<HardEvent::MTE2_V>\(2\) before it: on "
+                         r"hardware the pipe waits forever \(rule: flag pairs"),
+]
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B", "Ascend310P"])
+@pytest.mark.parametrize("name,message", PIPE_MISUSE, ids=[m[0] for m in PIPE_MISUSE])
+def test_pipe_order_misuse_is_reported(name, message, soc):
+    with pytest.raises(RuntimeError, match=r"kernel " + name + r" \(blockDim 2\): AscendC simulator \(" + soc +
+                       r"\w*, core 0 of 2\)") as info:
+        ascend_sim._run_misuse(name, soc=soc)
+    assert __import__("re").search(message, str(info.value)), str(info.value)
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B", "Ascend310P"])
+@pytest.mark.parametrize("name", ["pipe_mte2_v_ordered", "pipe_v_mte3_ordered", "pipe_war_mte2_ordered",
+                                  "gm_overlap_ordered", "pipe_v_chain_ordered"])
+def test_pipes_ordered_correctly_are_not_reported(name, soc):
+    # The controls: the same kernels with their EnQue/DeQue, flag pair or
+    # barrier; the harness checks dst holds 2 * src.
+    ascend_sim._run_misuse(name, soc=soc)
+
+
+def test_dependent_vector_instructions_need_a_barrier_only_on_310p():
+    # NPU arch 2201 (910B): the compiler inserts PipeBarrier<PIPE_V> between
+    # dependent vector instructions; the devkit documents no such thing for
+    # 2002 (310P), whose kernels write it themselves.
+    ascend_sim._run_misuse("pipe_v_chain", soc="Ascend910B")
+    with pytest.raises(RuntimeError, match=r"kernel pipe_v_chain \(blockDim 2\): AscendC simulator \(Ascend310P\w*, "
+                                           r"core 0 of 2\): pipe hazard \(RAW\): Muls \(instruction #3, PIPE_V\) "
+                                           r"reads UB bytes \[0, 256\) of TQue<VECIN, 1> #1 that Adds \(instruction #2, "
+                                           r"PIPE_V\) wrote; no PipeBarrier<PIPE_V> \(or PIPE_ALL\) between them, and on "
+                                           r"NPU arch 2002 the compiler inserts none \(rule: same-pipe vector order"):
+        ascend_sim._run_misuse("pipe_v_chain", soc="Ascend310P")
+
+
 def test_misuse_control_kernel_runs():
     ascend_sim._run_misuse("clean", soc="Ascend910B")
     ascend_sim._run_misuse("clean", soc="Ascend310P")

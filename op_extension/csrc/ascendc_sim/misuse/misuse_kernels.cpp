@@ -30,6 +30,14 @@ Buffers Bind(GM_ADDR src, GM_ADDR dst) {
   return b;
 }
 
+// Hands `t` from the pipe that wrote it to the next one (EnQue, then DeQue): the
+// order a kernel needs between DataCopy in, vector instructions and DataCopy out.
+template <typename Que>
+LocalTensor<float> HandOver(Que& que, const LocalTensor<float>& t) {
+  que.EnQue(t);
+  return que.template DeQue<float>();
+}
+
 // Correct reference kernel: copy in, copy out through one queue.
 void Clean(GM_ADDR src, GM_ADDR dst) {
   Buffers b = Bind(src, dst);
@@ -86,6 +94,7 @@ void NeverFreed(GM_ADDR src, GM_ADDR dst) {
   pipe.InitBuffer(que, 1, kCount * sizeof(float));
   LocalTensor<float> t = que.AllocTensor<float>();
   DataCopy(t, b.src, kCount);
+  t = HandOver(que, t);
   DataCopy(b.dst, t, kCount);
   // MISTAKE: no que.FreeTensor(t)
 }
@@ -148,6 +157,8 @@ void CoreRace(GM_ADDR src, GM_ADDR dst) {
   pipe.InitBuffer(buf, 8 * sizeof(float));
   LocalTensor<float> t = buf.Get<float>();
   Duplicate(t, static_cast<float>(GetBlockIdx()), 8);
+  SetFlag<HardEvent::V_MTE3>(EVENT_ID0);
+  WaitFlag<HardEvent::V_MTE3>(EVENT_ID0);
   DataCopy(b.dst, t, 8);  // MISTAKE: every core writes its own id to the same 8 floats
 }
 
@@ -160,6 +171,7 @@ void DataCopyPadCall(GM_ADDR src, GM_ADDR dst) {
   DataCopyExtParams params{1, 5 * sizeof(float), 0, 0, 0};
   DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
   DataCopyPad(t, b.src, params, pad);  // fine on Ascend910B; Ascend310P has no DataCopyPad
+  t = HandOver(que, t);
   DataCopyPad(b.dst, t, params);
   que.FreeTensor(t);
 }
@@ -173,8 +185,10 @@ void PaddingRead(GM_ADDR src, GM_ADDR dst) {
   DataCopyExtParams params{1, 5 * sizeof(float), 0, 0, 0};
   DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
   DataCopyPad(t, b.src, params, pad);
+  t = HandOver(que, t);
   // MISTAKE: computes on all 8 floats of the block; 3 are DataCopyPad's undefined padding
   Muls(t, t, 2.0f, 8);
+  t = HandOver(que, t);
   DataCopy(b.dst, t, 8);
   que.FreeTensor(t);
 }
@@ -190,6 +204,7 @@ void ReduceMaxSmallWork(GM_ADDR, GM_ADDR) {
   pipe.InitBuffer(stat, 32);
   LocalTensor<float> x = data.Get<float>();
   Duplicate(x, 1.0f, n);
+  PipeBarrier<PIPE_V>();
   ReduceMax(stat.Get<float>(), x, work.Get<float>(), n);
 }
 
@@ -201,6 +216,7 @@ void ReduceWorkOverlapsSource(GM_ADDR, GM_ADDR) {
   pipe.InitBuffer(stat, 32);
   LocalTensor<float> x = data.Get<float>();
   Duplicate(x, 1.0f, n);
+  PipeBarrier<PIPE_V>();
   ReduceMax(stat.Get<float>(), x, x[64], n);  // MISTAKE: work inside the source, past its start
 }
 
@@ -215,6 +231,7 @@ void ReduceSumSmallWork(GM_ADDR, GM_ADDR) {
   pipe.InitBuffer(stat, 32);
   LocalTensor<float> x = data.Get<float>();
   Duplicate(x, 1.0f, n);
+  PipeBarrier<PIPE_V>();
   ReduceSum(stat.Get<float>(), x, work.Get<float>(), n);
 }
 
@@ -233,7 +250,9 @@ void CastThrough(GM_ADDR src, GM_ADDR dst, RoundMode mode) {
   t = que.DeQue<float>();
   LocalTensor<Narrow> h = narrow.Get<Narrow>();
   Cast(h, t, mode, kCount);
+  PipeBarrier<PIPE_V>();
   Cast(t, h, RoundMode::CAST_NONE, kCount);
+  t = HandOver(que, t);
   DataCopy(b.dst, t, kCount);
   que.FreeTensor(t);
 }
@@ -256,14 +275,17 @@ void InvSqrtRows(GM_ADDR src, GM_ADDR dst, bool useRsqrt) {
   que.EnQue(t);
   t = que.DeQue<float>();
   Adds(t, t, 1.0f, kCount);
+  PipeBarrier<PIPE_V>();
   if (useRsqrt) {
     Rsqrt(t, t, kCount);  // MISTAKE: Rsqrt misses a relative 1e-4 in float (Rsqrt API page)
   } else {
     Sqrt(t, t, kCount);
     LocalTensor<float> one = ones.Get<float>();
     Duplicate(one, 1.0f, kCount);
+    PipeBarrier<PIPE_V>();
     Div(t, one, t, kCount);
   }
+  t = HandOver(que, t);
   DataCopy(b.dst, t, kCount);
   que.FreeTensor(t);
 }
@@ -353,6 +375,7 @@ void ScalarReadAfterDma(GM_ADDR src, GM_ADDR dst, bool invalidate) {
   que.EnQue(t);
   t = que.DeQue<float>();
   Muls(t, t, 2.0f, kCount);
+  t = HandOver(que, t);
   DataCopy(b.dst, t, kCount);
   que.FreeTensor(t);
   if (invalidate) DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(b.dst);
@@ -378,6 +401,133 @@ void DcacheDmaReadsDirty(GM_ADDR src, GM_ADDR dst) {
   que.FreeTensor(t);
   DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(b.dst);
 }
+
+// ---- The order between pipes (issue 28) ---------------------------------------
+// Each copies src to dst doubled; `ordered` false leaves out the one line that
+// orders two pipes (MISTAKE), true is the control.
+
+// MTE2 -> V: DataCopy into a tensor, then a vector instruction on it.
+void Mte2ToV(GM_ADDR src, GM_ADDR dst, bool ordered) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  if (ordered) t = HandOver(que, t);  // MISTAKE without it: Muls may read before the copy lands
+  Muls(t, t, 2.0f, kCount);
+  t = HandOver(que, t);
+  DataCopy(b.dst, t, kCount);
+  que.FreeTensor(t);
+}
+
+// V -> MTE3 through a TBuf (no queue): the flag pair orders them.
+void VToMte3(GM_ADDR src, GM_ADDR dst, bool ordered) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  TBuf<TPosition::VECCALC> out;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  pipe.InitBuffer(out, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  t = HandOver(que, t);
+  LocalTensor<float> y = out.Get<float>();
+  Muls(y, t, 2.0f, kCount);
+  if (ordered) {
+    SetFlag<HardEvent::V_MTE3>(EVENT_ID0);
+    WaitFlag<HardEvent::V_MTE3>(EVENT_ID0);
+  }
+  DataCopy(b.dst, y, kCount);  // MISTAKE without the flags: the copy may read y before Muls wrote it
+  que.FreeTensor(t);
+}
+
+// WAR, V then MTE2: two halves through one TBuf; the second DataCopy in
+// overwrites what Muls of the first half still reads.
+void Mte2OverwritesVRead(GM_ADDR src, GM_ADDR dst, bool ordered) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> in;
+  TQue<TPosition::VECOUT, 1> outQue;
+  constexpr uint32_t kHalf = kCount / 2;
+  pipe.InitBuffer(in, kHalf * sizeof(float));
+  pipe.InitBuffer(outQue, 1, kHalf * sizeof(float));
+  LocalTensor<float> x = in.Get<float>();
+  for (uint32_t h = 0; h < 2; ++h) {
+    // MISTAKE (h == 1, without the flags): MTE2 rewrites x while Muls of h == 0 may still read it.
+    if (h == 1 && ordered) {
+      SetFlag<HardEvent::V_MTE2>(EVENT_ID1);
+      WaitFlag<HardEvent::V_MTE2>(EVENT_ID1);
+    }
+    DataCopy(x, b.src[h * kHalf], kHalf);
+    SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
+    WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+    LocalTensor<float> y = outQue.AllocTensor<float>();
+    Muls(y, x, 2.0f, kHalf);
+    y = HandOver(outQue, y);
+    DataCopy(b.dst[h * kHalf], y, kHalf);
+    outQue.FreeTensor(y);
+  }
+}
+
+// V -> V: Adds then Muls on the same bytes. NPU arch 2002 (Ascend310P) needs
+// PipeBarrier<PIPE_V> between; on 2201 (Ascend910B) the compiler inserts it.
+void VectorChain(GM_ADDR src, GM_ADDR dst, bool ordered) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  t = HandOver(que, t);
+  Adds(t, t, 0.0f, kCount);
+  if (ordered) PipeBarrier<PIPE_V>();  // MISTAKE without it on Ascend310P
+  Muls(t, t, 2.0f, kCount);
+  t = HandOver(que, t);
+  DataCopy(b.dst, t, kCount);
+  que.FreeTensor(t);
+}
+
+// MTE3 -> MTE3 on overlapping GM: dst[0, 48) then dst[16, 64), the second
+// rewriting [16, 48) with the same values (the 310P tail scheme).
+void OverlappingGmWrites(GM_ADDR src, GM_ADDR dst, bool ordered) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  t = HandOver(que, t);
+  Muls(t, t, 2.0f, kCount);
+  t = HandOver(que, t);
+  DataCopy(b.dst, t, 48);
+  if (ordered) PipeBarrier<PIPE_MTE3>();  // MISTAKE without it: the two writes may land in either order
+  DataCopy(b.dst[16], t[16], 48);
+  que.FreeTensor(t);
+}
+
+// WaitFlag with no SetFlag: on hardware the vector pipe waits forever.
+void WaitWithoutSet(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> buf;
+  pipe.InitBuffer(buf, kCount * sizeof(float));
+  LocalTensor<float> t = buf.Get<float>();
+  DataCopy(t, b.src, kCount);
+  WaitFlag<HardEvent::MTE2_V>(EVENT_ID2);  // MISTAKE: no SetFlag<HardEvent::MTE2_V>(EVENT_ID2) before
+  Muls(t, t, 2.0f, kCount);
+}
+
+void PipeMte2ToV(GM_ADDR src, GM_ADDR dst) { Mte2ToV(src, dst, false); }
+void PipeMte2ToVOrdered(GM_ADDR src, GM_ADDR dst) { Mte2ToV(src, dst, true); }
+void PipeVToMte3(GM_ADDR src, GM_ADDR dst) { VToMte3(src, dst, false); }
+void PipeVToMte3Ordered(GM_ADDR src, GM_ADDR dst) { VToMte3(src, dst, true); }
+void PipeWarMte2(GM_ADDR src, GM_ADDR dst) { Mte2OverwritesVRead(src, dst, false); }
+void PipeWarMte2Ordered(GM_ADDR src, GM_ADDR dst) { Mte2OverwritesVRead(src, dst, true); }
+void PipeVChain(GM_ADDR src, GM_ADDR dst) { VectorChain(src, dst, false); }
+void PipeVChainOrdered(GM_ADDR src, GM_ADDR dst) { VectorChain(src, dst, true); }
+void GmOverlap(GM_ADDR src, GM_ADDR dst) { OverlappingGmWrites(src, dst, false); }
+void GmOverlapOrdered(GM_ADDR src, GM_ADDR dst) { OverlappingGmWrites(src, dst, true); }
 
 #define OP_EXT_MISUSE_KERNEL(name, fn) \
   extern "C" __global__ __aicore__ void name(GM_ADDR src, GM_ADDR dst) { fn(src, dst); }
@@ -416,6 +566,17 @@ OP_EXT_MISUSE_KERNEL(misuse_dcache_clean_entire, DcacheCleanEntire)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_stale_read, DcacheStaleRead)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_invalidate_before_read, DcacheInvalidateBeforeRead)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_dma_reads_dirty, DcacheDmaReadsDirty)
+OP_EXT_MISUSE_KERNEL(misuse_pipe_mte2_v, PipeMte2ToV)
+OP_EXT_MISUSE_KERNEL(misuse_pipe_mte2_v_ordered, PipeMte2ToVOrdered)
+OP_EXT_MISUSE_KERNEL(misuse_pipe_v_mte3, PipeVToMte3)
+OP_EXT_MISUSE_KERNEL(misuse_pipe_v_mte3_ordered, PipeVToMte3Ordered)
+OP_EXT_MISUSE_KERNEL(misuse_pipe_war_mte2, PipeWarMte2)
+OP_EXT_MISUSE_KERNEL(misuse_pipe_war_mte2_ordered, PipeWarMte2Ordered)
+OP_EXT_MISUSE_KERNEL(misuse_pipe_v_chain, PipeVChain)
+OP_EXT_MISUSE_KERNEL(misuse_pipe_v_chain_ordered, PipeVChainOrdered)
+OP_EXT_MISUSE_KERNEL(misuse_gm_overlap, GmOverlap)
+OP_EXT_MISUSE_KERNEL(misuse_gm_overlap_ordered, GmOverlapOrdered)
+OP_EXT_MISUSE_KERNEL(misuse_wait_without_set, WaitWithoutSet)
 
 // Runs misuse kernel `name` on 2 simulated cores over fresh device buffers;
 // returns the launch status (message in aclGetRecentErrMsg()). For
@@ -464,6 +625,17 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
       {"dcache_stale_read", misuse_dcache_stale_read},
       {"dcache_invalidate_before_read", misuse_dcache_invalidate_before_read},
       {"dcache_dma_reads_dirty", misuse_dcache_dma_reads_dirty},
+      {"pipe_mte2_v", misuse_pipe_mte2_v},
+      {"pipe_mte2_v_ordered", misuse_pipe_mte2_v_ordered, false, 0, kCount},
+      {"pipe_v_mte3", misuse_pipe_v_mte3},
+      {"pipe_v_mte3_ordered", misuse_pipe_v_mte3_ordered, false, 0, kCount},
+      {"pipe_war_mte2", misuse_pipe_war_mte2},
+      {"pipe_war_mte2_ordered", misuse_pipe_war_mte2_ordered, false, 0, kCount},
+      {"pipe_v_chain", misuse_pipe_v_chain, false, 0, kCount},
+      {"pipe_v_chain_ordered", misuse_pipe_v_chain_ordered, false, 0, kCount},
+      {"gm_overlap", misuse_gm_overlap},
+      {"gm_overlap_ordered", misuse_gm_overlap_ordered, false, 0, kCount},
+      {"wait_without_set", misuse_wait_without_set},
   };
   const Entry* entry = nullptr;
   for (const auto& e : kEntries) {
@@ -506,7 +678,7 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
       if (out[i] != 2.0f * float(i)) {
         ascendc_sim::HostState().lastError = std::string("kernel ") + name + ": dst[" + std::to_string(i) + "] = " +
                                              std::to_string(out[i]) + ", not 2 * " + std::to_string(i) +
-                                             " (a scalar store did not reach GM)";
+                                             " (a store did not reach GM)";
         err = ACL_ERROR_FAILURE;
       }
     }

@@ -68,13 +68,17 @@ class KernelAdd {
       LocalTensor<float> yf = yFloat_.template Get<float>();
       Cast(xf, x, RoundMode::CAST_NONE, count);
       Cast(yf, y, RoundMode::CAST_NONE, count);
+      PipeBarrier<PIPE_V>();
       if (alpha_ != 1.0f) Muls(yf, yf, alpha_, n);
+      PipeBarrier<PIPE_V>();
       Add(xf, xf, yf, n);
+      PipeBarrier<PIPE_V>();
       Cast(z, xf, op_ext_kernel::NarrowRound<T>(), count);
     } else {
       if (alpha_ != 1.0f) {
         Muls(y, y, static_cast<T>(alpha_), n);
       }
+      PipeBarrier<PIPE_V>();
       Add(z, x, y, n);
     }
     outQueueZ_.EnQue(z);

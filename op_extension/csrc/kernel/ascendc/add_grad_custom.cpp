@@ -136,8 +136,12 @@ class KernelAddGrad {
       // The row's last whole block, overlapping columns already written with the same values;
       // a row below one block is computed as one block and written element-wise.
       if (tail && t_.outCols < blockElems) {
+        PipeBarrier<PIPE_V>();
         SumColumns(row, 0, blockElems, t_.outCols);
       } else if (tail) {
+        // Two MTE3 copies to overlapping GM must be serialised (PipeBarrier page).
+        PipeBarrier<PIPE_MTE3>();
+        PipeBarrier<PIPE_V>();
         SumColumns(row, t_.outCols - blockElems, blockElems);
       }
       u += blocks;
@@ -154,14 +158,18 @@ class KernelAddGrad {
     for (uint64_t s = 0; s < t_.sumCount; ++s) {
       LocalTensor<T> raw;
       LocalTensor<float> x = LoadInput(base + SummedOffset(s), width, raw);
+      PipeBarrier<PIPE_V>();
       Add(acc, acc, x, n);
       inQueue_.FreeTensor(raw);
     }
     LocalTensor<T> out = outQueue_.template AllocTensor<T>();
     if constexpr (kIsFloat) {
+      PipeBarrier<PIPE_V>();
       Muls(out, acc, t_.alpha, n);
     } else {
+      PipeBarrier<PIPE_V>();
       Muls(acc, acc, t_.alpha, n);
+      PipeBarrier<PIPE_V>();
       Cast(out, acc, op_ext_kernel::NarrowRound<T>(), width);
     }
     outQueue_.EnQue(out);
@@ -193,6 +201,8 @@ class KernelAddGrad {
     if (tail && t_.outRows < blockElems) {
       SumRuns(0, static_cast<uint32_t>(t_.outRows));
     } else if (tail) {
+      PipeBarrier<PIPE_MTE3>();  // overlapping GM writes must be serialised (PipeBarrier page)
+      PipeBarrier<PIPE_V>();
       SumRuns(t_.outRows - blockElems, static_cast<uint32_t>(blockElems));
     }
   }
@@ -210,6 +220,7 @@ class KernelAddGrad {
         for (uint32_t c = 0; c < t_.runLength; c += t_.chunkLength) {
           const uint32_t len = t_.runLength - c < t_.chunkLength ? t_.runLength - c : t_.chunkLength;
           SumRunChunk(runStart + c, len, stat, work);
+          PipeBarrier<PIPE_V>();
           Add(acc, acc, stat, 1);
         }
       }
@@ -224,6 +235,7 @@ class KernelAddGrad {
       Muls(out, outF, t_.alpha, n);
     } else {
       Muls(outF, outF, t_.alpha, n);
+      PipeBarrier<PIPE_V>();
       Cast(out, outF, op_ext_kernel::NarrowRound<T>(), m);
     }
     outQueue_.EnQue(out);
@@ -246,10 +258,12 @@ class KernelAddGrad {
     LocalTensor<T> raw;
     if (t_.tailMode != op_ext_kernel::kTailOverlap || len % blockElems == 0) {
       LocalTensor<float> x = LoadInput(offset, len, raw);
+      PipeBarrier<PIPE_V>();
       ReduceSum(stat, x, work, static_cast<int32_t>(len));
     } else {
       const uint32_t whole = (len + blockElems - 1) / blockElems * blockElems;
       LocalTensor<float> x = LoadInput(offset, whole, raw);
+      PipeBarrier<PIPE_V>();
       ReduceSum(stat, x, work, static_cast<int32_t>(len));
     }
     inQueue_.FreeTensor(raw);

@@ -101,6 +101,7 @@ class KernelFusedAddRmsNorm {
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t at = j * t_.rowStride;
       LocalTensor<float> zf = AddResidual(z[at], x[at], r[at], sq, t_.cols);
+      PipeBarrier<PIPE_V>();
       float rstd = RowRstd(SumOfSquares(zf, sq, n), t_.eps);
       if (rstd == 0.0f) {
         // z itself is residualOut: the scaled row goes to y's row (float) or in place
@@ -110,11 +111,13 @@ class KernelFusedAddRmsNorm {
             op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), zf, sq, work_.template Get<float>(), n);
         if (maxAbs <= op_ext_kernel::kFloatMax) {
           const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+          PipeBarrier<PIPE_V>();
           Muls(zs, zf, s, n);
           rstd = RowRstd(SumOfSquares(zs, sq, n), t_.eps * s * s);
           zf = zs;
         }
       }
+      PipeBarrier<PIPE_V>();
       Normalize(y[at], zf, wf, rstd, sq, t_.hasWeight != 0, t_.cols);
     }
     outQueueY_.EnQue(y);
@@ -149,6 +152,7 @@ class KernelFusedAddRmsNorm {
       LocalTensor<T> r = inQueueR_.template DeQue<T>();
       LocalTensor<T> z = outQueueZ_.template AllocTensor<T>();
       LocalTensor<float> zf = AddResidual(z, x, r, sq, len);
+      PipeBarrier<PIPE_V>();
       LocalTensor<float> part = SumOfSquares(zf, sq, static_cast<int32_t>(len));
       // Chunk sums are added on the scalar unit in chunk order (one float per chunk).
       sumSq += op_ext_kernel::ReadScalarAfterVector(part);
@@ -195,6 +199,7 @@ class KernelFusedAddRmsNorm {
       LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
       // y holds z (in T) until Normalize overwrites it.
       LocalTensor<float> zf = AddResidual(y, x, r, sq, len);
+      PipeBarrier<PIPE_V>();
       if (scale != 1.0f) Muls(zf, zf, scale, static_cast<int32_t>(len));
       LocalTensor<float> wf;
       if (t_.hasWeight) {
@@ -205,6 +210,7 @@ class KernelFusedAddRmsNorm {
           Cast(wf, w, RoundMode::CAST_NONE, len);
         }
       }
+      PipeBarrier<PIPE_V>();
       Normalize(y, zf, wf, rstd, sq, t_.hasWeight != 0, len);
       outQueueY_.EnQue(y);
       if (t_.hasWeight) inQueueX_.FreeTensor(w);
@@ -257,8 +263,11 @@ class KernelFusedAddRmsNorm {
       LocalTensor<float> zf = sumF_.template Get<float>();
       Cast(zf, x, RoundMode::CAST_NONE, count);
       Cast(sq, r, RoundMode::CAST_NONE, count);
+      PipeBarrier<PIPE_V>();
       Add(zf, zf, sq, n);
+      PipeBarrier<PIPE_V>();
       Cast(z, zf, op_ext_kernel::NarrowRound<T>(), count);
+      PipeBarrier<PIPE_V>();
       Cast(zf, z, RoundMode::CAST_NONE, count);
       return zf;
     }
@@ -271,11 +280,16 @@ class KernelFusedAddRmsNorm {
     const int32_t n = static_cast<int32_t>(count);
     if constexpr (kIsFloat) {
       LocalTensor<float> yf = y.template ReinterpretCast<float>();
+      PipeBarrier<PIPE_V>();
       Muls(yf, zf, rstd, n);
+      PipeBarrier<PIPE_V>();
       if (hasWeight) Mul(yf, yf, wf, n);
     } else {
+      PipeBarrier<PIPE_V>();
       Muls(sq, zf, rstd, n);
+      PipeBarrier<PIPE_V>();
       if (hasWeight) Mul(sq, sq, wf, n);
+      PipeBarrier<PIPE_V>();
       Cast(y, sq, op_ext_kernel::NarrowRound<T>(), count);
     }
   }
@@ -285,15 +299,20 @@ class KernelFusedAddRmsNorm {
                                                     int32_t n) {
     LocalTensor<float> stat = stat_.template Get<float>();
     LocalTensor<float> work = work_.template Get<float>();
+    PipeBarrier<PIPE_V>();
     Mul(sq, xf, xf, n);
+    PipeBarrier<PIPE_V>();
     ReduceSum(stat, sq, work, n);
     return stat;
   }
 
   // 1 / sqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
   __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq, float eps) {
+    PipeBarrier<PIPE_V>();
     Muls(sumSq, sumSq, t_.invCols, 1);
+    PipeBarrier<PIPE_V>();
     Adds(sumSq, sumSq, eps, 1);
+    PipeBarrier<PIPE_V>();
     op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
     return op_ext_kernel::ReadScalarAfterVector(sumSq);
   }
@@ -325,10 +344,12 @@ class KernelFusedAddRmsNorm {
         LocalTensor<T> z = outQueueY_.template AllocTensor<T>();
         LocalTensor<float> zf = AddResidual(z, x, r, sq, len);
         if (pass == 0) {
+          PipeBarrier<PIPE_V>();
           const float m =
               op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), zf, sq, work_.template Get<float>(), n);
           maxAbs = op_ext_kernel::MaxOrNan(maxAbs, m);
         } else {
+          PipeBarrier<PIPE_V>();
           Muls(zf, zf, scale, n);
           sumSq += op_ext_kernel::ReadScalarAfterVector(SumOfSquares(zf, sq, n));
         }

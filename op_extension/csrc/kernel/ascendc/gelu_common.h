@@ -43,7 +43,9 @@ constexpr float kSignScale = 1.2676506e30f;  // 2^100
 // p = (p + c) * t.
 __aicore__ inline void HornerStep(const AscendC::LocalTensor<float>& p, const AscendC::LocalTensor<float>& t, float c,
                                   int32_t n) {
+  AscendC::PipeBarrier<PIPE_V>();
   AscendC::Adds(p, p, c, n);
+  AscendC::PipeBarrier<PIPE_V>();
   AscendC::Mul(p, p, t, n);
 }
 
@@ -59,38 +61,67 @@ __aicore__ inline void ErfcParts(const AscendC::LocalTensor<float>& ec, const As
                                  const AscendC::LocalTensor<float>& x, int32_t n) {
   using namespace AscendC;
   const LocalTensor<float>& a = ec;  // ec holds a until P(t) replaces it
+  AscendC::PipeBarrier<PIPE_V>();
   Abs(a, x, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mins(a, a, kGeluClamp, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(t, a, kSplitter, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Sub(e1, t, a, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Sub(t, t, e1, n);          // hi
+  AscendC::PipeBarrier<PIPE_V>();
   Sub(e1, a, t, n);          // lo
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(q, e1, 0.5f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Add(q, q, t, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(q, q, e1, n);          // q = lo * (hi + lo / 2)
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(e1, t, t, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(e1, e1, -0.5f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Exp(e1, e1, n);            // e1 = exp(-hi^2 / 2)
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(t, a, 0.5f * kSqrtHalf, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(t, t, 1.0f, n);
   // a is free from here. t = 1 / (1 + z / 2), z = a / sqrt2, by Div: Reciprocal
   // misses a relative 1e-4 in float (its API page), erfc needs 1e-7.
   Duplicate(a, 1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Div(t, a, t, n);
   // P(t) by Horner.
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(a, t, kErfcP9, n);
+  AscendC::PipeBarrier<PIPE_V>();
   HornerStep(a, t, kErfcP8, n);
+  AscendC::PipeBarrier<PIPE_V>();
   HornerStep(a, t, kErfcP7, n);
+  AscendC::PipeBarrier<PIPE_V>();
   HornerStep(a, t, kErfcP6, n);
+  AscendC::PipeBarrier<PIPE_V>();
   HornerStep(a, t, kErfcP5, n);
+  AscendC::PipeBarrier<PIPE_V>();
   HornerStep(a, t, kErfcP4, n);
+  AscendC::PipeBarrier<PIPE_V>();
   HornerStep(a, t, kErfcP3, n);
+  AscendC::PipeBarrier<PIPE_V>();
   HornerStep(a, t, kErfcP2, n);
+  AscendC::PipeBarrier<PIPE_V>();
   HornerStep(a, t, kErfcP1, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(a, a, kErfcP0, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Sub(a, a, q, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Exp(a, a, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(a, a, t, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(ec, a, e1, n);         // e1 last: no intermediate below the result (no early subnormal)
 }
 
@@ -103,12 +134,19 @@ __aicore__ inline void NormalCdfFromErfc(const AscendC::LocalTensor<float>& phi,
                                          const AscendC::LocalTensor<float>& ec,
                                          const AscendC::LocalTensor<float>& s, int32_t n) {
   using namespace AscendC;
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s, x, kSignScale, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Maxs(s, s, 0.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mins(s, s, 1.0f, n);      // ind
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(phi, s, -1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(phi, phi, 0.5f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(phi, phi, ec, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Add(phi, phi, s, n);
 }
 
@@ -118,8 +156,11 @@ __aicore__ inline void GeluErf(const AscendC::LocalTensor<float>& y, const Ascen
                                const AscendC::LocalTensor<float>& s0, const AscendC::LocalTensor<float>& s1,
                                const AscendC::LocalTensor<float>& s2, const AscendC::LocalTensor<float>& s3,
                                int32_t n) {
+  AscendC::PipeBarrier<PIPE_V>();
   ErfcParts(s0, s1, s2, s3, x, n);
+  AscendC::PipeBarrier<PIPE_V>();
   NormalCdfFromErfc(s1, x, s0, s2, n);
+  AscendC::PipeBarrier<PIPE_V>();
   AscendC::Mul(y, s1, x, n);
 }
 
@@ -128,13 +169,21 @@ __aicore__ inline void GeluErf(const AscendC::LocalTensor<float>& y, const Ascen
 __aicore__ inline void GeluTanh(const AscendC::LocalTensor<float>& y, const AscendC::LocalTensor<float>& x,
                                 const AscendC::LocalTensor<float>& s0, int32_t n) {
   using namespace AscendC;
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s0, x, x, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s0, s0, kTanhCubic, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(s0, s0, 1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s0, s0, x, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s0, s0, -2.0f * kTanhScale, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Exp(s0, s0, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(s0, s0, 1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Div(y, x, s0, n);
 }
 
@@ -146,14 +195,22 @@ __aicore__ inline void GeluErfGrad(const AscendC::LocalTensor<float>& dx, const 
                                    const AscendC::LocalTensor<float>& s1, const AscendC::LocalTensor<float>& s2,
                                    const AscendC::LocalTensor<float>& s3, int32_t n) {
   using namespace AscendC;
+  AscendC::PipeBarrier<PIPE_V>();
   ErfcParts(s0, s1, s2, s3, x, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s3, s2, -1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Exp(s3, s3, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s1, s1, s3, n);           // exp(-a^2 / 2)
   NormalCdfFromErfc(s2, x, s0, s3, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s0, s1, x, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s0, s0, kInvSqrt2Pi, n);  // x * phi(x)
+  AscendC::PipeBarrier<PIPE_V>();
   Add(s2, s2, s0, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(dx, s2, dy, n);
 }
 
@@ -164,27 +221,46 @@ __aicore__ inline void GeluTanhGrad(const AscendC::LocalTensor<float>& dx, const
                                     const AscendC::LocalTensor<float>& s1, const AscendC::LocalTensor<float>& s2,
                                     int32_t n) {
   using namespace AscendC;
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s0, x, x, n);  // x^2
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s1, s0, kTanhCubic, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(s1, s1, 1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s1, s1, x, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s1, s1, -2.0f * kTanhScale, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Exp(s1, s1, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(s1, s1, 1.0f, n);
   Duplicate(s2, 1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Div(s1, s2, s1, n);     // s (Div, not Reciprocal: see ErfcParts)
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s2, s1, -1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(s2, s2, 1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s2, s2, s1, n);     // s (1 - s)
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s2, s2, x, n);
   // x^2 <= 1e36 in u' so that it cannot overflow: past |x| = 1e18, s (1 - s) is
   // exactly 0 and the term is 0 either way, where inf * 0 gave NaN.
+  AscendC::PipeBarrier<PIPE_V>();
   Mins(s0, s0, 1e36f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s0, s0, 3.0f * kTanhCubic, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(s0, s0, 1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s0, s0, 2.0f * kTanhScale, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s2, s2, s0, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Add(s1, s1, s2, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(dx, s1, dy, n);
 }
 
@@ -196,13 +272,20 @@ __aicore__ inline void GeluErfValueAndGrad(const AscendC::LocalTensor<float>& x,
                                            const AscendC::LocalTensor<float>& s1, const AscendC::LocalTensor<float>& s2,
                                            const AscendC::LocalTensor<float>& s3, int32_t n) {
   using namespace AscendC;
+  AscendC::PipeBarrier<PIPE_V>();
   ErfcParts(s0, s1, s2, s3, x, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s3, s2, -1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Exp(s3, s3, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s1, s1, s3, n);            // exp(-a^2 / 2)
   NormalCdfFromErfc(s2, x, s0, s3, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s0, s1, x, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s0, s0, kInvSqrt2Pi, n);  // x * phi(x)
+  AscendC::PipeBarrier<PIPE_V>();
   Add(s0, s2, s0, n);            // Phi(x) + x * phi(x)
   Mul(s1, x, s2, n);             // x * Phi(x)
 }
@@ -215,24 +298,42 @@ __aicore__ inline void GeluTanhValueAndGrad(const AscendC::LocalTensor<float>& x
                                             const AscendC::LocalTensor<float>& s1, const AscendC::LocalTensor<float>& s2,
                                             const AscendC::LocalTensor<float>& s3, int32_t n) {
   using namespace AscendC;
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s0, x, x, n);  // x^2
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s2, s0, kTanhCubic, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(s2, s2, 1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s2, s2, x, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s2, s2, -2.0f * kTanhScale, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Exp(s2, s2, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(s2, s2, 1.0f, n);
   Duplicate(s3, 1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Div(s2, s3, s2, n);     // s (Div, not Reciprocal: see ErfcParts)
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s1, x, s2, n);      // y = x s
+  AscendC::PipeBarrier<PIPE_V>();
   Mins(s0, s0, 1e36f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s0, s0, 3.0f * kTanhCubic, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(s0, s0, 1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s0, s0, 2.0f * kTanhScale, n);  // u'
+  AscendC::PipeBarrier<PIPE_V>();
   Muls(s3, s2, -1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Adds(s3, s3, 1.0f, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s3, s1, s3, n);     // y (1 - s)
+  AscendC::PipeBarrier<PIPE_V>();
   Mul(s3, s3, s0, n);
+  AscendC::PipeBarrier<PIPE_V>();
   Add(s0, s2, s3, n);
 }
 

@@ -63,8 +63,11 @@ class KernelGelu {
     } else {
       LocalTensor<float> xf = s[4 * tileLength_];
       LocalTensor<float> yf = s[5 * tileLength_];
+      PipeBarrier<PIPE_V>();
       Cast(xf, x, RoundMode::CAST_NONE, count);
+      PipeBarrier<PIPE_V>();
       Run(yf, xf, s0, s1, s2, s3, n);
+      PipeBarrier<PIPE_V>();
       Cast(y, yf, op_ext_kernel::NarrowRound<T>(), count);
     }
     outQueueY_.EnQue(y);
@@ -75,8 +78,10 @@ class KernelGelu {
                              const LocalTensor<float>& s1, const LocalTensor<float>& s2,
                              const LocalTensor<float>& s3, int32_t n) {
     if (tanh_) {
+      PipeBarrier<PIPE_V>();
       op_ext_kernel::GeluTanh(y, x, s0, n);
     } else {
+      PipeBarrier<PIPE_V>();
       op_ext_kernel::GeluErf(y, x, s0, s1, s2, s3, n);
     }
   }

@@ -70,9 +70,12 @@ class KernelGeluGrad {
     } else {
       LocalTensor<float> dyf = s[4 * tileLength_];
       LocalTensor<float> xf = s[5 * tileLength_];
+      PipeBarrier<PIPE_V>();
       Cast(dyf, dy, RoundMode::CAST_NONE, count);
       Cast(xf, x, RoundMode::CAST_NONE, count);
+      PipeBarrier<PIPE_V>();
       Run(dyf, dyf, xf, s0, s1, s2, s3, n);  // in place: dyf is read last, as the final factor
+      PipeBarrier<PIPE_V>();
       Cast(dx, dyf, op_ext_kernel::NarrowRound<T>(), count);
     }
     outQueueDx_.EnQue(dx);
@@ -84,8 +87,10 @@ class KernelGeluGrad {
                              const LocalTensor<float>& s0, const LocalTensor<float>& s1,
                              const LocalTensor<float>& s2, const LocalTensor<float>& s3, int32_t n) {
     if (tanh_) {
+      PipeBarrier<PIPE_V>();
       op_ext_kernel::GeluTanhGrad(dx, dy, x, s0, s1, s2, n);
     } else {
+      PipeBarrier<PIPE_V>();
       op_ext_kernel::GeluErfGrad(dx, dy, x, s0, s1, s2, s3, n);
     }
   }

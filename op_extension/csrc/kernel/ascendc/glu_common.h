@@ -73,14 +73,18 @@ class KernelGlu {
     const uint32_t mathRows = activation_ == kGluSilu ? 1 : 4;
     if constexpr (kIsFloat) {
       Activate(y, g, s, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Mul(y, y, u, n);
     } else {
       LocalTensor<float> gf = s[mathRows * tileLength_];
       LocalTensor<float> uf = s[(mathRows + 1) * tileLength_];
       Cast(gf, g, RoundMode::CAST_NONE, count);
       Cast(uf, u, RoundMode::CAST_NONE, count);
+      AscendC::PipeBarrier<PIPE_V>();
       Activate(gf, gf, s, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Mul(gf, gf, uf, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Cast(y, gf, op_ext_kernel::NarrowRound<T>(), count);
     }
     outQueue_.EnQue(y);
@@ -95,13 +99,19 @@ class KernelGlu {
     using namespace AscendC;
     const LocalTensor<float> s0 = s;
     if (activation_ == kGluSilu) {
+      AscendC::PipeBarrier<PIPE_V>();
       Muls(s0, g, -1.0f, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Exp(s0, s0, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Adds(s0, s0, 1.0f, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Div(y, g, s0, n);  // exp overflow for very negative g: g / inf = -0, as silu
     } else if (activation_ == kGluGeluTanh) {
+      AscendC::PipeBarrier<PIPE_V>();
       GeluTanh(y, g, s0, n);
     } else {
+      AscendC::PipeBarrier<PIPE_V>();
       GeluErf(y, g, s0, s[tileLength_], s[2 * tileLength_], s[3 * tileLength_], n);
     }
   }

@@ -93,13 +93,19 @@ class KernelGluGrad {
       LocalTensor<float> dyf = s[mathRows * tileLength_];
       LocalTensor<float> gf = s[(mathRows + 1) * tileLength_];
       LocalTensor<float> uf = s[(mathRows + 2) * tileLength_];
+      AscendC::PipeBarrier<PIPE_V>();
       CastToFloat(dyf, dy, count);
+      AscendC::PipeBarrier<PIPE_V>();
       CastToFloat(gf, g, count);
+      AscendC::PipeBarrier<PIPE_V>();
       CastToFloat(uf, u, count);
       // In place: gate is last read before gradUp is written over it (Grads' order), up
       // is last read as gradGate's first factor.
+      AscendC::PipeBarrier<PIPE_V>();
       Grads(uf, gf, dyf, gf, uf, s, n);
+      AscendC::PipeBarrier<PIPE_V>();
       CastFromFloat(dg, uf, count);
+      AscendC::PipeBarrier<PIPE_V>();
       CastFromFloat(du, gf, count);
     }
     outQueueGradGate_.EnQue(dg);
@@ -120,21 +126,34 @@ class KernelGluGrad {
     const LocalTensor<float> s0 = s;
     const LocalTensor<float> s1 = s[tileLength_];
     if (activation_ == kGluSilu) {
+      AscendC::PipeBarrier<PIPE_V>();
       Muls(s0, g, -1.0f, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Exp(s0, s0, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Adds(s0, s0, 1.0f, n);
       // s = sigmoid(g), by Div: Reciprocal misses 1e-4 relative on hardware (API page).
       // exp overflow for very negative g: 1 / inf = 0.
       Duplicate(s1, 1.0f, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Div(s0, s1, s0, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Muls(s1, s0, -1.0f, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Adds(s1, s1, 1.0f, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Mul(s1, s1, g, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Adds(s1, s1, 1.0f, n);  // 1 + g (1 - s)
+      AscendC::PipeBarrier<PIPE_V>();
       Mul(du, dy, g, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Mul(du, du, s0, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Mul(dg, dy, u, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Mul(dg, dg, s0, n);
+      AscendC::PipeBarrier<PIPE_V>();
       Mul(dg, dg, s1, n);
       return;
     }
@@ -142,10 +161,14 @@ class KernelGluGrad {
     if (activation_ == kGluGeluTanh) {
       GeluTanhValueAndGrad(g, s0, s1, s[2 * tileLength_], s[3 * tileLength_], n);
     } else {
+      AscendC::PipeBarrier<PIPE_V>();
       GeluErfValueAndGrad(g, s0, s1, s[2 * tileLength_], s[3 * tileLength_], n);
     }
+    AscendC::PipeBarrier<PIPE_V>();
     Mul(du, dy, s1, n);
+    AscendC::PipeBarrier<PIPE_V>();
     Mul(dg, dy, u, n);
+    AscendC::PipeBarrier<PIPE_V>();
     Mul(dg, dg, s0, n);
   }
 

@@ -2,6 +2,16 @@
 // or DataCopyPad by alignment, the per-core range of an elementwise split, the
 // tile walk with its tail rule, and the dtype dispatch of the entry points.
 // The host side of each contract is in host/tiling/.
+//
+// Synchronisation the kernels write by hand (the rest comes from the queues):
+//   * PipeBarrier<PIPE_V>() between two vector instructions where the second
+//     reads bytes the first wrote: the devkit documents the compiler inserting
+//     it for NPU arch 2201 (Atlas A2) only, not for 2002 (Ascend310P)
+//     (同步控制/核内同步/关键特性说明.md); on 2201 it is the barrier the compiler
+//     would add anyway;
+//   * PipeBarrier<PIPE_MTE3>() between copies out whose GM ranges overlap (the
+//     310P tail scheme rewrites a last whole block): PipeBarrier page;
+//   * SetFlag/WaitFlag pairs where data passes between pipes outside a queue.
 #ifndef OP_EXT_KERNEL_ASCENDC_KERNEL_COMMON_H_
 #define OP_EXT_KERNEL_ASCENDC_KERNEL_COMMON_H_
 
@@ -45,6 +55,7 @@ __aicore__ inline constexpr AscendC::RoundMode NarrowRound() {
 template <typename T>
 __aicore__ inline void CastFromFloat(const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<float>& src,
                                      uint32_t count) {
+  AscendC::PipeBarrier<PIPE_V>();
   AscendC::Cast(dst, src, NarrowRound<T>(), count);
 }
 template <typename T>
@@ -247,6 +258,9 @@ class RowCopier {
       return;
     }
     AscendC::DataCopy(dst, src, count / kB * kB);
+    // The last block rewrites GM the copy above wrote: MTE3 copies to overlapping
+    // GM must be serialised (PipeBarrier page).
+    AscendC::PipeBarrier<PIPE_MTE3>();
     AscendC::LocalTensor<T> stage = stage_.template Get<T>();
     // The vector unit wrote src; the scalar unit reads it, then MTE3 reads the stage.
     event_t eventVS = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(AscendC::HardEvent::V_S));
@@ -284,6 +298,9 @@ class RowCopier {
       const uint32_t whole = AlignToBlock<T>(len);
       c = c + len - whole;
       len = whole;
+      // The shifted chunk's output overlaps the chunk before it in GM: the MTE3
+      // copies must be serialised (PipeBarrier page).
+      AscendC::PipeBarrier<PIPE_MTE3>();
     }
   }
 
@@ -319,8 +336,10 @@ __aicore__ inline void StoreFloatRow(RowCopier<T>& copier, Queue& queue, const A
                                      const AscendC::LocalTensor<float>& src, uint32_t width) {
   AscendC::LocalTensor<T> out = queue.template AllocTensor<T>();
   if constexpr (AscendC::IsSameType<T, float>::value) {
+    AscendC::PipeBarrier<PIPE_V>();
     AscendC::DataCopy(out, src, AlignToBlock<float>(width));
   } else {
+    AscendC::PipeBarrier<PIPE_V>();
     CastFromFloat(out, src, width);
   }
   queue.EnQue(out);
@@ -380,6 +399,9 @@ class ElementwiseTiles {
     }
     if (overlapTail_) {
       overlapTail_ = false;
+      // The tail block overlaps the tiles before it in GM: their MTE3 copies
+      // must be complete before its copy starts (PipeBarrier page).
+      AscendC::PipeBarrier<PIPE_MTE3>();
       offset = tailOffset_;
       count = BlockElems<T>();
       return true;
@@ -428,8 +450,10 @@ __aicore__ inline float ReadScalarAfterVector(const AscendC::LocalTensor<float>&
 // 32-byte-aligned float block not overlapping v (the norm kernels pass their
 // reduce work tensor, idle between reductions).
 __aicore__ inline void InvSqrt(const AscendC::LocalTensor<float>& v, const AscendC::LocalTensor<float>& one) {
+  AscendC::PipeBarrier<PIPE_V>();
   AscendC::Sqrt(v, v, 1);
   AscendC::Duplicate(one, 1.0f, 1);
+  AscendC::PipeBarrier<PIPE_V>();
   AscendC::Div(v, one, v, 1);
 }
 
@@ -449,7 +473,9 @@ constexpr float kMinNormal = 1.17549435e-38f;  // 2^-126
 __aicore__ inline float RowMaxAbs(const AscendC::LocalTensor<float>& stat, const AscendC::LocalTensor<float>& src,
                                   const AscendC::LocalTensor<float>& scratch, const AscendC::LocalTensor<float>& work,
                                   int32_t n) {
+  AscendC::PipeBarrier<PIPE_V>();
   AscendC::Abs(scratch, src, n);
+  AscendC::PipeBarrier<PIPE_V>();
   AscendC::ReduceMax(stat, scratch, work, n);
   return ReadScalarAfterVector(stat);
 }

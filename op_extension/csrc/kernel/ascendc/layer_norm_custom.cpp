@@ -121,17 +121,25 @@ class KernelLayerNorm {
       // c: the centred row in float -- y's own row for float, inputF_ for 16-bit.
       LocalTensor<float> c = kIsFloat ? y[at].template ReinterpretCast<float>() : inputF_.template Get<float>();
       LocalTensor<float> xf = InputAsFloat(x[at], t_.cols);
+      PipeBarrier<PIPE_V>();
       const float mean = RowMean(xf, n);
+      PipeBarrier<PIPE_V>();
       Adds(c, xf, -mean, n);
+      PipeBarrier<PIPE_V>();
       Mul(sq, c, c, n);
       float rstd = Rstd(Sum(sq, n), t_.eps);
       if (Overflowed(mean, rstd) || NeedsMeanCorrection(mean, rstd)) {
+        PipeBarrier<PIPE_V>();
         rstd = CarefulRowStats(InputAsFloat(x[at], t_.cols), c, sq, n, Overflowed(mean, rstd));
       }
       LocalTensor<float> out = kIsFloat ? c : sq;
+      PipeBarrier<PIPE_V>();
       Muls(out, c, rstd, n);
+      PipeBarrier<PIPE_V>();
       if (t_.hasWeight) Mul(out, out, wf, n);
+      PipeBarrier<PIPE_V>();
       if (t_.hasBias) Add(out, out, bf, n);
+      PipeBarrier<PIPE_V>();
       if constexpr (!kIsFloat) Cast(y[at], out, op_ext_kernel::NarrowRound<T>(), t_.cols);
     }
     outQueueY_.EnQue(y);
@@ -164,7 +172,9 @@ class KernelLayerNorm {
       const uint32_t len = ChunkLen(c);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> x = CopyInChunk(base + c, len);
+      PipeBarrier<PIPE_V>();
       Adds(sq, InputAsFloat(x, len), -mean, n);
+      PipeBarrier<PIPE_V>();
       Mul(sq, sq, sq, n);
       sumSq += ReadSum(sq, n);
       inQueueX_.FreeTensor(x);
@@ -172,6 +182,7 @@ class KernelLayerNorm {
     float rstd = Rstd(ScalarToStat(sumSq), t_.eps);
     float scale = 1.0f;
     if (Overflowed(mean, rstd) || NeedsMeanCorrection(mean, rstd)) {
+      PipeBarrier<PIPE_V>();
       CarefulSplitRowStats(base, Overflowed(mean, rstd), mean, rstd, scale);
     }
     // Pass 3: output, chunk by chunk (the last one shifted back to whole blocks
@@ -188,24 +199,34 @@ class KernelLayerNorm {
       LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
       if constexpr (kIsFloat) {
         if (scale != 1.0f) Muls(x, x, scale, n);
+        PipeBarrier<PIPE_V>();
         Adds(y, x, -mean, n);
+        PipeBarrier<PIPE_V>();
         Muls(y, y, rstd, n);
+        PipeBarrier<PIPE_V>();
         if (t_.hasWeight) Mul(y, y, w, n);
+        PipeBarrier<PIPE_V>();
         if (t_.hasBias) Add(y, y, b, n);
       } else {
         LocalTensor<float> xf = InputAsFloat(x, len);
         LocalTensor<float> pf = weightF_.template Get<float>();
+        PipeBarrier<PIPE_V>();
         if (scale != 1.0f) Muls(xf, xf, scale, n);
+        PipeBarrier<PIPE_V>();
         Adds(xf, xf, -mean, n);
+        PipeBarrier<PIPE_V>();
         Muls(xf, xf, rstd, n);
         if (t_.hasWeight) {
           Cast(pf, w, RoundMode::CAST_NONE, len);
+          PipeBarrier<PIPE_V>();
           Mul(xf, xf, pf, n);
         }
         if (t_.hasBias) {
           Cast(pf, b, RoundMode::CAST_NONE, len);
+          PipeBarrier<PIPE_V>();
           Add(xf, xf, pf, n);
         }
+        PipeBarrier<PIPE_V>();
         Cast(y, xf, op_ext_kernel::NarrowRound<T>(), len);
       }
       outQueueY_.EnQue(y);
@@ -246,6 +267,7 @@ class KernelLayerNorm {
     } else {
       LocalTensor<float> xf = inputF_.template Get<float>();
       Cast(xf, x, RoundMode::CAST_NONE, count);
+      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
       return xf;
     }
   }
@@ -254,6 +276,7 @@ class KernelLayerNorm {
   __aicore__ inline LocalTensor<float> Sum(const LocalTensor<float>& src, int32_t n) {
     LocalTensor<float> stat = stat_.template Get<float>();
     LocalTensor<float> work = work_.template Get<float>();
+    PipeBarrier<PIPE_V>();
     ReduceSum(stat, src, work, n);
     return stat;
   }
@@ -264,14 +287,18 @@ class KernelLayerNorm {
 
   __aicore__ inline float RowMean(const LocalTensor<float>& src, int32_t n) {
     LocalTensor<float> stat = Sum(src, n);
+    PipeBarrier<PIPE_V>();
     Muls(stat, stat, t_.invCols, 1);
     return op_ext_kernel::ReadScalarAfterVector(stat);
   }
 
   // 1 / sqrt(sumSq / cols + eps) on the vector unit, from stat[0] = sumSq, read as a scalar.
   __aicore__ inline float Rstd(const LocalTensor<float>& sumSq, float eps) {
+    PipeBarrier<PIPE_V>();
     Muls(sumSq, sumSq, t_.invCols, 1);
+    PipeBarrier<PIPE_V>();
     Adds(sumSq, sumSq, eps, 1);
+    PipeBarrier<PIPE_V>();
     op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
     return op_ext_kernel::ReadScalarAfterVector(sumSq);
   }
@@ -306,11 +333,15 @@ class KernelLayerNorm {
       // inf or NaN in the row: s = 1, and the same NaN as the plain path.
       if (maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f) s = op_ext_kernel::PowerOfTwoScale(maxAbs);
     }
+    PipeBarrier<PIPE_V>();
     Muls(c, xf, s, n);
+    PipeBarrier<PIPE_V>();
     float mean = RowMean(c, n);
+    PipeBarrier<PIPE_V>();
     Adds(sq, c, -mean, n);
     mean += ReadSum(sq, n) * t_.invCols;
     Adds(c, c, -mean, n);
+    PipeBarrier<PIPE_V>();
     Mul(sq, c, c, n);
     return Rstd(Sum(sq, n), t_.eps * s * s);
   }
@@ -340,13 +371,17 @@ class KernelLayerNorm {
       const uint32_t len = ChunkLen(c);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> x = CopyInChunk(base + c, len);
+      PipeBarrier<PIPE_V>();
       LocalTensor<float> xf = InputAsFloat(x, len);
       if (kind == kPassMaxAbs) {
         acc = op_ext_kernel::MaxOrNan(
             acc, op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n));
       } else {
+        PipeBarrier<PIPE_V>();
         Muls(sq, xf, s, n);
+        PipeBarrier<PIPE_V>();
         Adds(sq, sq, -m, n);
+        PipeBarrier<PIPE_V>();
         if (kind == kPassSumSq) Mul(sq, sq, sq, n);
         acc += ReadSum(sq, n);
       }

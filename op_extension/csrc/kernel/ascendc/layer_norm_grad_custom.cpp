@@ -65,9 +65,11 @@ class KernelLayerNormGrad {
       if (t_.splitRow) {
         InitChunks(pipe);
       } else {
+        PipeBarrier<PIPE_V>();
         InitRows(pipe);
       }
     } else {
+      PipeBarrier<PIPE_V>();
       InitColumns(pipe);
     }
   }
@@ -133,12 +135,16 @@ class KernelLayerNormGrad {
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t at = j * t_.rowStride;
       LocalTensor<float> xf = AsFloat(x[at], inputF_, t_.cols);
+      PipeBarrier<PIPE_V>();
       LocalTensor<float> g = AsFloat(dy[at], gradF_, t_.cols);
+      PipeBarrier<PIPE_V>();
       if (t_.hasWeight) Mul(g, g, weightF_.template Get<float>(), n);
       float s = 1.0f;
       float eps = t_.eps;
       float mean = ScaledSum(xf, s, 0.0f, n) * t_.invCols;
+      PipeBarrier<PIPE_V>();
       RowSums sums = CentredSums(xf, g, s, mean, n);
+      PipeBarrier<PIPE_V>();
       float rstd = Rstd(sums.sumSq, eps);
       if (Overflowed(mean, rstd, sums)) {
         const float maxAbs = op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, tmp, work_.template Get<float>(), n);
@@ -147,15 +153,19 @@ class KernelLayerNormGrad {
           s = op_ext_kernel::PowerOfTwoScale(maxAbs);
           eps = t_.eps * s * s;
           mean = ScaledSum(xf, s, 0.0f, n) * t_.invCols;
+          PipeBarrier<PIPE_V>();
           sums = CentredSums(xf, g, s, mean, n);
+          PipeBarrier<PIPE_V>();
           rstd = Rstd(sums.sumSq, eps);
         }
       }
       if (NeedsMeanCorrection(mean, rstd)) {
         mean += ReadSum(c, n) * t_.invCols;  // c = x * s - mean from the last CentredSums
         sums = CentredSums(xf, g, s, mean, n);
+        PipeBarrier<PIPE_V>();
         rstd = Rstd(sums.sumSq, eps);
       }
+      PipeBarrier<PIPE_V>();
       WriteGradInput(dx[at], c, g, sums, rstd, s, n);
       if (t_.hasWeight) {
         statTile.SetValue(kStatFloats * j, mean);
@@ -236,7 +246,9 @@ class KernelLayerNormGrad {
     xf = AsFloat(x, inputF_, len);
     if (withGrad) {
       dy = inQueueDy_.template DeQue<T>();
+      PipeBarrier<PIPE_V>();
       g = AsFloat(dy, gradF_, len);
+      PipeBarrier<PIPE_V>();
       if (withWeight) Mul(g, g, AsFloat(w, weightF_, len), static_cast<int32_t>(len));
     }
   }
@@ -254,8 +266,10 @@ class KernelLayerNormGrad {
       const uint32_t len = ChunkLen(c);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
+      PipeBarrier<PIPE_V>();
       LoadChunk(row, c, len, false, w, x, dy, xf, g);
       acc += ScaledSum(xf, s, m, static_cast<int32_t>(len));
+      PipeBarrier<PIPE_V>();
       ReleaseChunk(false, w, x, dy);
     }
     return acc;
@@ -268,7 +282,9 @@ class KernelLayerNormGrad {
       const uint32_t len = ChunkLen(c);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
+      PipeBarrier<PIPE_V>();
       LoadChunk(row, c, len, true, w, x, dy, xf, g);
+      PipeBarrier<PIPE_V>();
       const RowSums part = CentredSums(xf, g, s, mean, static_cast<int32_t>(len));
       acc.sumSq += part.sumSq;
       acc.sumG += part.sumG;
@@ -284,10 +300,12 @@ class KernelLayerNormGrad {
       const uint32_t len = ChunkLen(c);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
+      PipeBarrier<PIPE_V>();
       LoadChunk(row, c, len, false, w, x, dy, xf, g);
       maxAbs = op_ext_kernel::MaxOrNan(
           maxAbs, op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, tmp_.template Get<float>(),
                                            work_.template Get<float>(), static_cast<int32_t>(len)));
+      PipeBarrier<PIPE_V>();
       ReleaseChunk(false, w, x, dy);
     }
     return maxAbs;
@@ -301,6 +319,7 @@ class KernelLayerNormGrad {
     float eps = t_.eps;
     float mean = SplitSum(row, s, 0.0f) * t_.invCols;
     RowSums sums = SplitSums(row, s, mean);
+    PipeBarrier<PIPE_V>();
     float rstd = Rstd(sums.sumSq, eps);
     if (Overflowed(mean, rstd, sums)) {
       const float maxAbs = SplitMaxAbs(row);
@@ -308,13 +327,16 @@ class KernelLayerNormGrad {
         s = op_ext_kernel::PowerOfTwoScale(maxAbs);
         eps = t_.eps * s * s;
         mean = SplitSum(row, s, 0.0f) * t_.invCols;
+        PipeBarrier<PIPE_V>();
         sums = SplitSums(row, s, mean);
+        PipeBarrier<PIPE_V>();
         rstd = Rstd(sums.sumSq, eps);
       }
     }
     if (NeedsMeanCorrection(mean, rstd)) {
       mean += SplitSum(row, s, mean) * t_.invCols;
       sums = SplitSums(row, s, mean);
+      PipeBarrier<PIPE_V>();
       rstd = Rstd(sums.sumSq, eps);
     }
     LocalTensor<float> cen = cen_.template Get<float>();
@@ -328,9 +350,12 @@ class KernelLayerNormGrad {
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
+      PipeBarrier<PIPE_V>();
       LoadChunk(row, c, len, true, w, x, dy, xf, g);
+      PipeBarrier<PIPE_V>();
       Centre(cen, xf, s, mean, n);
       LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
+      PipeBarrier<PIPE_V>();
       WriteGradInput(dx, cen, g, sums, rstd, s, n);
       outQueue_.EnQue(dx);
       ReleaseChunk(true, w, x, dy);
@@ -354,9 +379,12 @@ class KernelLayerNormGrad {
   __aicore__ inline void Centre(const LocalTensor<float>& dst, const LocalTensor<float>& xf, float s, float m,
                                 int32_t n) {
     if (s != 1.0f) {
+      PipeBarrier<PIPE_V>();
       Muls(dst, xf, s, n);
+      PipeBarrier<PIPE_V>();
       Adds(dst, dst, -m, n);
     } else {
+      PipeBarrier<PIPE_V>();
       Adds(dst, xf, -m, n);
     }
   }
@@ -365,7 +393,9 @@ class KernelLayerNormGrad {
   __aicore__ inline float ScaledSum(const LocalTensor<float>& xf, float s, float m, int32_t n) {
     if (s == 1.0f && m == 0.0f) return ReadSum(xf, n);
     LocalTensor<float> c = cen_.template Get<float>();
+    PipeBarrier<PIPE_V>();
     Centre(c, xf, s, m, n);
+    PipeBarrier<PIPE_V>();
     return ReadSum(c, n);
   }
 
@@ -376,6 +406,7 @@ class KernelLayerNormGrad {
     LocalTensor<float> tmp = tmp_.template Get<float>();
     Centre(c, xf, s, mean, n);
     RowSums sums;
+    PipeBarrier<PIPE_V>();
     Mul(tmp, c, c, n);
     sums.sumSq = ReadSum(tmp, n);
     sums.sumG = ReadSum(g, n);
@@ -386,6 +417,7 @@ class KernelLayerNormGrad {
 
   __aicore__ inline float ReadSum(const LocalTensor<float>& src, int32_t n) {
     LocalTensor<float> stat = stat_.template Get<float>();
+    PipeBarrier<PIPE_V>();
     ReduceSum(stat, src, work_.template Get<float>(), n);
     return op_ext_kernel::ReadScalarAfterVector(stat);
   }
@@ -399,9 +431,12 @@ class KernelLayerNormGrad {
     SetFlag<HardEvent::S_V>(eventSV);
     WaitFlag<HardEvent::S_V>(eventSV);
     Muls(stat, stat, t_.invCols, 1);
+    PipeBarrier<PIPE_V>();
     Adds(stat, stat, eps, 1);
+    PipeBarrier<PIPE_V>();
     Sqrt(stat, stat, 1);
     Duplicate(one, 1.0f, 1);
+    PipeBarrier<PIPE_V>();
     Div(stat, one, stat, 1);
     return op_ext_kernel::ReadScalarAfterVector(stat);
   }
@@ -424,20 +459,30 @@ class KernelLayerNormGrad {
     LocalTensor<float> tmp = tmp_.template Get<float>();
     const float meanG = sums.sumG * t_.invCols;
     const float meanGxhat = rstd * (sums.sumGc * t_.invCols);
+    PipeBarrier<PIPE_V>();
     Adds(g, g, -meanG, n);
+    PipeBarrier<PIPE_V>();
     Muls(tmp, c, rstd, n);  // xhat
+    PipeBarrier<PIPE_V>();
     Muls(tmp, tmp, -meanGxhat, n);
+    PipeBarrier<PIPE_V>();
     Add(tmp, tmp, g, n);
     if constexpr (kIsFloat) {
       if (s != 1.0f) {
+        PipeBarrier<PIPE_V>();
         Muls(tmp, tmp, rstd, n);
+        PipeBarrier<PIPE_V>();
         Muls(dx, tmp, s, n);  // last: the only step that may land on subnormals
       } else {
+        PipeBarrier<PIPE_V>();
         Muls(dx, tmp, rstd, n);
       }
     } else {
+      PipeBarrier<PIPE_V>();
       Muls(tmp, tmp, rstd, n);
+      PipeBarrier<PIPE_V>();
       if (s != 1.0f) Muls(tmp, tmp, s, n);
+      PipeBarrier<PIPE_V>();
       op_ext_kernel::CastFromFloat(dx, tmp, static_cast<uint32_t>(n));
     }
   }
@@ -450,6 +495,7 @@ class KernelLayerNormGrad {
     } else {
       LocalTensor<float> f = buf.template Get<float>();
       Cast(f, t, RoundMode::CAST_NONE, count);
+      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
       return f;
     }
   }
@@ -533,11 +579,15 @@ class KernelLayerNormGrad {
         const float rstd = statGm_.GetValue(at + 1);
         const float s = statGm_.GetValue(at + 2);
         Centre(tmp, AsFloat(x, inputF_, width), s, mean, n);
+        PipeBarrier<PIPE_V>();
         Muls(tmp, tmp, rstd, n);  // xhat first: dy * (x - mean) may overflow
+        PipeBarrier<PIPE_V>();
         Mul(tmp, tmp, dyf, n);
+        PipeBarrier<PIPE_V>();
         Add(accW, accW, tmp, n);
         inQueueX_.FreeTensor(x);
       }
+      PipeBarrier<PIPE_V>();
       if (t_.hasBias) Add(accB, accB, dyf, n);
       inQueueDy_.FreeTensor(dy);
     }

@@ -40,6 +40,7 @@ class KernelRmsNorm {
     if (t_.splitRow) {
       InitChunks(pipe);
     } else {
+      PipeBarrier<PIPE_V>();
       InitRows(pipe);
     }
   }
@@ -94,6 +95,7 @@ class KernelRmsNorm {
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t at = j * t_.rowStride;
       LocalTensor<float> xf = InputAsFloat(x[at], t_.cols);
+      PipeBarrier<PIPE_V>();
       float rstd = RowRstd(SumOfSquares(xf, sq, n), t_.eps);
       if (rstd == 0.0f) {
         // The scaled row goes to y's row (float) or in place (16-bit: xf is a copy).
@@ -102,11 +104,15 @@ class KernelRmsNorm {
       }
       if constexpr (kIsFloat) {
         LocalTensor<float> yrow = y[at].template ReinterpretCast<float>();
+        PipeBarrier<PIPE_V>();
         Muls(yrow, xf, rstd, n);
+        PipeBarrier<PIPE_V>();
         if (t_.hasWeight) Mul(yrow, yrow, wf, n);
       } else {
         Muls(sq, xf, rstd, n);
+        PipeBarrier<PIPE_V>();
         if (t_.hasWeight) Mul(sq, sq, wf, n);
+        PipeBarrier<PIPE_V>();
         Cast(y[at], sq, op_ext_kernel::NarrowRound<T>(), t_.cols);
       }
     }
@@ -146,9 +152,11 @@ class KernelRmsNorm {
       const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
       LocalTensor<T> x = CopyInChunk(base + c, len);
       LocalTensor<float> part = SumOfSquares(InputAsFloat(x, len), sq, static_cast<int32_t>(len));
+      PipeBarrier<PIPE_V>();
       Add(acc, acc, part, 1);
       inQueueX_.FreeTensor(x);
     }
+    PipeBarrier<PIPE_V>();
     float rstd = RowRstd(acc, t_.eps);
     float scale = 1.0f;
     if (rstd == 0.0f) RescaleSplitRow(base, rstd, scale);
@@ -172,17 +180,23 @@ class KernelRmsNorm {
       x = inQueueX_.template DeQue<T>();
       LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
       LocalTensor<float> xf = InputAsFloat(x, len);
+      PipeBarrier<PIPE_V>();
       if (scale != 1.0f) Muls(xf, xf, scale, n);
       if constexpr (kIsFloat) {
+        PipeBarrier<PIPE_V>();
         Muls(y, xf, rstd, n);
+        PipeBarrier<PIPE_V>();
         if (t_.hasWeight) Mul(y, y, w, n);
       } else {
+        PipeBarrier<PIPE_V>();
         Muls(sq, xf, rstd, n);
         if (t_.hasWeight) {
           LocalTensor<float> wf = weightF_.template Get<float>();
           Cast(wf, w, RoundMode::CAST_NONE, len);
+          PipeBarrier<PIPE_V>();
           Mul(sq, sq, wf, n);
         }
+        PipeBarrier<PIPE_V>();
         Cast(y, sq, op_ext_kernel::NarrowRound<T>(), len);
       }
       outQueueY_.EnQue(y);
@@ -204,6 +218,7 @@ class KernelRmsNorm {
     } else {
       LocalTensor<float> xf = inputF_.template Get<float>();
       Cast(xf, x, RoundMode::CAST_NONE, count);
+      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
       return xf;
     }
   }
@@ -213,15 +228,20 @@ class KernelRmsNorm {
                                                     int32_t n) {
     LocalTensor<float> stat = stat_.template Get<float>();
     LocalTensor<float> work = work_.template Get<float>();
+    PipeBarrier<PIPE_V>();
     Mul(sq, xf, xf, n);
+    PipeBarrier<PIPE_V>();
     ReduceSum(stat, sq, work, n);
     return stat;
   }
 
   // 1 / sqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
   __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq, float eps) {
+    PipeBarrier<PIPE_V>();
     Muls(sumSq, sumSq, t_.invCols, 1);
+    PipeBarrier<PIPE_V>();
     Adds(sumSq, sumSq, eps, 1);
+    PipeBarrier<PIPE_V>();
     op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
     return op_ext_kernel::ReadScalarAfterVector(sumSq);
   }
@@ -234,6 +254,7 @@ class KernelRmsNorm {
         op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n);
     if (!(maxAbs <= op_ext_kernel::kFloatMax)) return false;
     const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+    PipeBarrier<PIPE_V>();
     Muls(xs, xf, s, n);
     rstd = RowRstd(SumOfSquares(xs, sq, n), t_.eps * s * s);
     return true;
@@ -260,10 +281,15 @@ class KernelRmsNorm {
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> x = CopyInChunk(base + c, len);
       LocalTensor<float> xf = InputAsFloat(x, len);
+      PipeBarrier<PIPE_V>();
       Muls(xf, xf, scale, n);
-      Add(acc, acc, SumOfSquares(xf, sq, n), 1);
+      PipeBarrier<PIPE_V>();
+      LocalTensor<float> part = SumOfSquares(xf, sq, n);
+      PipeBarrier<PIPE_V>();
+      Add(acc, acc, part, 1);
       inQueueX_.FreeTensor(x);
     }
+    PipeBarrier<PIPE_V>();
     rstd = RowRstd(acc, t_.eps * scale * scale);
   }
 

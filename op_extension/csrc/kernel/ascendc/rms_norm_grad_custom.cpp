@@ -52,9 +52,11 @@ class KernelRmsNormGrad {
       if (t_.splitRow) {
         InitChunks(pipe);
       } else {
+        PipeBarrier<PIPE_V>();
         InitRows(pipe);
       }
     } else {
+      PipeBarrier<PIPE_V>();
       InitColumns(pipe);
     }
   }
@@ -129,12 +131,16 @@ class KernelRmsNormGrad {
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t at = j * t_.rowStride;
       LocalTensor<float> xf = AsFloat(x[at], inputF_, t_.cols);
+      PipeBarrier<PIPE_V>();
       LocalTensor<float> g = AsFloat(dy[at], gradF_, t_.cols);
+      PipeBarrier<PIPE_V>();
       if (t_.hasWeight) Mul(g, g, weightF_.template Get<float>(), n);
       LocalTensor<float> stat = stat_.template Get<float>();
+      PipeBarrier<PIPE_V>();
       RowSums(xf, g, n, stat);
       float rstd;
       float coeff;
+      PipeBarrier<PIPE_V>();
       RstdAndCoeff(stat, t_.eps, rstd, coeff);
       float scale = 1.0f;
       if (rstd == 0.0f) {
@@ -143,11 +149,15 @@ class KernelRmsNormGrad {
         if (maxAbs <= op_ext_kernel::kFloatMax) {
           // xf is this core's copy of the row (pass 1 reads x again from GM).
           scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
+          PipeBarrier<PIPE_V>();
           Muls(xf, xf, scale, n);
+          PipeBarrier<PIPE_V>();
           RowSums(xf, g, n, stat);
+          PipeBarrier<PIPE_V>();
           RstdAndCoeff(stat, t_.eps * scale * scale, rstd, coeff);
         }
       }
+      PipeBarrier<PIPE_V>();
       WriteGradInput(dx[at], xf, g, rstd, coeff, scale, n, t_.hasGradResidual ? gr[at] : gr);
       if (t_.hasWeight) rstdTile.SetValue(j, rstd * scale);
     }
@@ -216,7 +226,9 @@ class KernelRmsNormGrad {
     x = inQueueX_.template DeQue<T>();
     dy = inQueueDy_.template DeQue<T>();
     xf = AsFloat(x, inputF_, len);
+    PipeBarrier<PIPE_V>();
     g = AsFloat(dy, gradF_, len);
+    PipeBarrier<PIPE_V>();
     if (t_.hasWeight) Mul(g, g, AsFloat(w, weightF_, len), static_cast<int32_t>(len));
   }
 
@@ -237,13 +249,17 @@ class KernelRmsNormGrad {
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
       LoadChunk(row, c, len, w, x, dy, xf, g);
+      PipeBarrier<PIPE_V>();
       RowSums(xf, g, static_cast<int32_t>(len), stat);
+      PipeBarrier<PIPE_V>();
       Add(acc, acc, stat, 1);
+      PipeBarrier<PIPE_V>();
       Add(acc[8], acc[8], stat[8], 1);
       ReleaseChunk(w, x, dy);
     }
     float rstd;
     float coeff;
+    PipeBarrier<PIPE_V>();
     RstdAndCoeff(acc, t_.eps, rstd, coeff);
     float scale = 1.0f;
     if (rstd == 0.0f) RescaleSplitRow(row, rstd, coeff, scale);
@@ -265,7 +281,9 @@ class KernelRmsNormGrad {
         gr = inQueueGr_.template DeQue<T>();
       }
       LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
+      PipeBarrier<PIPE_V>();
       if (scale != 1.0f) Muls(xf, xf, scale, static_cast<int32_t>(len));
+      PipeBarrier<PIPE_V>();
       WriteGradInput(dx, xf, g, rstd, coeff, scale, static_cast<int32_t>(len), gr);
       outQueue_.EnQue(dx);
       ReleaseChunk(w, x, dy);
@@ -276,6 +294,7 @@ class KernelRmsNormGrad {
     }
     if (t_.hasWeight) {
       rstd_.template Get<float>().SetValue(0, rstd * scale);
+      PipeBarrier<PIPE_V>();
       StoreRstd(static_cast<uint32_t>(local));
     }
   }
@@ -287,10 +306,14 @@ class KernelRmsNormGrad {
                                  const LocalTensor<float>& stat) {
     LocalTensor<float> tmp = tmp_.template Get<float>();
     LocalTensor<float> work = work_.template Get<float>();
+    PipeBarrier<PIPE_V>();
     Mul(tmp, xf, xf, n);
+    PipeBarrier<PIPE_V>();
     ReduceSum(stat, tmp, work, n);
+    PipeBarrier<PIPE_V>();
     Mul(tmp, g, xf, n);
     LocalTensor<float> dot = stat[8];
+    PipeBarrier<PIPE_V>();
     ReduceSum(dot, tmp, work, n);
   }
 
@@ -299,14 +322,21 @@ class KernelRmsNormGrad {
   // unit (Sqrt, then Div: no Rsqrt), read as scalars. Overwrites both sums.
   __aicore__ inline void RstdAndCoeff(const LocalTensor<float>& sums, float eps, float& rstd, float& coeff) {
     LocalTensor<float> dot = sums[8];
+    PipeBarrier<PIPE_V>();
     Muls(sums, sums, t_.invCols, 1);
+    PipeBarrier<PIPE_V>();
     Adds(sums, sums, eps, 1);
+    PipeBarrier<PIPE_V>();
     Sqrt(sums, sums, 1);
+    PipeBarrier<PIPE_V>();
     Muls(dot, dot, t_.invCols, 1);
+    PipeBarrier<PIPE_V>();
     Div(dot, dot, sums, 1);
+    PipeBarrier<PIPE_V>();
     Div(dot, dot, sums, 1);
     coeff = op_ext_kernel::ReadScalarAfterVector(dot);
     Duplicate(dot, 1.0f, 1);
+    PipeBarrier<PIPE_V>();
     Div(sums, dot, sums, 1);
     rstd = op_ext_kernel::ReadScalarAfterVector(sums);
   }
@@ -318,23 +348,35 @@ class KernelRmsNormGrad {
                                         const LocalTensor<float>& g, float rstd, float coeff, float scale,
                                         int32_t n, const LocalTensor<T>& gr) {
     LocalTensor<float> tmp = tmp_.template Get<float>();
+    PipeBarrier<PIPE_V>();
     Muls(tmp, xf, -coeff, n);
+    PipeBarrier<PIPE_V>();
     Add(tmp, tmp, g, n);
     if constexpr (kIsFloat) {
       if (t_.hasGradResidual) {
+        PipeBarrier<PIPE_V>();
         Muls(tmp, tmp, rstd, n);
+        PipeBarrier<PIPE_V>();
         if (scale != 1.0f) Muls(tmp, tmp, scale, n);
+        PipeBarrier<PIPE_V>();
         Add(dx, tmp, gr, n);
       } else if (scale != 1.0f) {
+        PipeBarrier<PIPE_V>();
         Muls(tmp, tmp, rstd, n);
+        PipeBarrier<PIPE_V>();
         Muls(dx, tmp, scale, n);  // last: the only step that may land on subnormals
       } else {
+        PipeBarrier<PIPE_V>();
         Muls(dx, tmp, rstd, n);
       }
     } else {
+      PipeBarrier<PIPE_V>();
       Muls(tmp, tmp, rstd, n);
+      PipeBarrier<PIPE_V>();
       if (scale != 1.0f) Muls(tmp, tmp, scale, n);
+      PipeBarrier<PIPE_V>();
       if (t_.hasGradResidual) Add(tmp, tmp, AsFloat(gr, inputF_, static_cast<uint32_t>(n)), n);
+      PipeBarrier<PIPE_V>();
       op_ext_kernel::CastFromFloat(dx, tmp, static_cast<uint32_t>(n));
     }
   }
@@ -353,6 +395,7 @@ class KernelRmsNormGrad {
       maxAbs = op_ext_kernel::MaxOrNan(
           maxAbs, op_ext_kernel::RowMaxAbs(stat, xf, tmp_.template Get<float>(), work_.template Get<float>(),
                                            static_cast<int32_t>(len)));
+      PipeBarrier<PIPE_V>();
       ReleaseChunk(w, x, dy);
     }
     if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
@@ -363,12 +406,17 @@ class KernelRmsNormGrad {
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
       LoadChunk(row, c, len, w, x, dy, xf, g);
+      PipeBarrier<PIPE_V>();
       Muls(xf, xf, s, static_cast<int32_t>(len));
+      PipeBarrier<PIPE_V>();
       RowSums(xf, g, static_cast<int32_t>(len), stat);
+      PipeBarrier<PIPE_V>();
       Add(acc, acc, stat, 1);
+      PipeBarrier<PIPE_V>();
       Add(acc[8], acc[8], stat[8], 1);
       ReleaseChunk(w, x, dy);
     }
+    PipeBarrier<PIPE_V>();
     RstdAndCoeff(acc, t_.eps * s * s, rstd, coeff);
     scale = s;
   }
@@ -381,6 +429,7 @@ class KernelRmsNormGrad {
     } else {
       LocalTensor<float> f = buf.template Get<float>();
       Cast(f, t, RoundMode::CAST_NONE, count);
+      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
       return f;
     }
   }
@@ -451,12 +500,16 @@ class KernelRmsNormGrad {
       x = inQueueX_.template DeQue<T>();
       dy = inQueueDy_.template DeQue<T>();
       const float rstd = rstdGm_.GetValue(RstdIndex(r));
+      PipeBarrier<PIPE_V>();
       Muls(tmp, AsFloat(x, inputF_, width), rstd, n);  // x * rstd first: dy * x may overflow
+      PipeBarrier<PIPE_V>();
       Mul(tmp, tmp, AsFloat(dy, gradF_, width), n);
+      PipeBarrier<PIPE_V>();
       Add(acc, acc, tmp, n);
       inQueueX_.FreeTensor(x);
       inQueueDy_.FreeTensor(dy);
     }
+    PipeBarrier<PIPE_V>();
     op_ext_kernel::StoreFloatRow(copier_, outQueue_, dwGm_[col], acc, width);
   }
 

@@ -102,17 +102,27 @@ class KernelRope {
                                 const AscendC::LocalTensor<float>& s1, const AscendC::LocalTensor<float>& s2,
                                 int32_t n) {
     AscendC::LocalTensor<float> p = prod_.template Get<float>();
+    AscendC::PipeBarrier<PIPE_V>();
     AscendC::Mul(o1, x1, c1, n);
+    AscendC::PipeBarrier<PIPE_V>();
     AscendC::Mul(o2, x2, c2, n);
     if constexpr (kBackward) {
+      AscendC::PipeBarrier<PIPE_V>();
       AscendC::Mul(p, x2, s2, n);
+      AscendC::PipeBarrier<PIPE_V>();
       AscendC::Add(o1, o1, p, n);
+      AscendC::PipeBarrier<PIPE_V>();
       AscendC::Mul(p, x1, s1, n);
+      AscendC::PipeBarrier<PIPE_V>();
       AscendC::Sub(o2, o2, p, n);
     } else {
+      AscendC::PipeBarrier<PIPE_V>();
       AscendC::Mul(p, x2, s1, n);
+      AscendC::PipeBarrier<PIPE_V>();
       AscendC::Sub(o1, o1, p, n);
+      AscendC::PipeBarrier<PIPE_V>();
       AscendC::Mul(p, x1, s2, n);
+      AscendC::PipeBarrier<PIPE_V>();
       AscendC::Add(o2, o2, p, n);
     }
   }
@@ -147,15 +157,22 @@ class KernelRope {
         AscendC::LocalTensor<float> sf = sf_.template Get<float>();
         AscendC::LocalTensor<float> yf = yf_.template Get<float>();
         CastToFloat(xf, x[a], h);
+        AscendC::PipeBarrier<PIPE_V>();
         CastToFloat(xf[hf_], x[b], h);
         if (slot == j) {  // a new cos row (else cf, sf still hold it)
           CastToFloat(cf, c[ca], h);
+          AscendC::PipeBarrier<PIPE_V>();
           CastToFloat(cf[hf_], c[cb], h);
+          AscendC::PipeBarrier<PIPE_V>();
           CastToFloat(sf, s[ca], h);
+          AscendC::PipeBarrier<PIPE_V>();
           CastToFloat(sf[hf_], s[cb], h);
         }
+        AscendC::PipeBarrier<PIPE_V>();
         Rotate(yf, yf[hf_], xf, xf[hf_], cf, cf[hf_], sf, sf[hf_], n);
+        AscendC::PipeBarrier<PIPE_V>();
         CastFromFloat(y[a], yf, h);
+        AscendC::PipeBarrier<PIPE_V>();
         CastFromFloat(y[b], yf[hf_], h);
       }
     }

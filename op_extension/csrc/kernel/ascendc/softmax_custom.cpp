@@ -91,12 +91,18 @@ class KernelSoftmax {
       // e: exp(x - max) in float -- in y's row for float, in inputF_ for 16-bit.
       LocalTensor<float> e = kIsFloat ? y[at].template ReinterpretCast<float>() : inputF_.template Get<float>();
       LocalTensor<float> xf = InputAsFloat(x[at], t_.dimSize);
+      PipeBarrier<PIPE_V>();
       const float rowMax = ReadReduce(xf, n, true);
+      PipeBarrier<PIPE_V>();
       Adds(e, xf, -rowMax, n);
+      PipeBarrier<PIPE_V>();
       Exp(e, e, n);
+      PipeBarrier<PIPE_V>();
       const float sum = ReadReduce(e, n, false);
+      PipeBarrier<PIPE_V>();
       Muls(e, e, 1.0f / sum, n);
       if constexpr (!kIsFloat) {
+        PipeBarrier<PIPE_V>();
         Cast(y[at], e, op_ext_kernel::NarrowRound<T>(), t_.dimSize);
         if (!IsFinite(rowMax)) WriteNanRow(y[at], t_.dimSize);
       }
@@ -130,8 +136,11 @@ class KernelSoftmax {
       const uint32_t len = ChunkLen(c);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> x = CopyInChunk(base + c, len);
+      PipeBarrier<PIPE_V>();
       LocalTensor<float> xf = InputAsFloat(x, len);  // float: x's own buffer, overwritten in place
+      PipeBarrier<PIPE_V>();
       Adds(xf, xf, -rowMax, n);
+      PipeBarrier<PIPE_V>();
       Exp(xf, xf, n);
       sum += ReadReduce(xf, n, false);
       inQueueX_.FreeTensor(x);
@@ -146,12 +155,17 @@ class KernelSoftmax {
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> x = CopyInChunk(base + c, len);
       LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+      PipeBarrier<PIPE_V>();
       LocalTensor<float> xf = InputAsFloat(x, len);
       LocalTensor<float> e = kIsFloat ? y.template ReinterpretCast<float>() : xf;
+      PipeBarrier<PIPE_V>();
       Adds(e, xf, -rowMax, n);
+      PipeBarrier<PIPE_V>();
       Exp(e, e, n);
+      PipeBarrier<PIPE_V>();
       Muls(e, e, scale, n);
       if constexpr (!kIsFloat) {
+        PipeBarrier<PIPE_V>();
         Cast(y, e, op_ext_kernel::NarrowRound<T>(), len);
         if (!IsFinite(rowMax)) WriteNanRow(y, len);
       }
@@ -181,6 +195,7 @@ class KernelSoftmax {
     } else {
       LocalTensor<float> xf = inputF_.template Get<float>();
       Cast(xf, x, RoundMode::CAST_NONE, count);
+      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
       return xf;
     }
   }
@@ -202,8 +217,10 @@ class KernelSoftmax {
     LocalTensor<float> stat = stat_.template Get<float>();
     LocalTensor<float> work = work_.template Get<float>();
     if (max) {
+      PipeBarrier<PIPE_V>();
       ReduceMax(stat, src, work, n);
     } else {
+      PipeBarrier<PIPE_V>();
       ReduceSum(stat, src, work, n);
     }
     return op_ext_kernel::ReadScalarAfterVector(stat);
@@ -227,11 +244,15 @@ class KernelSoftmax {
     if (!t_.split) {
       LocalTensor<T> x = CopyInSlab(base, t_.dimSize, len);
       LocalTensor<float> xf = SlabAsFloat(x, t_.dimSize, len);
+      PipeBarrier<PIPE_V>();
       SlabMax(maxRow, xf, t_.dimSize, len, true);
       LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
       LocalTensor<float> e = kIsFloat ? y.template ReinterpretCast<float>() : xf;
+      PipeBarrier<PIPE_V>();
       SlabExp(e, xf, maxRow, t_.dimSize, len);
+      PipeBarrier<PIPE_V>();
       SlabSum(sumRow, e, t_.dimSize, len, true);
+      PipeBarrier<PIPE_V>();
       FinishSlab(y, e, sumRow, t_.dimSize, len);
       inQueueX_.FreeTensor(x);
       CopyOutSlab(base, t_.dimSize, len);
@@ -241,24 +262,31 @@ class KernelSoftmax {
     for (uint32_t d = 0; d < t_.dimSize; d += t_.chunkLength) {
       const uint32_t rows = DimChunk(d);
       LocalTensor<T> x = CopyInSlab(base + d * t_.inner, rows, len);
+      PipeBarrier<PIPE_V>();
       SlabMax(maxRow, SlabAsFloat(x, rows, len), rows, len, d == 0);
       inQueueX_.FreeTensor(x);
     }
     for (uint32_t d = 0; d < t_.dimSize; d += t_.chunkLength) {
       const uint32_t rows = DimChunk(d);
       LocalTensor<T> x = CopyInSlab(base + d * t_.inner, rows, len);
+      PipeBarrier<PIPE_V>();
       LocalTensor<float> xf = SlabAsFloat(x, rows, len);  // float: x's own buffer, overwritten in place
+      PipeBarrier<PIPE_V>();
       SlabExp(xf, xf, maxRow, rows, len);
+      PipeBarrier<PIPE_V>();
       SlabSum(sumRow, xf, rows, len, d == 0);
       inQueueX_.FreeTensor(x);
     }
     for (uint32_t d = 0; d < t_.dimSize; d += t_.chunkLength) {
       const uint32_t rows = DimChunk(d);
       LocalTensor<T> x = CopyInSlab(base + d * t_.inner, rows, len);
+      PipeBarrier<PIPE_V>();
       LocalTensor<float> xf = SlabAsFloat(x, rows, len);
       LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
       LocalTensor<float> e = kIsFloat ? y.template ReinterpretCast<float>() : xf;
+      PipeBarrier<PIPE_V>();
       SlabExp(e, xf, maxRow, rows, len);
+      PipeBarrier<PIPE_V>();
       FinishSlab(y, e, sumRow, rows, len);
       inQueueX_.FreeTensor(x);
       CopyOutSlab(base + d * t_.inner, rows, len);
@@ -320,6 +348,7 @@ class KernelSoftmax {
       for (uint32_t d = 0; d < rows; ++d) {
         Cast(xf[d * t_.innerTile], x[d * t_.innerTile], RoundMode::CAST_NONE, len);
       }
+      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
       return xf;
     }
   }
@@ -330,10 +359,14 @@ class KernelSoftmax {
     const int32_t n = static_cast<int32_t>(len);
     uint32_t d = 0;
     if (first) {
+      PipeBarrier<PIPE_V>();
       DataCopy(maxRow, xf, t_.innerTile);  // whole row (innerTile is a block multiple); beyond len unused
       d = 1;
     }
-    for (; d < rows; ++d) Max(maxRow, maxRow, xf[d * t_.innerTile], n);
+    for (; d < rows; ++d) {
+      PipeBarrier<PIPE_V>();  // each reads the one before
+      Max(maxRow, maxRow, xf[d * t_.innerTile], n);
+    }
   }
 
   // e[d] = exp(xf[d] - maxRow) for each row; e may be xf.
@@ -341,7 +374,9 @@ class KernelSoftmax {
                                  const LocalTensor<float>& maxRow, uint32_t rows, uint32_t len) {
     const int32_t n = static_cast<int32_t>(len);
     for (uint32_t d = 0; d < rows; ++d) {
+      PipeBarrier<PIPE_V>();
       Sub(e[d * t_.innerTile], xf[d * t_.innerTile], maxRow, n);
+      PipeBarrier<PIPE_V>();
       Exp(e[d * t_.innerTile], e[d * t_.innerTile], n);
     }
   }
@@ -352,10 +387,14 @@ class KernelSoftmax {
     const int32_t n = static_cast<int32_t>(len);
     uint32_t d = 0;
     if (first) {
+      PipeBarrier<PIPE_V>();
       DataCopy(sumRow, e, t_.innerTile);
       d = 1;
     }
-    for (; d < rows; ++d) Add(sumRow, sumRow, e[d * t_.innerTile], n);
+    for (; d < rows; ++d) {
+      PipeBarrier<PIPE_V>();  // each reads the one before
+      Add(sumRow, sumRow, e[d * t_.innerTile], n);
+    }
   }
 
   // y = e / sumRow per row (rounded to T), enqueued for CopyOutSlab.
@@ -363,7 +402,9 @@ class KernelSoftmax {
                                     uint32_t rows, uint32_t len) {
     const int32_t n = static_cast<int32_t>(len);
     for (uint32_t d = 0; d < rows; ++d) {
+      PipeBarrier<PIPE_V>();
       Div(e[d * t_.innerTile], e[d * t_.innerTile], sumRow, n);
+      PipeBarrier<PIPE_V>();
       if constexpr (!kIsFloat) Cast(y[d * t_.innerTile], e[d * t_.innerTile], op_ext_kernel::NarrowRound<T>(), len);
     }
     outQueueY_.EnQue(y);

@@ -106,19 +106,29 @@ class KernelSoftmaxGrad {
         const LocalTensor<float> yr = y[at];
         const LocalTensor<float> dxr = dx[at];
         Mul(dxr, dyr, yr, n);
+        PipeBarrier<PIPE_V>();
         const float s = ReadSum(dxr, n);
+        PipeBarrier<PIPE_V>();
         Adds(dxr, dyr, -s, n);
+        PipeBarrier<PIPE_V>();
         Mul(dxr, dxr, yr, n);
       } else {
         LocalTensor<float> dyf = dyF_.template Get<float>();
         LocalTensor<float> yf = yF_.template Get<float>();
         op_ext_kernel::CastToFloat(dyf, dy[at], len);
+        PipeBarrier<PIPE_V>();
         op_ext_kernel::CastToFloat(yf, y[at], len);
+        PipeBarrier<PIPE_V>();
         Mul(dyf, dyf, yf, n);
+        PipeBarrier<PIPE_V>();
         const float s = ReadSum(dyf, n);
+        PipeBarrier<PIPE_V>();
         op_ext_kernel::CastToFloat(dyf, dy[at], len);
+        PipeBarrier<PIPE_V>();
         Adds(dyf, dyf, -s, n);
+        PipeBarrier<PIPE_V>();
         Mul(dyf, dyf, yf, n);
+        PipeBarrier<PIPE_V>();
         op_ext_kernel::CastFromFloat(dx[at], dyf, len);
       }
     }
@@ -137,6 +147,7 @@ class KernelSoftmaxGrad {
   __aicore__ inline float ReadSum(const LocalTensor<float>& src, int32_t n) {
     LocalTensor<float> stat = stat_.template Get<float>();
     LocalTensor<float> work = work_.template Get<float>();
+    PipeBarrier<PIPE_V>();
     ReduceSum(stat, src, work, n);
     return op_ext_kernel::ReadScalarAfterVector(stat);
   }
@@ -154,8 +165,11 @@ class KernelSoftmaxGrad {
       LocalTensor<T> dy = inQueueDy_.template DeQue<T>();
       LocalTensor<T> y = inQueueY_.template DeQue<T>();
       // dy * y in dy's float row: dy's own buffer for float (not needed again in this pass).
+      PipeBarrier<PIPE_V>();
       const LocalTensor<float> dyf = AsFloat(dyF_, dy, len);
+      PipeBarrier<PIPE_V>();
       const LocalTensor<float> yf = AsFloat(yF_, y, len);
+      PipeBarrier<PIPE_V>();
       Mul(dyf, dyf, yf, n);
       sum += ReadSum(dyf, n);
       inQueueDy_.FreeTensor(dy);
@@ -172,10 +186,14 @@ class KernelSoftmaxGrad {
       LocalTensor<T> dy = inQueueDy_.template DeQue<T>();
       LocalTensor<T> y = inQueueY_.template DeQue<T>();
       LocalTensor<T> dx = outQueueDx_.template AllocTensor<T>();
+      PipeBarrier<PIPE_V>();
       const LocalTensor<float> dyf = AsFloat(dyF_, dy, len);
+      PipeBarrier<PIPE_V>();
       const LocalTensor<float> yf = AsFloat(yF_, y, len);
       const LocalTensor<float> out = kIsFloat ? dx.template ReinterpretCast<float>() : dyf;
+      PipeBarrier<PIPE_V>();
       Adds(out, dyf, -sum, n);
+      PipeBarrier<PIPE_V>();
       Mul(out, out, yf, n);
       if constexpr (!kIsFloat) op_ext_kernel::CastFromFloat(dx, out, len);
       outQueueDx_.EnQue(dx);
@@ -209,6 +227,7 @@ class KernelSoftmaxGrad {
     } else {
       LocalTensor<float> xf = buf.template Get<float>();
       op_ext_kernel::CastToFloat(xf, x, count);
+      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
       return xf;
     }
   }
@@ -231,10 +250,13 @@ class KernelSoftmaxGrad {
       LocalTensor<T> y = inQueueY_.template DeQue<T>();
       LocalTensor<T> dx = outQueueDx_.template AllocTensor<T>();
       LocalTensor<float> dyf = SlabAsFloat(dyF_, dy, t_.dimSize, len);
+      PipeBarrier<PIPE_V>();
       const LocalTensor<float> yf = SlabAsFloat(yF_, y, t_.dimSize, len);
       // float: dy * y in the dx tile; 16-bit: in dy's float copy, cast again after.
+      PipeBarrier<PIPE_V>();
       SlabDot(sumRow, dyf, yf, kIsFloat ? dx.template ReinterpretCast<float>() : dyf, t_.dimSize, len, true);
       if constexpr (!kIsFloat) dyf = SlabAsFloat(dyF_, dy, t_.dimSize, len);
+      PipeBarrier<PIPE_V>();
       FinishSlab(dx, dyf, yf, sumRow, t_.dimSize, len);
       inQueueDy_.FreeTensor(dy);
       inQueueY_.FreeTensor(y);
@@ -247,7 +269,9 @@ class KernelSoftmaxGrad {
       CopyInSlab(base + d * t_.inner, rows, len);
       LocalTensor<T> dy = inQueueDy_.template DeQue<T>();
       LocalTensor<T> y = inQueueY_.template DeQue<T>();
+      PipeBarrier<PIPE_V>();
       const LocalTensor<float> dyf = SlabAsFloat(dyF_, dy, rows, len);  // float: dy's own buffer
+      PipeBarrier<PIPE_V>();
       SlabDot(sumRow, dyf, SlabAsFloat(yF_, y, rows, len), dyf, rows, len, d == 0);
       inQueueDy_.FreeTensor(dy);
       inQueueY_.FreeTensor(y);
@@ -258,6 +282,7 @@ class KernelSoftmaxGrad {
       LocalTensor<T> dy = inQueueDy_.template DeQue<T>();
       LocalTensor<T> y = inQueueY_.template DeQue<T>();
       LocalTensor<T> dx = outQueueDx_.template AllocTensor<T>();
+      PipeBarrier<PIPE_V>();
       FinishSlab(dx, SlabAsFloat(dyF_, dy, rows, len), SlabAsFloat(yF_, y, rows, len), sumRow, rows, len);
       inQueueDy_.FreeTensor(dy);
       inQueueY_.FreeTensor(y);
@@ -275,6 +300,7 @@ class KernelSoftmaxGrad {
     LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
     LocalTensor<T> y = inQueueY_.template AllocTensor<T>();
     SlabFromGm(dy, dyGm_, offset, rows, len);
+    PipeBarrier<PIPE_V>();
     SlabFromGm(y, yGm_, offset, rows, len);
     inQueueDy_.EnQue(dy);
     inQueueY_.EnQue(y);
@@ -327,6 +353,7 @@ class KernelSoftmaxGrad {
     } else {
       LocalTensor<float> xf = buf.template Get<float>();
       for (uint32_t d = 0; d < rows; ++d) op_ext_kernel::CastToFloat(xf[d * t_.innerTile], x[d * t_.innerTile], len);
+      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
       return xf;
     }
   }
@@ -339,12 +366,15 @@ class KernelSoftmaxGrad {
     const int32_t n = static_cast<int32_t>(len);
     uint32_t d = 0;
     if (first) {
+      PipeBarrier<PIPE_V>();
       Mul(sumRow, dyf, yf, n);
       d = 1;
     }
     for (; d < rows; ++d) {
       const uint32_t at = d * t_.innerTile;
+      PipeBarrier<PIPE_V>();
       Mul(prod[at], dyf[at], yf[at], n);
+      PipeBarrier<PIPE_V>();
       Add(sumRow, sumRow, prod[at], n);
     }
   }
@@ -357,7 +387,9 @@ class KernelSoftmaxGrad {
     const LocalTensor<float> out = kIsFloat ? dx.template ReinterpretCast<float>() : dyf;
     for (uint32_t d = 0; d < rows; ++d) {
       const uint32_t at = d * t_.innerTile;
+      PipeBarrier<PIPE_V>();
       Sub(out[at], dyf[at], sumRow, n);
+      PipeBarrier<PIPE_V>();
       Mul(out[at], out[at], yf[at], n);
       if constexpr (!kIsFloat) op_ext_kernel::CastFromFloat(dx[at], out[at], len);
     }

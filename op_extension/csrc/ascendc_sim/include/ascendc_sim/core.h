@@ -85,6 +85,42 @@ struct DcacheLine {
   uint64_t stale = 0;
 };
 
+// The pipes of a vector core whose order the simulator checks (pipes.h): S
+// (scalar), V (vector), MTE2 (GM -> UB), MTE3 (UB -> GM).
+enum class Pipe : uint8_t { kS = 0, kV, kMte2, kMte3 };
+inline constexpr int kPipes = 4;
+
+// One instruction's use of some UB bytes: its number on the core (1, 2, ...; 0:
+// none) and its API name.
+struct PipeUse {
+  uint64_t n = 0;
+  const char* api = nullptr;
+};
+
+// What happened last to a run of UB bytes: the last write, and the last read by
+// each pipe since. `queued`: a TQue hand-over (EnQue/DeQue) ordered the write
+// before every other pipe (not before its own: queues insert no same-pipe barrier).
+struct UbUse {
+  PipeUse writer;
+  Pipe writerPipe = Pipe::kS;
+  bool queued = false;
+  PipeUse readers[kPipes];
+};
+
+// The order between the pipes of one core (pipes.h).
+struct PipeState {
+  uint64_t count = 0;            // instructions issued so far
+  uint64_t last[kPipes] = {};    // number of each pipe's latest instruction
+  // known[p][q]: every instruction of pipe q numbered up to this is complete
+  // before pipe p's next instruction starts (a flag, a barrier).
+  uint64_t known[kPipes][kPipes] = {};
+  std::map<uint32_t, UbUse> ub;  // runs of UB bytes, by first byte; each runs to the next key
+  // SetFlag'd events not yet waited for: (HardEvent, eventID) -> the source pipe's clock.
+  std::map<std::pair<int, int32_t>, std::vector<uint64_t>> flags;
+  // MTE3 writes to GM since the last PipeBarrier<PIPE_MTE3> / <PIPE_ALL>: first byte -> (end, use).
+  std::map<uintptr_t, std::pair<uintptr_t, PipeUse>> gmWrites;
+};
+
 struct CoreState {
   int64_t blockIdx = -1;
   int64_t blockNum = 0;
@@ -95,6 +131,7 @@ struct CoreState {
   // The core's DCache, by line address (a multiple of 64). It lives for the
   // core's run: lines start uncached, and what is still dirty at the end is lost.
   std::map<uintptr_t, DcacheLine> dcache;
+  PipeState pipes;
 };
 
 struct DeviceState {

@@ -90,6 +90,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
   T* d = dst.Access(count, api, true);
   const T* s = src.Access(count, api);
   ascendc_sim::CheckDmaReadNotDirty(s, bytes, api);
+  dst.Use(ascendc_sim::Pipe::kMte2, ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kMte2), api, count, true);
   std::memcpy(d, s, bytes);
 }
 
@@ -102,6 +103,9 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
   ascendc_sim::CheckCopyBytes(api, bytes, count, ascendc_sim::TypeName<T>::value);
   const T* s = src.Access(count, api, true);
   T* d = dst.Access(count, api);
+  const uint64_t n = ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kMte3);
+  src.Use(ascendc_sim::Pipe::kMte3, n, api, count, false);
+  ascendc_sim::UseGmByMte3(n, api, reinterpret_cast<uintptr_t>(d), bytes);
   ascendc_sim::WriteGm(d, s, bytes, api);
 }
 
@@ -114,6 +118,10 @@ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const
   ascendc_sim::CheckCopyBytes(api, bytes, count, ascendc_sim::TypeName<T>::value);
   T* d = dst.Access(count, api, true);
   const T* s = src.Access(count, api, true);
+  // A UB -> UB copy runs on the vector pipe.
+  const uint64_t n = ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kV);
+  src.Use(ascendc_sim::Pipe::kV, n, api, count, false);
+  dst.Use(ascendc_sim::Pipe::kV, n, api, count, true);
   std::memmove(d, s, bytes);
 }
 
@@ -153,8 +161,10 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
   const uint64_t gmTotal = gmPitch * (params.blockCount - 1) + params.blockLen;
   if (gmTotal % sizeof(T) != 0) Fail(Str(api, ": srcStride ", params.srcStride, " bytes splits an element"));
   const auto* s = reinterpret_cast<const uint8_t*>(src.Access(gmTotal / sizeof(T), api));
+  const uint64_t n = ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kMte2);
   for (uint32_t b = 0; b < params.blockCount; ++b) {
     ascendc_sim::CheckDmaReadNotDirty(s + b * gmPitch, params.blockLen, api);
+    dst[uint32_t(b * rowPitch / sizeof(T))].Use(ascendc_sim::Pipe::kMte2, n, api, rowBytes / sizeof(T), true);
     uint8_t* row = d + b * rowPitch;
     std::memset(row, ascendc_sim::kGarbageByte, rowBytes);
     std::memcpy(row + left, s + b * gmPitch, params.blockLen);
@@ -194,7 +204,10 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
   const uint64_t gmTotal = gmPitch * (params.blockCount - 1) + params.blockLen;
   if (gmTotal % sizeof(T) != 0) Fail(Str(api, ": dstStride ", params.dstStride, " bytes splits an element"));
   auto* d = reinterpret_cast<uint8_t*>(dst.Access(gmTotal / sizeof(T), api));
+  const uint64_t n = ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kMte3);
   for (uint32_t b = 0; b < params.blockCount; ++b) {
+    src[uint32_t(b * rowPitch / sizeof(T))].Use(ascendc_sim::Pipe::kMte3, n, api, params.blockLen / sizeof(T), false);
+    ascendc_sim::UseGmByMte3(n, api, reinterpret_cast<uintptr_t>(d + b * gmPitch), params.blockLen);
     ascendc_sim::WriteGm(d + b * gmPitch, s + b * rowPitch, params.blockLen, api);
   }
 }

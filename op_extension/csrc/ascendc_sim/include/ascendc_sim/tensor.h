@@ -19,10 +19,10 @@
 
 #include "ascendc_sim/core.h"
 #include "ascendc_sim/float16.h"
+#include "ascendc_sim/pipes.h"
 
-// Pipes and events of the AI core. Synchronisation between them is not
-// simulated (instructions execute in program order); these exist so kernels
-// that synchronise correctly for hardware compile unchanged.
+// Pipes and events of the AI core. The simulator executes in program order and
+// checks that the program orders what hardware would run in parallel (pipes.h).
 enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL };
 enum event_t : int32_t { EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
 
@@ -43,12 +43,73 @@ struct IsSameType {
   static constexpr bool value = std::is_same_v<T, U>;
 };
 
+}  // namespace AscendC
+
+namespace ascendc_sim {
+
+// The tracked source and destination pipes of a HardEvent, and its spelling;
+// false for events between pipes the simulator does not track (M, MTE1, FIX).
+inline bool EventPipes(AscendC::HardEvent event, Pipe& src, Pipe& dst, const char*& name) {
+  using E = AscendC::HardEvent;
+  switch (event) {
+#define ASCENDC_SIM_EVENT(SRC, DST, S, D) \
+  case E::SRC##_##DST:                   \
+    src = Pipe::S;                       \
+    dst = Pipe::D;                       \
+    name = #SRC "_" #DST;                \
+    return true;
+    ASCENDC_SIM_EVENT(MTE2, V, kMte2, kV)
+    ASCENDC_SIM_EVENT(V, MTE2, kV, kMte2)
+    ASCENDC_SIM_EVENT(MTE3, V, kMte3, kV)
+    ASCENDC_SIM_EVENT(V, MTE3, kV, kMte3)
+    ASCENDC_SIM_EVENT(V, V, kV, kV)
+    ASCENDC_SIM_EVENT(MTE3, MTE2, kMte3, kMte2)
+    ASCENDC_SIM_EVENT(MTE2, MTE3, kMte2, kMte3)
+    ASCENDC_SIM_EVENT(S, V, kS, kV)
+    ASCENDC_SIM_EVENT(V, S, kV, kS)
+    ASCENDC_SIM_EVENT(S, MTE2, kS, kMte2)
+    ASCENDC_SIM_EVENT(MTE2, S, kMte2, kS)
+    ASCENDC_SIM_EVENT(S, MTE3, kS, kMte3)
+    ASCENDC_SIM_EVENT(MTE3, S, kMte3, kS)
+#undef ASCENDC_SIM_EVENT
+    default:
+      return false;
+  }
+}
+
+}  // namespace ascendc_sim
+
+namespace AscendC {
+
+// Synchronisation between pipes (SetFlag-WaitFlag(ISASI) page): WaitFlag's pipe
+// starts its later instructions after the SetFlag pipe's earlier ones complete.
 template <HardEvent event>
-inline void SetFlag(int32_t /*eventID*/) {}
+inline void SetFlag(int32_t eventID) {
+  ascendc_sim::Pipe src, dst;
+  const char* name;
+  if (ascendc_sim::EventPipes(event, src, dst, name)) ascendc_sim::SetFlagOn(src, int(event), eventID, name);
+}
 template <HardEvent event>
-inline void WaitFlag(int32_t /*eventID*/) {}
-template <pipe_t pipe = PIPE_ALL>
-inline void PipeBarrier() {}
+inline void WaitFlag(int32_t eventID) {
+  ascendc_sim::Pipe src, dst;
+  const char* name;
+  if (ascendc_sim::EventPipes(event, src, dst, name)) ascendc_sim::WaitFlagOn(dst, int(event), eventID, name);
+}
+
+// Synchronisation within one pipe (PipeBarrier(ISASI) page; PIPE_S is not supported there).
+template <pipe_t pipe>
+inline void PipeBarrier() {
+  static_assert(pipe != PIPE_S, "PipeBarrier: PIPE_S is not supported (the scalar pipe is ordered by hardware)");
+  if constexpr (pipe == PIPE_ALL) {
+    ascendc_sim::BarrierAll();
+  } else if constexpr (pipe == PIPE_V) {
+    ascendc_sim::BarrierPipe(ascendc_sim::Pipe::kV);
+  } else if constexpr (pipe == PIPE_MTE2) {
+    ascendc_sim::BarrierPipe(ascendc_sim::Pipe::kMte2);
+  } else if constexpr (pipe == PIPE_MTE3) {
+    ascendc_sim::BarrierPipe(ascendc_sim::Pipe::kMte3);
+  }
+}
 
 inline int64_t GetBlockIdx() { return ascendc_sim::CurrentCore("GetBlockIdx").blockIdx; }
 inline int64_t GetBlockNum() { return ascendc_sim::CurrentCore("GetBlockNum").blockNum; }
@@ -108,11 +169,13 @@ class LocalTensor {
 
   T GetValue(uint32_t index) const {
     const T* p = Access(uint64_t(index) + 1, "LocalTensor::GetValue", false);
+    ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kS);  // ordered against the other pipes by the compiler
     return p[index];
   }
 
   void SetValue(uint32_t index, T value) const {
     T* p = Access(uint64_t(index) + 1, "LocalTensor::SetValue", false);
+    ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kS);  // ordered against the other pipes by the compiler
     p[index] = value;
   }
 
@@ -151,6 +214,11 @@ class LocalTensor {
     }
     auto& core = ascendc_sim::CurrentCore(api);
     return reinterpret_cast<T*>(core.ub.data() + addr);
+  }
+
+  // Instruction #n on pipe `p` reads or writes `count` elements from the start (pipes.h).
+  void Use(ascendc_sim::Pipe p, uint64_t n, const char* api, uint64_t count, bool write) const {
+    ascendc_sim::UseUb(p, n, api, UbAddress(), count * sizeof(T), write, &slot_->owner);
   }
 
   uint32_t UbAddress() const { return slot_->ubOffset + byteOffset_; }
@@ -311,6 +379,7 @@ class TQue : public QueueBase {
         // Fresh tensors hold whatever the UB had: make that visible as NaN.
         auto& core = ascendc_sim::CurrentCore("TQue::AllocTensor");
         std::memset(core.ub.data() + s->ubOffset, ascendc_sim::kGarbageByte, s->bytes);
+        ascendc_sim::HandOverUb(s->ubOffset, s->bytes, /*reuse=*/true);  // FreeTensor -> AllocTensor
         LocalTensor<T> t;
         t.slot_ = s.get();
         t.generation_ = s->generation;
@@ -349,6 +418,7 @@ class TQue : public QueueBase {
     ascendc_sim::UbSlot* s = fifo_.front();
     fifo_.pop_front();
     s->state = State::kAllocated;
+    ascendc_sim::HandOverUb(s->ubOffset, s->bytes, /*reuse=*/false);  // EnQue -> DeQue
     LocalTensor<T> t;
     t.slot_ = s;
     t.generation_ = s->generation;

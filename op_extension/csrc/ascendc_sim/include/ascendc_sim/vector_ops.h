@@ -133,6 +133,9 @@ inline void Unary(const char* api, const AscendC::LocalTensor<T>& dst, const Asc
   T* d = dst.Access(count, api, true);
   const T* s = src.Access(count, api, true);
   CheckOverlap(api, dst, count, src, count);
+  const uint64_t n = IssueInstruction(Pipe::kV);
+  src.Use(Pipe::kV, n, api, count, false);
+  dst.Use(Pipe::kV, n, api, count, true);
   for (int32_t i = 0; i < count; ++i) d[i] = Store<T>(f(Load(s[i])));
 }
 
@@ -146,6 +149,10 @@ inline void Binary(const char* api, const AscendC::LocalTensor<T>& dst, const As
   const T* y = b.Access(count, api, true);
   CheckOverlap(api, dst, count, a, count);
   CheckOverlap(api, dst, count, b, count);
+  const uint64_t n = IssueInstruction(Pipe::kV);
+  a.Use(Pipe::kV, n, api, count, false);
+  b.Use(Pipe::kV, n, api, count, false);
+  dst.Use(Pipe::kV, n, api, count, true);
   for (int32_t i = 0; i < count; ++i) d[i] = Store<T>(f(Load(x[i]), Load(y[i])));
 }
 
@@ -210,6 +217,7 @@ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int
   ascendc_sim::CheckCount(api, count);
   if (count == 0) return;
   T* d = dst.Access(count, api, true);
+  dst.Use(ascendc_sim::Pipe::kV, ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kV), api, count, true);
   for (int32_t i = 0; i < count; ++i) d[i] = scalarValue;
 }
 
@@ -281,6 +289,10 @@ inline void Reduce(const char* api, const AscendC::LocalTensor<T>& dst, const As
   T* d = dst.Access(1, api, false);
   if (dst.UbAddress() % sizeof(T) != 0) Fail(Str(api, ": destination is not element aligned"));
   CheckOverlap(api, dst, 1, src, count);
+  const uint64_t n = IssueInstruction(Pipe::kV);
+  src.Use(Pipe::kV, n, api, count, false);
+  if (w != nullptr) work.Use(Pipe::kV, n, api, need, true);
+  dst.Use(Pipe::kV, n, api, 1, true);
   const uint64_t perRepeat = kRepeatBytes / sizeof(T);
   std::vector<ComputeT<T>> partials;
   for (uint64_t r = 0; r * perRepeat < uint64_t(count); ++r) {
@@ -421,6 +433,9 @@ inline void Cast(const LocalTensor<T1>& dst, const LocalTensor<T2>& src, const R
   T1* d = dst.Access(count, api, true);
   const T2* s = src.Access(count, api, true);
   ascendc_sim::CheckOverlap(api, dst, count, src, count);
+  const uint64_t n = ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kV);
+  src.Use(ascendc_sim::Pipe::kV, n, api, count, false);
+  dst.Use(ascendc_sim::Pipe::kV, n, api, count, true);
   for (uint32_t i = 0; i < count; ++i) {
     d[i] = ascendc_sim::Saturate(ascendc_sim::RoundTo<T1>(ascendc_sim::ToDouble(s[i]), mode));
   }
