@@ -363,7 +363,11 @@ class KernelScaleBy {{
     if constexpr (kViaFloat) {{
       LocalTensor<float> xf = xFloat_.template Get<float>();
       Cast(xf, x, RoundMode::CAST_NONE, count);
+      // Each vector instruction reads the one before: on Ascend310P the compiler
+      // does not order them (docs/ascend.md, the PIPE_V rule).
+      PipeBarrier<PIPE_V>();
       Muls(xf, xf, alpha_, n);
+      PipeBarrier<PIPE_V>();
       Cast(y, xf, op_ext_kernel::NarrowRound<T>(), count);
     }} else {{
       Muls(y, x, alpha_, n);
