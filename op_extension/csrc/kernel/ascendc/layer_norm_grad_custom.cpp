@@ -65,11 +65,9 @@ class KernelLayerNormGrad {
       if (t_.splitRow) {
         InitChunks(pipe);
       } else {
-        PipeBarrier<PIPE_V>();
         InitRows(pipe);
       }
     } else {
-      PipeBarrier<PIPE_V>();
       InitColumns(pipe);
     }
   }

@@ -40,7 +40,6 @@ class KernelRmsNorm {
     if (t_.splitRow) {
       InitChunks(pipe);
     } else {
-      PipeBarrier<PIPE_V>();
       InitRows(pipe);
     }
   }

@@ -52,11 +52,9 @@ class KernelRmsNormGrad {
       if (t_.splitRow) {
         InitChunks(pipe);
       } else {
-        PipeBarrier<PIPE_V>();
         InitRows(pipe);
       }
     } else {
-      PipeBarrier<PIPE_V>();
       InitColumns(pipe);
     }
   }
