@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from fuzz_kit import MAX_NUMEL, Expect, f64
 from op_cases import SAME_DTYPE, Bad, Call, Fake, H, grand, huge, placed, rand, sample
 from op_extension import ops
-from test_ascend_sim_rope import rope_ub_bytes
 
 custom = torch.ops.custom
 
@@ -219,6 +218,10 @@ def rope_soc_options(draw, target, dtype, d):
     and a UB that holds 1 to 3 rows per tile, so that the rows are split
     unevenly over cores and walked in several tiles, with runs of rows that share
     a cos row (or take consecutive ones) across tile boundaries."""
+    # Imported here: test_ascend_sim_rope imports test_ascend_sim, which imports
+    # reference.py, which imports this module (a cycle at import time).
+    from test_ascend_sim_rope import rope_ub_bytes
+
     if not target.startswith("ascend") or not draw(st.booleans()):
         return {}
     options = {"_core_num": draw(st.sampled_from([1, 2, 3, 5]))}
