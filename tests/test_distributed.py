@@ -13,10 +13,12 @@ parallel) against one process.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
@@ -311,34 +313,33 @@ def _run_decoders(mesh):
     return runs
 
 
-def _worker(rank: int, world: int, store: str, out: str) -> None:
+def _worker(rank: int, world: int, store: str, out: str, wanted: str) -> None:
+    """Runs what the selected tests of this world read (`wanted`: a JSON file of
+    case names and the sections "block" and "decoder"), so that `pytest -k` of
+    a few cases spawns no more work than they need."""
+    import json
+
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
+    wanted = set(json.loads(Path(wanted).read_text()))
     process_group.init(rank, world, store)
     mesh = init_device_mesh("cpu", (world,))
     results = {}
-    for case in CASES:
-        if isinstance(case.make, op_cases.Missing):
+    meshes = [(CASES, mesh)] + ([(MESH_2D_CASES, init_device_mesh("cpu", (2, 2)))] if world == 4 else [])
+    for cases, case_mesh in meshes:
+        for case in cases:
+            if case.name not in wanted or isinstance(case.make, op_cases.Missing):
+                continue
+            try:
+                results[case.name] = _run_case(case, case_mesh, rank, world)
+            except Exception as e:  # every rank fails alike: the op's own error, reported by the case
+                results[case.name] = {"error": f"{type(e).__name__}: {e}"}
+    for name, run in (("block", lambda: _run_block(mesh, rank, world)), ("decoder", lambda: _run_decoders(mesh))):
+        if name not in wanted:
             continue
         try:
-            results[case.name] = _run_case(case, mesh, rank, world)
-        except Exception as e:  # every rank fails alike: the op's own error, reported by the case
-            results[case.name] = {"error": f"{type(e).__name__}: {e}"}
-    if world == 4:
-        mesh_2d = init_device_mesh("cpu", (2, 2))
-        for case in MESH_2D_CASES:
-            try:
-                results[case.name] = _run_case(case, mesh_2d, rank, world)
-            except Exception as e:
-                results[case.name] = {"error": f"{type(e).__name__}: {e}"}
-    try:
-        results["block"] = _run_block(mesh, rank, world)
-    except Exception as e:
-        results["block"] = {"error": f"{type(e).__name__}: {e}"}
-    for name, run in (("decoder", _run_decoders),):
-        try:
-            results[name] = run(mesh)
+            results[name] = run()
         except Exception as e:
             import traceback
 
@@ -350,18 +351,37 @@ def _worker(rank: int, world: int, store: str, out: str) -> None:
     dist.destroy_process_group()
 
 
+def _wanted(items, world: int) -> list[str]:
+    """What the selected tests of this file read for `world`: case names, "block", "decoder"."""
+    found = set()
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if Path(str(item.fspath)).name != Path(__file__).name or params.get("world", 4) != world:
+            continue
+        if "case" in params:
+            found.add(params["case"].name)
+        elif "block" in item.name:
+            found.add("block")
+        elif "decoder" in item.name:
+            found.add("decoder")
+    return sorted(found)
+
+
 _RUNS: dict[int, dict] = {}
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    """world -> {case name: what rank 0 saw}, one spawn per world size, on first use."""
+def results(tmp_path_factory, request):
+    """world -> {case name: what rank 0 saw}, one spawn per world size, on first use,
+    running what the session's selected tests of that world read."""
 
     def get(world):
         if world not in _RUNS:
             folder = tmp_path_factory.mktemp(f"world{world}")
+            wanted = folder / "wanted.json"
+            wanted.write_text(json.dumps(_wanted(request.session.items, world)))
             workers = process_group.run("test_distributed", "_worker", world, folder, str(folder / "results.pt"),
-                                        deadline_s=120)
+                                        str(wanted), deadline_s=120)
             assert process_group.all_passed(workers), process_group.report(workers)
             _RUNS[world] = torch.load(folder / "results.pt")
         return _RUNS[world]
