@@ -8,17 +8,13 @@ in the script treats it (and as the XDG spec asks).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 
 def op_ext_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """The cache folder for `environ` (default: this process's environment)."""
-    environ = os.environ if environ is None else environ
-    if environ.get("OP_EXT_CACHE_DIR"):
-        return Path(environ["OP_EXT_CACHE_DIR"])
-    if environ.get("XDG_CACHE_HOME"):
-        return Path(environ["XDG_CACHE_HOME"]) / "op_extension"
-    home = Path(environ["HOME"]) if environ.get("HOME") else Path.home()
-    return home / ".cache" / "op_extension"
+    """The cache folder for `environ` (default: this process's environment): the
+    rule op_extension.tune's cache folder follows too, written once there."""
+    from op_extension.tune import default_cache_dir
+
+    return default_cache_dir(environ)

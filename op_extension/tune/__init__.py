@@ -184,15 +184,29 @@ def _liger_swiglu():
 _LIGER = {"rms_norm": _liger_rms_norm, "swiglu": _liger_swiglu}
 
 
+def _version(op: str, name: str, device: torch.device) -> Implementation | None:
+    fn, devices = _versions.get(op, {}).get(name, (None, ()))
+    if device.type not in devices:
+        return None
+    return Implementation(name, "version", f"version {name!r} (op_extension.tune.register)", fn)
+
+
 def implementations(op: str, device="cpu") -> list[Implementation]:
     """Every implementation of custom::<op> on `device`, the kernel first."""
     _check_op(op)
     device = torch.device(device)
-    found = [_kernel(op, device)]
-    found += [Implementation(name, "version", f"version {name!r} (op_extension.tune.register)", fn)
-              for name, (fn, devices) in _versions.get(op, {}).items() if device.type in devices]
-    found += [impl for impl in (_native(op), _composite(op), _liger(op, device)) if impl is not None]
-    return found
+    found = [_kernel(op, device)] + [_version(op, name, device) for name in _versions.get(op, {})]
+    found += [_native(op), _composite(op), _liger(op, device)]
+    return [impl for impl in found if impl is not None]
+
+
+def _implementation(op: str, name: str, device: torch.device) -> Implementation | None:
+    """The implementation `name` of custom::<op> on `device` alone (None where it is
+    gone): a call dispatched to a choice builds only it, not every other one (Liger's
+    import would be attempted again on every call where it is not installed)."""
+    make = {"kernel": lambda: _kernel(op, device), "native": lambda: _native(op),
+            "composite": lambda: _composite(op), "liger": lambda: _liger(op, device)}.get(name)
+    return make() if make is not None else _version(op, name, device)
 
 
 # ---------------------------------------------------------------------------
@@ -481,7 +495,7 @@ def dispatch(name: str, op, below, args: tuple, kwargs: dict, full: list, device
             choice.times_s.items(), key=lambda item: item[1])) + f" -> {choice.chosen} ({choice.margin():.2f}x)")
     if choice is None or choice.chosen == "kernel":
         return op.redispatch(below, *args, **kwargs)
-    impl = next((i for i in implementations(name, device) if i.name == choice.chosen), None)
+    impl = _implementation(name, choice.chosen, device)
     if impl is None:  # a version unregistered since: the kernel, until the key is tuned again
         return op.redispatch(below, *args, **kwargs)
     _local.busy = True
