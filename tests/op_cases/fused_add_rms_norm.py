@@ -31,12 +31,6 @@ SAMPLES = [
 
 # An LLM-like call for the CUDA traffic model (tests/test_cuda_sim_traffic.py).
 TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048), m(4, 2048), [2048], w(m, 2048), 1e-6), {}))]
-# Where its kernels are still above the traffic targets (issue 26), the figures they
-# are held to: the backward's 4 rows are 4 groups of one row, each reading the
-# weight once.
-TRAFFIC_CEILING = {
-    ('4x2048', 'backward'): {'moved': 1.17},
-}
 
 
 def schema_args(x):

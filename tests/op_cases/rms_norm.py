@@ -42,12 +42,6 @@ TRAFFIC = [
     # its slice of the weight once and writes its weight-gradient sums once.
     sample("1024x256", lambda m: ((m(1024, 256), [256], w(m, 256), 1e-6), {})),
 ]
-# Where its kernels are still above the traffic targets (issue 26), the figures they
-# are held to: the backward's 4 rows are 4 groups of one row, each reading the
-# weight once (with 1024 rows a group has 4 rows and the backward meets the targets).
-TRAFFIC_CEILING = {
-    ('4x2048', 'backward'): {'moved': 1.22},
-}
 
 
 def schema_args(x):
