@@ -2,12 +2,15 @@
 #   make bench    set up, build, run the benchmark (CPU)
 #   make test     set up, build, run the test suite
 #
-# Variables: VENV (.venv), PYTHON (python3), MAX_JOBS (2), BENCH_ARGS, PYTEST_ARGS.
+# Variables: VENV (.venv), PYTHON (python3), MAX_JOBS (2), BENCH_ARGS, PYTEST_ARGS,
+# TEST_WORKERS (2: pytest-xdist workers, each taking whole files, so that a file's
+# shared compiled functions are compiled once; 0 runs the suite in one process).
 VENV ?= .venv
 PYTHON ?= python3
 MAX_JOBS ?= 2
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 
 # The extension is rebuilt when any source, prototype or build file changes.
@@ -42,7 +45,7 @@ bench: build
 	$(PY) -m op_extension.bench $(BENCH_ARGS)
 
 test: build
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf build op_extension/_C*.so $(VENV)/.built
