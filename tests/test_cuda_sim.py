@@ -332,6 +332,59 @@ def test_forward_norms_take_rows_in_steps(op):
     torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm", "layer_norm"])
+def test_forward_norms_take_uncached_rows_in_steps(op):
+    """Rows too long for the row cache are also taken 4 at a time (the weight is
+    read once per step): 5 rows make a step of 4 and one of 1; within the first
+    step one row overflows float's squares and one is constant far from 0, and
+    every row still matches float64."""
+    torch.manual_seed(1)
+    cols = _row_cache_bytes() // 4 + 8  # float32: past the cache, the 128-bit path
+    x = torch.randn(5, cols, dtype=torch.float64)
+    x[1, 3] = 3e38
+    x[2] = 1000.1
+    x = x.float()
+    w, b = torch.randn(cols).float(), torch.randn(cols).float()
+    x64, w64, b64 = x.double(), w.double(), b.double()
+    if op == "layer_norm":
+        got = cuda_sim.run(op, x, [cols], w, b, 1e-5)
+        expected = F.layer_norm(x64, [cols], w64, b64, 1e-5)
+    elif op == "rms_norm":
+        got = cuda_sim.run(op, x, [cols], w, 1e-6)
+        expected = F.rms_norm(x64, [cols], w64, 1e-6)
+    else:
+        got, _ = cuda_sim.run(op, x, torch.zeros_like(x), [cols], w, 1e-6)
+        expected = F.rms_norm(x64, [cols], w64, 1e-6)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_softmax_of_uncached_rows_takes_max_and_sum_in_one_pass(dtype):
+    """Rows past the row cache take the max and the sum in one pass, each thread
+    rescaling its sum when its running max grows: a rising row (the max grows at
+    every pack), a row masked to -inf but for its end, a row of -inf (0/0: NaN,
+    as torch), rows holding +inf or NaN (NaN), a row with one dominant value;
+    against float64 torch."""
+    cols = _row_cache_bytes() // dtype.itemsize + 8
+    rows = [torch.linspace(-30, 30, cols, dtype=torch.float64),
+            torch.cat([torch.full((cols - 100,), float("-inf"), dtype=torch.float64),
+                       torch.randn(100, dtype=torch.float64)]),
+            torch.full((cols,), float("-inf"), dtype=torch.float64),
+            torch.randn(cols, dtype=torch.float64),
+            torch.randn(cols, dtype=torch.float64),
+            torch.randn(cols, dtype=torch.float64)]
+    rows[4][cols // 2] = float("inf")
+    rows[5][7] = float("nan")
+    dominant = torch.randn(cols, dtype=torch.float64)
+    dominant[cols - 3] = 80.0
+    x = torch.stack(rows + [dominant]).to(dtype)
+    got = cuda_sim.run("softmax", x, -1)
+    expected = torch.softmax(x.double(), -1)
+    assert torch.isnan(got[2:3]).all() and torch.isnan(got[4:6]).all()
+    torch.testing.assert_close(got.double(), expected, equal_nan=True, **tolerance(dtype, "softmax", "forward"))
+
+
 def test_special_values_follow_the_cpu_kernels():
     x = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1e30, -1e30, 3.0])
     for approximate in ("none", "tanh"):

@@ -31,6 +31,9 @@ SAMPLES = [
 
 # An LLM-like call for the CUDA traffic model (tests/test_cuda_sim_traffic.py).
 TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048), m(4, 2048), [2048], w(m, 2048), 1e-6), {}))]
+# Rows longer than any on-chip copy: one extra read of each row input allowed
+# (test_cuda_sim_traffic.py).
+TRAFFIC_LONG_ROWS = [sample("4x65536", lambda m: ((m(4, 65536), m(4, 65536), [65536], w(m, 65536), 1e-6), {}))]
 
 
 def schema_args(x):

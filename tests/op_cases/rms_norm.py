@@ -42,6 +42,10 @@ TRAFFIC = [
     # its slice of the weight once and writes its weight-gradient sums once.
     sample("1024x256", lambda m: ((m(1024, 256), [256], w(m, 256), 1e-6), {})),
 ]
+# Rows longer than any on-chip copy (65536 elements: 256 KiB in float32): the
+# traffic test allows them one extra read of each row input (a statistics pass,
+# then the output pass), and these rows only.
+TRAFFIC_LONG_ROWS = [sample("4x65536", lambda m: ((m(4, 65536), [65536], w(m, 65536), 1e-6), {}))]
 
 
 def schema_args(x):

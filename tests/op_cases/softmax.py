@@ -31,6 +31,9 @@ EXPANDED_GRAD_SAMPLE = "3d_dim1"
 
 # An LLM-like call for the CUDA traffic model (tests/test_cuda_sim_traffic.py).
 TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048, scale=3), -1), {}))]
+# Rows longer than any on-chip copy: one extra read of each row input allowed
+# (test_cuda_sim_traffic.py); the forward takes the max and the sum in one pass.
+TRAFFIC_LONG_ROWS = [sample("4x65536", lambda m: ((m(4, 65536, scale=3), -1), {}))]
 
 
 def schema_args(x):

@@ -102,13 +102,14 @@ void launch_held(const RowLaunch& launch, int64_t cols, const Run& run) {
 // kHeld slices per thread, each thread reads its slices of the weight (and
 // bias) once, into registers, for all the rows of its block: the weight is
 // read once per block, not once per row. The step's rows are kept in the row
-// cache (row r at cache + r * cols) when they fit; otherwise a step is one row,
-// re-read from global memory. A row too long to hold its weight takes steps of
-// one row (kStepRows).
+// cache (row r at cache + r * cols) when they fit; otherwise they are read again
+// from global memory (RMSNorm: twice, LayerNorm: three times, for its two-pass
+// variance), and a weight too long to hold is read once per step of up to
+// kMaxStepRows rows.
 
 inline constexpr int kMaxStepRows = 4;
 template <int kHeld>
-inline constexpr int kStepRows = kHeld > 0 ? kMaxStepRows : 1;
+inline constexpr int kStepRows = kMaxStepRows;  // the same held or not (no spills on sm_90)
 inline constexpr int64_t kMaxHeldBlocks = 256;
 
 // Slices per thread a forward norm holds: its weight's (and bias's) packs, in
@@ -126,14 +127,16 @@ struct ForwardRows {
 };
 
 // The step of a forward row launch: as many rows (up to max_step_rows) as the
-// row cache holds, or one uncached row when not even one fits. A row too long
-// to hold its weight takes steps of one row (kStepRows): its many slices per
-// thread keep loads in flight, and four rows' statistics made the kernel spill.
+// row cache holds, or, when not even one fits, max_step_rows uncached rows, so
+// that a weight too long to hold is still read once per step, not per row.
 template <typename T>
 ForwardRows plan_forward_rows(int64_t rows, int64_t cols, int max_step_rows) {
   const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
   ForwardRows f{1, false, 0};
-  if (row_bytes > kRowCacheBytes) return f;
+  if (row_bytes > kRowCacheBytes) {
+    f.step_rows = static_cast<int>(std::min<int64_t>(max_step_rows, std::max<int64_t>(rows, 1)));
+    return f;
+  }
   const int64_t fit = static_cast<int64_t>(kRowCacheBytes / row_bytes);
   f.step_rows = static_cast<int>(std::min<int64_t>({fit, int64_t{max_step_rows}, std::max<int64_t>(rows, 1)}));
   f.cached = true;
@@ -532,7 +535,9 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       }
     });
     block_reduce(mean, SumOp{});
-    // Two-pass variance: no cancellation for rows with a large mean.
+    // Two-pass variance: no cancellation for rows with a large mean. (An uncached
+    // row is read three times: a one-pass variance (Welford per thread, combined
+    // about the row's mean) made every variant spill on sm_90.)
     Acc var[kStepRows<kHeld>] = {};
 #pragma unroll
     for (int r = 0; r < kStepRows<kHeld>; ++r) mean[r] /= n;

@@ -4,7 +4,9 @@
 // inner == 1 (softmax over the last dim, the attention case): one block per row
 // (row_common.cuh: row cache, block reductions): max, then sum of exp(x - max),
 // then exp(x - max) / sum. exp is recomputed from the cached input in the last
-// pass, which gives the same values as keeping them.
+// pass, which gives the same values as keeping them. A row too long for the cache
+// takes the max and the sum in one pass over global memory (online softmax), so
+// it is read twice, not three times.
 // inner > 1: one thread per (outer, inner) column walks the softmax dim; the
 // threads of a warp read neighbouring inner elements, so the accesses coalesce.
 // max propagates NaN, as in torch: a NaN or +inf in a row makes it NaN, a row
@@ -31,26 +33,52 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
     const T* x = input + row * cols;
     T* y = output + row * cols;
     Acc row_max[1] = {neg_infinity<Acc>()};
-    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-      const int64_t j = v * kVec;
-      const Pack<T, kVec> pack = load_pack<kVec>(x + j);
-      if (cached) store_pack<kVec>(cache + j, pack);
-      Acc xv[kVec];
-      widen(pack, xv);
+    Acc sum[1] = {Acc(0)};
+    if (cached) {
+      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        const int64_t j = v * kVec;
+        const Pack<T, kVec> pack = load_pack<kVec>(x + j);
+        store_pack<kVec>(cache + j, pack);
+        Acc xv[kVec];
+        widen(pack, xv);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) row_max[0] = MaxOp{}(row_max[0], xv[e]);
+        for (int e = 0; e < kVec; ++e) row_max[0] = MaxOp{}(row_max[0], xv[e]);
+      }
+      block_reduce(row_max, MaxOp{});
+      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        Acc xv[kVec];
+        load_acc<kVec>(cache + v * kVec, xv);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) sum[0] += dev_exp(xv[e] - row_max[0]);
+      }
+      block_reduce(sum, SumOp{});
+    } else {
+      // A row the cache cannot hold is read from global memory: the max and the
+      // sum come from one pass (a running max per thread, its sum rescaled when
+      // the max grows), so the row is read twice in all, not three times.
+      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        Acc xv[kVec];
+        load_acc<kVec>(x + v * kVec, xv);
+        Acc pack_max = xv[0];
+#pragma unroll
+        for (int e = 1; e < kVec; ++e) pack_max = MaxOp{}(pack_max, xv[e]);
+        const Acc new_max = MaxOp{}(row_max[0], pack_max);
+        // While every value so far is -inf there is nothing to add (exp(-inf - -inf) is NaN).
+        if (new_max == neg_infinity<Acc>()) continue;
+        Acc pack_sum = Acc(0);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) pack_sum += dev_exp(xv[e] - new_max);
+        sum[0] = sum[0] * dev_exp(row_max[0] - new_max) + pack_sum;
+        row_max[0] = new_max;
+      }
+      const Acc thread_max = row_max[0];
+      block_reduce(row_max, MaxOp{});
+      // Each thread's sum is relative to its own max: bring it to the row's.
+      if (thread_max != neg_infinity<Acc>()) sum[0] = sum[0] * dev_exp(thread_max - row_max[0]);
+      block_reduce(sum, SumOp{});
     }
-    block_reduce(row_max, MaxOp{});
     const Acc m = row_max[0];
     const T* src = cached ? cache : x;
-    Acc sum[1] = {Acc(0)};
-    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
-      Acc xv[kVec];
-      load_acc<kVec>(src + v * kVec, xv);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) sum[0] += dev_exp(xv[e] - m);
-    }
-    block_reduce(sum, SumOp{});
     const Acc inv = Acc(1) / sum[0];
     for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
       const int64_t j = v * kVec;
