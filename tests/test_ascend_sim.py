@@ -556,6 +556,11 @@ MISUSE = [
     # Issue 12: API rules the kernels had broken.
     ("reduce_max_small_work", r"ReduceMax: work tensor \(sharedTmpBuffer\) has 8 elements; reducing 320 elements of "
                               r"float on Ascend910B\w* needs at least 16 \(rule: reduce work size"),
+    # Issue 28: with calIndex every round's (value, index) pairs are kept (ReduceMax
+    # page, "需要返回最大值索引"): 5 repeats need 16 + 8 floats, not the 16 that do without.
+    ("reduce_max_index_small_work", r"ReduceMax: work tensor \(sharedTmpBuffer\) has 16 elements; reducing 320 "
+                                    r"elements of float with calIndex on Ascend910B\w* needs at least 24 \(rule: "
+                                    r"reduce work size"),
     ("reduce_work_overlaps_source", r"ReduceMax: work tensor UB\+256\.\.288 partly overlaps the source UB\+0\.\.512 "
                                     r"\(rule: reduce work aliasing"),
     ("cast_none_to_bf16", r"Cast: RoundMode::CAST_NONE is not supported for float -> bfloat16_t on Ascend910B\w* "

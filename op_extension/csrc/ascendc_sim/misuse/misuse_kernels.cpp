@@ -195,18 +195,25 @@ void PaddingRead(GM_ADDR src, GM_ADDR dst) {
 
 // ---- API rules of issue 12 ------------------------------------------------------
 
-void ReduceMaxSmallWork(GM_ADDR, GM_ADDR) {
+// ReduceMax of 320 floats (5 repeats) with a work tensor of `workFloats`.
+void ReduceMaxWithWork(uint32_t workFloats, bool calIndex) {
   constexpr int32_t n = 320;
   TPipe pipe;
   TBuf<TPosition::VECCALC> data, work, stat;
   pipe.InitBuffer(data, n * sizeof(float));
-  pipe.InitBuffer(work, 8 * sizeof(float));  // MISTAKE: ReduceSum's size; ReduceMax writes 2 x 5 floats
+  pipe.InitBuffer(work, workFloats * sizeof(float));
   pipe.InitBuffer(stat, 32);
   LocalTensor<float> x = data.Get<float>();
   Duplicate(x, 1.0f, n);
   PipeBarrier<PIPE_V>();
-  ReduceMax(stat.Get<float>(), x, work.Get<float>(), n);
+  ReduceMax(stat.Get<float>(), x, work.Get<float>(), n, calIndex);
 }
+
+// MISTAKE: ReduceSum's size; ReduceMax writes 2 x 5 floats.
+void ReduceMaxSmallWork(GM_ADDR, GM_ADDR) { ReduceMaxWithWork(8, false); }
+// MISTAKE: 16 floats hold the first round's pairs (enough without the index), but
+// with calIndex the second round's pair is kept after them: 16 + 8.
+void ReduceMaxIndexSmallWork(GM_ADDR, GM_ADDR) { ReduceMaxWithWork(16, true); }
 
 void ReduceWorkOverlapsSource(GM_ADDR, GM_ADDR) {
   constexpr int32_t n = 128;
@@ -720,6 +727,7 @@ OP_EXT_MISUSE_KERNEL(misuse_data_copy_pad_block_len, DataCopyPadBlockLen)
 OP_EXT_MISUSE_KERNEL(misuse_data_copy_pad_empty, DataCopyPadEmpty)
 OP_EXT_MISUSE_KERNEL(misuse_reduce_max_index_clobbers, ReduceMaxIndexClobbers)
 OP_EXT_MISUSE_KERNEL(misuse_reduce_max_keeps_dst1, ReduceMaxKeepsDst1)
+OP_EXT_MISUSE_KERNEL(misuse_reduce_max_index_small_work, ReduceMaxIndexSmallWork)
 
 // Runs misuse kernel `name` on 2 simulated cores over fresh device buffers;
 // returns the launch status (message in aclGetRecentErrMsg()). For
@@ -792,6 +800,7 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
       {"data_copy_pad_empty", misuse_data_copy_pad_empty, false, 0, kCount},
       {"reduce_max_index_clobbers", misuse_reduce_max_index_clobbers, false, 0, 0, true},
       {"reduce_max_keeps_dst1", misuse_reduce_max_keeps_dst1, false, 0, 0, true},
+      {"reduce_max_index_small_work", misuse_reduce_max_index_small_work},
   };
   const Entry* entry = nullptr;
   for (const auto& e : kEntries) {

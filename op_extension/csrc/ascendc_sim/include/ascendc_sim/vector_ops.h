@@ -307,8 +307,8 @@ inline void Reduce(const char* api, const AscendC::LocalTensor<T>& dst, const As
   const uint64_t need = ReduceWorkElements<T>(api, count, calIndex);
   if (work.GetSize() < need) {
     Fail(Str(api, ": work tensor (sharedTmpBuffer) has ", work.GetSize(), " elements; reducing ", count,
-             " elements of ", TypeName<T>::value, " on ", Device().spec.socName, " needs at least ", need,
-             " (rule: reduce work size, ", api, " API page)"));
+             " elements of ", TypeName<T>::value, calIndex ? " with calIndex" : "", " on ", Device().spec.socName,
+             " needs at least ", need, " (rule: reduce work size, ", api, " API page)"));
   }
   T* w = need > 0 ? work.Access(need, api, true) : nullptr;
   if (w != nullptr) {
