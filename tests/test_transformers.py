@@ -2,10 +2,12 @@
 from their configs, no download), one per family, patched vs unpatched: what was
 replaced, the parameters kept, float32 logits close, bfloat16 logits bit for bit
 with the families' casting modes, gradients of every parameter, 10 AdamW steps,
-greedy generate, torch.compile(fullgraph=True), autocast, DDP; the class-level
-form; the modules' Hugging Face constructors and casting modes against the
-Hugging Face modules themselves; the RoPE functions against Hugging Face's, and
-their fallback to Hugging Face's for what the op does not take.
+greedy generate, torch.compile(fullgraph=True), autocast; training on 2 gloo
+ranks under DDP, tensor parallel, tensor + sequence parallel (also compiled) and
+FSDP2; the class-level form; the modules' Hugging Face constructors and casting
+modes against the Hugging Face modules themselves; the RoPE functions against
+Hugging Face's, and their fallback to Hugging Face's for what the op does not
+take.
 
 patch(model) replaces a family's apply_rotary_pos_emb process-wide: the unpatched
 model of each comparison runs under oxt.unpatched(), and every test ends with
