@@ -547,7 +547,7 @@ def test_tensor_parallel_and_fsdp2_training_of_a_patched_model(tmp_path):
 # from the norm's output (LlamaAttention's view to heads). Kept as DTensors
 # (use_local_output=False), they show the global shape, so the positions and
 # the mask cover the whole sequence; a local embedding output gives each rank
-# positions 0..S/rank-1 (test_sequence_parallel_needs_the_global_shape...).
+# positions 0..S/ranks-1 (test_sequence_parallel_needs_the_global_shape...).
 SP_LENGTH = 8  # split evenly over 2 ranks
 
 
@@ -648,8 +648,8 @@ _SP_RUNS: dict[str, dict] = {}
 
 @pytest.fixture
 def sp_run(tmp_path_factory):
-    """variant ("eager", "compiled") -> what rank 0 of its spawn saved, checked
-    against one process: one spawn per variant in a session."""
+    """variant ("eager", "compiled") -> what rank 0 of its spawn saved: one spawn
+    per variant in a session."""
 
     def get(variant):
         if variant not in _SP_RUNS:
@@ -663,7 +663,10 @@ def _sp_run(folder, variant):
     out = folder / "sp.pt"
     workers = process_group.run("test_transformers", "_sp_worker", 2, folder / "workers", str(out), variant)
     assert process_group.all_passed(workers), process_group.report(workers)
-    result = torch.load(out)
+    return torch.load(out)
+
+
+def _assert_trains_as_one_process(result):
     model = build("llama").train()
     oxt.patch(model)
     losses, grads = _tp_train(model, length=SP_LENGTH)
@@ -671,13 +674,13 @@ def _sp_run(folder, variant):
     assert result["grads"].keys() == grads.keys()
     for name, grad in grads.items():
         torch.testing.assert_close(result["grads"][name], grad, atol=1e-5, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
-    return result
 
 
 def test_tensor_sequence_parallel_training_of_a_patched_model(sp_run):
     """Three SGD steps on 2 ranks: losses and every parameter's gradient equal one
     process's (float32, 1e-5); the norms ran on DTensors split on the sequence."""
     result = sp_run("eager")
+    _assert_trains_as_one_process(result)
     # 5 norms a step, forward and backward, on each rank's half of the sequence
     # ([batch 2, 8 / 2 ranks, hidden 32]); RoPE and SwiGLU on each rank's heads and
     # columns, plain tensors (2 layers a step).
@@ -701,6 +704,7 @@ def test_sequence_parallel_needs_the_global_shape_of_the_embedding_output(sp_run
 def test_tensor_sequence_parallel_training_of_a_compiled_patched_model(sp_run):
     """The same under torch.compile (Inductor): Dynamo traced the norms on DTensors."""
     result = sp_run("compiled")
+    _assert_trains_as_one_process(result)
     assert result["traced"].get(("custom.rms_norm.default", True), 0) >= 5, result["traced"]
     assert ("custom.rms_norm.default", False) not in result["traced"], result["traced"]
     assert result["traced"].get(("custom.rotary_embedding.default", False), 0) >= 2, result["traced"]
