@@ -556,6 +556,11 @@ MISUSE = [
     # Issue 12: API rules the kernels had broken.
     ("reduce_max_small_work", r"ReduceMax: work tensor \(sharedTmpBuffer\) has 8 elements; reducing 320 elements of "
                               r"float on Ascend910B\w* needs at least 16 \(rule: reduce work size"),
+    # Issue 28: with calIndex every round's (value, index) pairs are kept (ReduceMax
+    # page, "需要返回最大值索引"): 5 repeats need 16 + 8 floats, not the 16 that do without.
+    ("reduce_max_index_small_work", r"ReduceMax: work tensor \(sharedTmpBuffer\) has 16 elements; reducing 320 "
+                                    r"elements of float with calIndex on Ascend910B\w* needs at least 24 \(rule: "
+                                    r"reduce work size"),
     ("reduce_work_overlaps_source", r"ReduceMax: work tensor UB\+256\.\.288 partly overlaps the source UB\+0\.\.512 "
                                     r"\(rule: reduce work aliasing"),
     ("cast_none_to_bf16", r"Cast: RoundMode::CAST_NONE is not supported for float -> bfloat16_t on Ascend910B\w* "
@@ -575,6 +580,11 @@ MISUSE = [
     ("dcache_dma_reads_dirty", r"DataCopy\(GM->UB\): reads GM buffer 'aclrtMalloc buffer' bytes \[0, 4\), which "
                                r"GlobalTensor::SetValue stored into the core's data cache and no "
                                r"DataCacheCleanAndInvalid wrote back yet"),
+    # Issue 28: DataCopyExtParams ranges of the DataCopyPad pages (约束说明).
+    ("data_copy_pad_block_count", r"core 0 of 2\): DataCopyPad\(GM->UB\): DataCopyExtParams\.blockCount 4096 is out "
+                                  r"of range \[0, 4095\] \(rule: DataCopyExtParams ranges, DataCopyPad page"),
+    ("data_copy_pad_block_len", r"core 0 of 2\): DataCopyPad\(GM->UB\): DataCopyExtParams\.blockLen 2097152 bytes is "
+                                r"out of range \[0, 2097151\] \(rule: DataCopyExtParams ranges, DataCopyPad page"),
 ]
 
 
@@ -634,6 +644,20 @@ PIPE_MISUSE = [
                    r"land in either order \(rule: overlapping GM writes, PipeBarrier page\)"),
     ("wait_without_set", r"WaitFlag<HardEvent::MTE2_V>\(2\) with no SetFlag<HardEvent::MTE2_V>\(2\) before it: on "
                          r"hardware the pipe waits forever \(rule: flag pairs"),
+    # Issue 28, the pipe gaps: overlapping MTE2 writes into the UB, a DMA read of
+    # GM the core's MTE3 wrote, a flag left set, an event ID past 7.
+    ("ub_overlap", r"pipe hazard \(WAW\): DataCopy\(GM->UB\) \(instruction #2, PIPE_MTE2\) overwrites UB bytes "
+                   r"\[64, 192\) of TQue<VECIN, 1> #1 that DataCopy\(GM->UB\) \(instruction #1, PIPE_MTE2\) wrote; no "
+                   r"PipeBarrier<PIPE_MTE2> \(or PIPE_ALL\) between them: the two DMA writes may land in either order "
+                   r"\(rule: overlapping UB writes, PipeBarrier page"),
+    ("gm_read_after_write", r"pipe hazard \(RAW, GM\): DataCopy\(GM->UB\) \(instruction #4, PIPE_MTE2\) reads GM buffer "
+                            r"'aclrtMalloc buffer' bytes \[0, 128\), which DataCopy\(UB->GM\) \(instruction #3, "
+                            r"PIPE_MTE3\) of this core wrote, and nothing orders the write before the read: no "
+                            r"SetFlag/WaitFlag<HardEvent::MTE3_MTE2>, no PipeBarrier<PIPE_ALL> between them"),
+    ("flag_left_set", r"flag left set: SetFlag<HardEvent::MTE3_MTE2>\(3\) with no WaitFlag of the same event and ID "
+                      r"before the core ended \(rule: flag pairs"),
+    ("event_id_out_of_range", r"SetFlag<HardEvent::V_MTE3>\(8\): event ID out of range: Ascend\w+ has event IDs 0-7 "
+                              r"\(rule: event IDs, SetFlag-WaitFlag\(ISASI\) page"),
 ]
 
 
@@ -648,11 +672,33 @@ def test_pipe_order_misuse_is_reported(name, message, soc):
 
 @pytest.mark.parametrize("soc", ["Ascend910B", "Ascend310P"])
 @pytest.mark.parametrize("name", ["pipe_mte2_v_ordered", "pipe_v_mte3_ordered", "pipe_war_mte2_ordered",
-                                  "gm_overlap_ordered", "pipe_v_chain_ordered"])
+                                  "gm_overlap_ordered", "pipe_v_chain_ordered", "ub_overlap_ordered",
+                                  "gm_read_after_write_ordered"])
 def test_pipes_ordered_correctly_are_not_reported(name, soc):
     # The controls: the same kernels with their EnQue/DeQue, flag pair or
-    # barrier; the harness checks dst holds 2 * src.
+    # barrier (PipeBarrier<PIPE_MTE2> between the overlapping copies in,
+    # SetFlag/WaitFlag<MTE3_MTE2> between the write of dst and its read back);
+    # the harness checks dst holds 2 * src.
     ascend_sim._run_misuse(name, soc=soc)
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B", "Ascend310P"])
+def test_reduce_max_with_index_writes_dst1(soc):
+    # ReduceMax page, 约束说明: dst holds the maximum, then its index; without
+    # calIndex only the maximum is stored. A kernel keeping the row's sum in
+    # stat[1] keeps it with calIndex=false (control) and loses it to the index
+    # (99, as the bits of an integer) with calIndex=true.
+    ascend_sim._run_misuse("reduce_max_keeps_dst1", soc=soc)
+    with pytest.raises(RuntimeError, match=r"kernel reduce_max_index_clobbers: dst\[0\] = 99\.0+, dst\[1\] = 0\.0+ "
+                                           r"\(bits 99\), not the max 99 and the sum 4950 \(ReduceMax with calIndex "
+                                           r"writes the index into its dst\[1\]"):
+        ascend_sim._run_misuse("reduce_max_index_clobbers", soc=soc)
+
+
+def test_data_copy_pad_with_no_blocks_is_a_nop():
+    # DataCopyPad pages, 约束说明 (Atlas A2): a blockCount or blockLen of 0 is a NOP
+    # -- neither an error nor a write (the harness checks dst holds 2 * src).
+    ascend_sim._run_misuse("data_copy_pad_empty", soc="Ascend910B")
 
 
 def test_dependent_vector_instructions_need_a_barrier_only_on_310p():

@@ -2,10 +2,12 @@
 from their configs, no download), one per family, patched vs unpatched: what was
 replaced, the parameters kept, float32 logits close, bfloat16 logits bit for bit
 with the families' casting modes, gradients of every parameter, 10 AdamW steps,
-greedy generate, torch.compile(fullgraph=True), autocast, DDP; the class-level
-form; the modules' Hugging Face constructors and casting modes against the
-Hugging Face modules themselves; the RoPE functions against Hugging Face's, and
-their fallback to Hugging Face's for what the op does not take.
+greedy generate, torch.compile(fullgraph=True), autocast; training on 2 gloo
+ranks under DDP, tensor parallel, tensor + sequence parallel (also compiled) and
+FSDP2; the class-level form; the modules' Hugging Face constructors and casting
+modes against the Hugging Face modules themselves; the RoPE functions against
+Hugging Face's, and their fallback to Hugging Face's for what the op does not
+take.
 
 patch(model) replaces a family's apply_rotary_pos_emb process-wide: the unpatched
 model of each comparison runs under oxt.unpatched(), and every test ends with
@@ -14,6 +16,7 @@ oxt.unpatch_classes() (nothing leaks into the next test or test file).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import importlib
@@ -23,6 +26,7 @@ import sys
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # Installed by scripts/setup_env.sh: a missing transformers fails here, it is never skipped.
 import transformers
@@ -450,15 +454,13 @@ def test_ddp_training_of_a_patched_model(tmp_path):
         torch.testing.assert_close(result["state"][name], p, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
-# ---- tensor parallel and FSDP2 ----------------------------------------------------------
+# ---- tensor parallel, sequence parallel and FSDP2 -----------------------------------------
 #
 # The patched Llama under Hugging Face's own layout of tensor parallelism
 # (q/k/v and gate/up column-wise, o/down row-wise; the norms, rotary embedding
-# and SwiGLU on each rank's heads and columns), and under FSDP2: op_extension's
-# ops in a model that torch.distributed splits need no change. Not sequence
-# parallel: Hugging Face builds the causal mask from the embedding's sequence
-# length, which sequence parallelism would split (tests/test_distributed.py
-# runs op_extension's own decoder that way).
+# and SwiGLU on each rank's heads and columns), under tensor + sequence
+# parallelism (the norms on each rank's part of the sequence), and under FSDP2:
+# op_extension's ops in a model that torch.distributed splits need no change.
 TP_STEPS = 3
 
 
@@ -474,15 +476,17 @@ def _tp_plan(model):
     return plan
 
 
-def _tp_train(model):
+def _tp_train(model, length=9):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
     for step in range(TP_STEPS):
         opt.zero_grad()
-        loss = _loss(model, ids(batch=2, seed=200 + step))
+        loss = _loss(model, ids(batch=2, length=length, seed=200 + step))
         loss.backward()
         losses.append(loss.detach())
-        grads = {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).clone()
+        # by the model's own names: torch.compile's wrapper prefixes them with _orig_mod.
+        grads = {n.removeprefix("_orig_mod."): (p.grad.full_tensor() if hasattr(p.grad, "full_tensor")
+                                                else p.grad).clone()
                  for n, p in model.named_parameters()}
         opt.step()
     return torch.stack(losses), grads
@@ -532,6 +536,179 @@ def test_tensor_parallel_and_fsdp2_training_of_a_patched_model(tmp_path):
         assert run["grads"].keys() == grads.keys()
         for name, grad in grads.items():
             torch.testing.assert_close(run["grads"][name], grad, atol=1e-5, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
+
+
+# Sequence parallel as Megatron and torchtitan lay it out: the embedding's output,
+# the norms and the residual stream split on the sequence (Shard(1)), gathered
+# for q/k/v and gate/up (column-wise), o/down (row-wise) scattered back onto it.
+# One difference from torchtitan's plan, where the residual stream is each rank's
+# plain local tensor: Hugging Face reads the sequence length from the
+# embedding's output (LlamaModel.forward's position_ids, create_causal_mask) and
+# from the norm's output (LlamaAttention's view to heads). Kept as DTensors
+# (use_local_output=False), they show the global shape, so the positions and
+# the mask cover the whole sequence; a local embedding output gives each rank
+# positions 0..S/ranks-1 (test_sequence_parallel_needs_the_global_shape...).
+SP_LENGTH = 8  # split evenly over 2 ranks
+
+
+def _sp_plan(model, embedding_output_local=False):
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+
+    plan = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
+                                                  use_local_output=embedding_output_local),
+            "model.norm": SequenceParallel(),
+            "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())}
+    for i in range(len(model.model.layers)):
+        prefix = f"model.layers.{i}"
+        plan |= {f"{prefix}.input_layernorm": SequenceParallel(), f"{prefix}.post_attention_layernorm": SequenceParallel()}
+        # Their inputs are the norms' Shard(1) DTensors; their outputs each rank's heads
+        # and columns, plain tensors, as under plain tensor parallelism.
+        plan |= {f"{prefix}.self_attn.{p}": ColwiseParallel(input_layouts=Shard(1)) for p in ("q_proj", "k_proj", "v_proj")}
+        plan |= {f"{prefix}.mlp.{p}": ColwiseParallel(input_layouts=Shard(1)) for p in ("gate_proj", "up_proj")}
+        plan |= {f"{prefix}.{p}": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)
+                 for p in ("self_attn.o_proj", "mlp.down_proj")}
+    return plan
+
+
+class _CustomOpCalls(TorchDispatchMode):
+    """Counts the calls of torch.ops.custom.* by (op, whether on DTensors) and lists
+    the placements and local shape of rms_norm's input. Below autograd, above
+    DTensor: it sees the forward and backward ops with the arguments the model
+    gave them, not DTensor's calls on the local shards."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls, self.norm_inputs = collections.Counter(), set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.distributed.tensor import DTensor
+
+        if func.namespace == "custom":
+            on_dtensors = any(isinstance(a, DTensor) for a in torch.utils._pytree.tree_leaves((args, kwargs)))
+            self.calls[(func.name(), on_dtensors)] += 1
+            if func is torch.ops.custom.rms_norm.default and isinstance(args[0], DTensor):
+                self.norm_inputs.add((tuple(map(str, args[0].placements)), tuple(args[0].to_local().shape)))
+        return func(*args, **(kwargs or {}))
+
+
+def _traced_custom_ops(seen):
+    """A torch.compile backend: counts the custom ops in Dynamo's graph by (op, whether
+    traced on DTensors), then compiles with Inductor."""
+    from torch._inductor.compile_fx import compile_fx
+    from torch.distributed.tensor import DTensor
+
+    def backend(gm, example_inputs):
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and str(node.target).startswith("custom."):
+                values = [a.meta.get("example_value") for a in node.args if isinstance(a, torch.fx.Node)]
+                seen[(str(node.target), any(isinstance(v, DTensor) for v in values))] += 1
+        return compile_fx(gm, example_inputs)
+
+    return backend
+
+
+def _sp_worker(rank: int, world: int, store: str, out: str, variant: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    process_group.init(rank, world, store)
+    mesh = init_device_mesh("cpu", (world,))
+    model = build("llama").train()
+    oxt.patch(model)
+    parallelize_module(model, mesh, _sp_plan(model))
+    result = {}
+    if variant == "compiled":
+        seen = collections.Counter()
+        result["losses"], result["grads"] = _tp_train(torch.compile(model, backend=_traced_custom_ops(seen)),
+                                                      length=SP_LENGTH)
+        result["traced"] = dict(seen)
+    else:
+        with _CustomOpCalls() as calls:
+            result["losses"], result["grads"] = _tp_train(model, length=SP_LENGTH)
+        result["calls"], result["norm_inputs"] = dict(calls.calls), sorted(calls.norm_inputs)
+        # The same plan with the embedding's output a plain local tensor.
+        local = build("llama").train()
+        oxt.patch(local)
+        parallelize_module(local, mesh, _sp_plan(local, embedding_output_local=True))
+        try:
+            _loss(local, ids(batch=2, length=SP_LENGTH))
+            result["local_embedding_output"] = "ran"
+        except RuntimeError as e:
+            result["local_embedding_output"] = str(e)
+    if rank == 0:
+        torch.save(result, out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+_SP_RUNS: dict[str, dict] = {}
+
+
+@pytest.fixture
+def sp_run(tmp_path_factory):
+    """variant ("eager", "compiled") -> what rank 0 of its spawn saved: one spawn
+    per variant in a session."""
+
+    def get(variant):
+        if variant not in _SP_RUNS:
+            _SP_RUNS[variant] = _sp_run(tmp_path_factory.mktemp(f"sp_{variant}"), variant)
+        return _SP_RUNS[variant]
+
+    return get
+
+
+def _sp_run(folder, variant):
+    out = folder / "sp.pt"
+    workers = process_group.run("test_transformers", "_sp_worker", 2, folder / "workers", str(out), variant)
+    assert process_group.all_passed(workers), process_group.report(workers)
+    return torch.load(out)
+
+
+def _assert_trains_as_one_process(result):
+    model = build("llama").train()
+    oxt.patch(model)
+    losses, grads = _tp_train(model, length=SP_LENGTH)
+    torch.testing.assert_close(result["losses"], losses, atol=1e-5, rtol=0)
+    assert result["grads"].keys() == grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(result["grads"][name], grad, atol=1e-5, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_tensor_sequence_parallel_training_of_a_patched_model(sp_run):
+    """Three SGD steps on 2 ranks: losses and every parameter's gradient equal one
+    process's (float32, 1e-5); the norms ran on DTensors split on the sequence."""
+    result = sp_run("eager")
+    _assert_trains_as_one_process(result)
+    # 5 norms a step, forward and backward, on each rank's half of the sequence
+    # ([batch 2, 8 / 2 ranks, hidden 32]); RoPE and SwiGLU on each rank's heads and
+    # columns, plain tensors (2 layers a step).
+    assert result["norm_inputs"] == [(("S(1)",), (2, SP_LENGTH // 2, COMMON["hidden_size"]))]
+    norms, layers = 5 * TP_STEPS, 2 * TP_STEPS
+    assert result["calls"] == {("custom::rms_norm", True): norms, ("custom::rms_norm_backward", True): norms,
+                               ("custom::rotary_embedding", False): layers,
+                               ("custom::rotary_embedding_backward", False): layers,
+                               ("custom::swiglu", False): layers, ("custom::swiglu_backward", False): layers}
+
+
+def test_sequence_parallel_needs_the_global_shape_of_the_embedding_output(sp_run):
+    """Why _sp_plan keeps the embedding's output a DTensor: as a plain local tensor
+    (torchtitan's default), Hugging Face's positions cover only the local part of
+    the sequence, and the RoPE tables (S/2 rows) meet the gathered q (S rows)."""
+    result = sp_run("eager")
+    assert re.search(rf"size of tensor a \({SP_LENGTH}\) must match the size of tensor b \({SP_LENGTH // 2}\)",
+                     result["local_embedding_output"]), result["local_embedding_output"]
+
+
+def test_tensor_sequence_parallel_training_of_a_compiled_patched_model(sp_run):
+    """The same under torch.compile (Inductor): Dynamo traced the norms on DTensors."""
+    result = sp_run("compiled")
+    _assert_trains_as_one_process(result)
+    assert result["traced"].get(("custom.rms_norm.default", True), 0) >= 5, result["traced"]
+    assert ("custom.rms_norm.default", False) not in result["traced"], result["traced"]
+    assert result["traced"].get(("custom.rotary_embedding.default", False), 0) >= 2, result["traced"]
+    assert result["traced"].get(("custom.swiglu.default", False), 0) >= 2, result["traced"]
 
 
 def test_class_level_patch_keeps_hugging_face_for_arguments_it_cannot_honour():

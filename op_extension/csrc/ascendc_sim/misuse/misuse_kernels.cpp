@@ -195,18 +195,25 @@ void PaddingRead(GM_ADDR src, GM_ADDR dst) {
 
 // ---- API rules of issue 12 ------------------------------------------------------
 
-void ReduceMaxSmallWork(GM_ADDR, GM_ADDR) {
+// ReduceMax of 320 floats (5 repeats) with a work tensor of `workFloats`.
+void ReduceMaxWithWork(uint32_t workFloats, bool calIndex) {
   constexpr int32_t n = 320;
   TPipe pipe;
   TBuf<TPosition::VECCALC> data, work, stat;
   pipe.InitBuffer(data, n * sizeof(float));
-  pipe.InitBuffer(work, 8 * sizeof(float));  // MISTAKE: ReduceSum's size; ReduceMax writes 2 x 5 floats
+  pipe.InitBuffer(work, workFloats * sizeof(float));
   pipe.InitBuffer(stat, 32);
   LocalTensor<float> x = data.Get<float>();
   Duplicate(x, 1.0f, n);
   PipeBarrier<PIPE_V>();
-  ReduceMax(stat.Get<float>(), x, work.Get<float>(), n);
+  ReduceMax(stat.Get<float>(), x, work.Get<float>(), n, calIndex);
 }
+
+// MISTAKE: ReduceSum's size; ReduceMax writes 2 x 5 floats.
+void ReduceMaxSmallWork(GM_ADDR, GM_ADDR) { ReduceMaxWithWork(8, false); }
+// MISTAKE: 16 floats hold the first round's pairs (enough without the index), but
+// with calIndex the second round's pair is kept after them: 16 + 8.
+void ReduceMaxIndexSmallWork(GM_ADDR, GM_ADDR) { ReduceMaxWithWork(16, true); }
 
 void ReduceWorkOverlapsSource(GM_ADDR, GM_ADDR) {
   constexpr int32_t n = 128;
@@ -421,8 +428,8 @@ void Mte2ToV(GM_ADDR src, GM_ADDR dst, bool ordered) {
   que.FreeTensor(t);
 }
 
-// V -> MTE3 through a TBuf (no queue): the flag pair orders them.
-void VToMte3(GM_ADDR src, GM_ADDR dst, bool ordered) {
+// V -> MTE3 through a TBuf (no queue): the flag pair (event ID `eventId`) orders them.
+void VToMte3(GM_ADDR src, GM_ADDR dst, bool ordered, int32_t eventId = EVENT_ID0) {
   Buffers b = Bind(src, dst);
   TPipe pipe;
   TQue<TPosition::VECIN, 1> que;
@@ -435,8 +442,8 @@ void VToMte3(GM_ADDR src, GM_ADDR dst, bool ordered) {
   LocalTensor<float> y = out.Get<float>();
   Muls(y, t, 2.0f, kCount);
   if (ordered) {
-    SetFlag<HardEvent::V_MTE3>(EVENT_ID0);
-    WaitFlag<HardEvent::V_MTE3>(EVENT_ID0);
+    SetFlag<HardEvent::V_MTE3>(eventId);
+    WaitFlag<HardEvent::V_MTE3>(eventId);
   }
   DataCopy(b.dst, y, kCount);  // MISTAKE without the flags: the copy may read y before Muls wrote it
   que.FreeTensor(t);
@@ -518,6 +525,63 @@ void WaitWithoutSet(GM_ADDR src, GM_ADDR dst) {
   Muls(t, t, 2.0f, kCount);
 }
 
+// MTE2 -> MTE2 on overlapping UB: t[0, 48) then t[16, 64), the second rewriting
+// t[16, 48) with the same values.
+void OverlappingUbWrites(GM_ADDR src, GM_ADDR dst, bool ordered) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, 48);
+  if (ordered) PipeBarrier<PIPE_MTE2>();  // MISTAKE without it: the two DMA writes may land in either order
+  DataCopy(t[16], b.src[16], 48);
+  t = HandOver(que, t);
+  Muls(t, t, 2.0f, kCount);
+  t = HandOver(que, t);
+  DataCopy(b.dst, t, kCount);
+  que.FreeTensor(t);
+}
+
+// MTE3 -> MTE2 through GM: dst[0, 32) = 2 * src is written, read back, and
+// dst[32, 64) = that + 64 written (2 * i again), the way a kernel passes a
+// partial result through a workspace.
+void GmReadAfterWrite(GM_ADDR src, GM_ADDR dst, bool ordered) {
+  constexpr uint32_t kHalf = kCount / 2;
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> in;
+  TQue<TPosition::VECOUT, 1> out;
+  pipe.InitBuffer(in, 1, kHalf * sizeof(float));
+  pipe.InitBuffer(out, 1, kHalf * sizeof(float));
+  for (uint32_t pass = 0; pass < 2; ++pass) {
+    if (pass == 1 && ordered) {
+      SetFlag<HardEvent::MTE3_MTE2>(EVENT_ID0);
+      WaitFlag<HardEvent::MTE3_MTE2>(EVENT_ID0);
+    }
+    LocalTensor<float> x = in.AllocTensor<float>();
+    // MISTAKE (pass 1, without the flags): the read of dst may overtake pass 0's write of it.
+    DataCopy(x, pass == 0 ? b.src : b.dst, kHalf);
+    x = HandOver(in, x);
+    LocalTensor<float> y = out.AllocTensor<float>();
+    if (pass == 0) {
+      Muls(y, x, 2.0f, kHalf);
+    } else {
+      Adds(y, x, float(2 * kHalf), kHalf);
+    }
+    in.FreeTensor(x);
+    y = HandOver(out, y);
+    DataCopy(b.dst[pass * kHalf], y, kHalf);
+    out.FreeTensor(y);
+  }
+}
+
+// A flag set for a next tile that never comes: the core ends with it set.
+void FlagLeftSet(GM_ADDR src, GM_ADDR dst) {
+  Mte2ToV(src, dst, true);
+  SetFlag<HardEvent::MTE3_MTE2>(EVENT_ID3);  // MISTAKE: no WaitFlag<HardEvent::MTE3_MTE2>(EVENT_ID3)
+}
+
 void PipeMte2ToV(GM_ADDR src, GM_ADDR dst) { Mte2ToV(src, dst, false); }
 void PipeMte2ToVOrdered(GM_ADDR src, GM_ADDR dst) { Mte2ToV(src, dst, true); }
 void PipeVToMte3(GM_ADDR src, GM_ADDR dst) { VToMte3(src, dst, false); }
@@ -528,6 +592,81 @@ void PipeVChain(GM_ADDR src, GM_ADDR dst) { VectorChain(src, dst, false); }
 void PipeVChainOrdered(GM_ADDR src, GM_ADDR dst) { VectorChain(src, dst, true); }
 void GmOverlap(GM_ADDR src, GM_ADDR dst) { OverlappingGmWrites(src, dst, false); }
 void GmOverlapOrdered(GM_ADDR src, GM_ADDR dst) { OverlappingGmWrites(src, dst, true); }
+void UbOverlap(GM_ADDR src, GM_ADDR dst) { OverlappingUbWrites(src, dst, false); }
+void UbOverlapOrdered(GM_ADDR src, GM_ADDR dst) { OverlappingUbWrites(src, dst, true); }
+void GmReadAfterWriteUnordered(GM_ADDR src, GM_ADDR dst) { GmReadAfterWrite(src, dst, false); }
+void GmReadAfterWriteOrdered(GM_ADDR src, GM_ADDR dst) { GmReadAfterWrite(src, dst, true); }
+// MISTAKE: event IDs are 0-7 (EVENT_ID0..EVENT_ID7).
+void EventIdOutOfRange(GM_ADDR src, GM_ADDR dst) { VToMte3(src, dst, true, 8); }
+
+// ---- DataCopyPad parameter ranges and ReduceMax's index (issue 28) -------------
+
+// DataCopyPad of `count` blocks of `len` bytes from src into one tensor.
+void PadCopyIn(GM_ADDR src, GM_ADDR dst, uint16_t count, uint32_t len) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopyPad(t, b.src, DataCopyExtParams{count, len, 0, 0, 0}, DataCopyPadExtParams<float>{false, 0, 0, 0.0f});
+  que.FreeTensor(t);
+}
+
+// MISTAKE: one row per block, 4096 rows of one float in one call (blockCount is at most 4095).
+void DataCopyPadBlockCount(GM_ADDR src, GM_ADDR dst) { PadCopyIn(src, dst, 4096, sizeof(float)); }
+// MISTAKE: a row of 2^19 floats (2 MiB) in one block (blockLen is at most 2097151 bytes).
+void DataCopyPadBlockLen(GM_ADDR src, GM_ADDR dst) { PadCopyIn(src, dst, 1, (1u << 19) * sizeof(float)); }
+
+// Not a mistake on Atlas A2: a blockCount or blockLen of 0 makes DataCopyPad a
+// NOP (a tail of no rows); the harness checks dst holds 2 * src.
+void DataCopyPadEmpty(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  DataCopyPad(t, b.src[kCount / 2], DataCopyExtParams{0, 4 * sizeof(float), 0, 0, 0},
+              DataCopyPadExtParams<float>{false, 0, 0, 0.0f});
+  t = HandOver(que, t);
+  Muls(t, t, 2.0f, kCount);
+  t = HandOver(que, t);
+  DataCopy(b.dst, t, kCount);
+  DataCopyPad(b.dst[kCount / 2], t, DataCopyExtParams{1, 0, 0, 0, 0});
+  que.FreeTensor(t);
+}
+
+// The maximum and the sum of x = 0, 1, ..., 99 kept side by side in one stat
+// tensor (stat[0] = max, stat[1] = sum), copied to dst[0, 8): the harness checks
+// dst[0] == 99 and dst[1] == 4950. 100 elements: one full repeat and a tail.
+void MaxAndSum(GM_ADDR src, GM_ADDR dst, bool calIndex) {
+  constexpr int32_t n = 100;
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> data, work, stat;
+  pipe.InitBuffer(data, 2 * kCount * sizeof(float));
+  pipe.InitBuffer(work, 16 * sizeof(float));  // ReduceMax with calIndex over 100 floats needs 16
+  pipe.InitBuffer(stat, 8 * sizeof(float));
+  LocalTensor<float> x = data.Get<float>();
+  DataCopy(x, b.src, kCount);
+  DataCopy(x[kCount], b.src, kCount);
+  SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
+  WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+  Adds(x[kCount], x[kCount], float(kCount), kCount);
+  LocalTensor<float> s = stat.Get<float>();
+  Duplicate(s, 0.0f, 8);
+  PipeBarrier<PIPE_V>();
+  ReduceSum(s[1], x, work.Get<float>(), n);
+  PipeBarrier<PIPE_V>();
+  // MISTAKE with calIndex: ReduceMax then writes (max, index) to s[0] and s[1], over the sum.
+  ReduceMax(s, x, work.Get<float>(), n, calIndex);
+  SetFlag<HardEvent::V_MTE3>(EVENT_ID0);
+  WaitFlag<HardEvent::V_MTE3>(EVENT_ID0);
+  DataCopy(b.dst, s, 8);
+}
+
+void ReduceMaxIndexClobbers(GM_ADDR src, GM_ADDR dst) { MaxAndSum(src, dst, true); }
+void ReduceMaxKeepsDst1(GM_ADDR src, GM_ADDR dst) { MaxAndSum(src, dst, false); }
 
 #define OP_EXT_MISUSE_KERNEL(name, fn) \
   extern "C" __global__ __aicore__ void name(GM_ADDR src, GM_ADDR dst) { fn(src, dst); }
@@ -577,13 +716,26 @@ OP_EXT_MISUSE_KERNEL(misuse_pipe_v_chain_ordered, PipeVChainOrdered)
 OP_EXT_MISUSE_KERNEL(misuse_gm_overlap, GmOverlap)
 OP_EXT_MISUSE_KERNEL(misuse_gm_overlap_ordered, GmOverlapOrdered)
 OP_EXT_MISUSE_KERNEL(misuse_wait_without_set, WaitWithoutSet)
+OP_EXT_MISUSE_KERNEL(misuse_ub_overlap, UbOverlap)
+OP_EXT_MISUSE_KERNEL(misuse_ub_overlap_ordered, UbOverlapOrdered)
+OP_EXT_MISUSE_KERNEL(misuse_gm_read_after_write, GmReadAfterWriteUnordered)
+OP_EXT_MISUSE_KERNEL(misuse_gm_read_after_write_ordered, GmReadAfterWriteOrdered)
+OP_EXT_MISUSE_KERNEL(misuse_flag_left_set, FlagLeftSet)
+OP_EXT_MISUSE_KERNEL(misuse_event_id_out_of_range, EventIdOutOfRange)
+OP_EXT_MISUSE_KERNEL(misuse_data_copy_pad_block_count, DataCopyPadBlockCount)
+OP_EXT_MISUSE_KERNEL(misuse_data_copy_pad_block_len, DataCopyPadBlockLen)
+OP_EXT_MISUSE_KERNEL(misuse_data_copy_pad_empty, DataCopyPadEmpty)
+OP_EXT_MISUSE_KERNEL(misuse_reduce_max_index_clobbers, ReduceMaxIndexClobbers)
+OP_EXT_MISUSE_KERNEL(misuse_reduce_max_keeps_dst1, ReduceMaxKeepsDst1)
+OP_EXT_MISUSE_KERNEL(misuse_reduce_max_index_small_work, ReduceMaxIndexSmallWork)
 
 // Runs misuse kernel `name` on 2 simulated cores over fresh device buffers;
 // returns the launch status (message in aclGetRecentErrMsg()). For
 // "padding_read" the check is on the result: fails if dst holds NaN. For the
 // data cache stores, dst[first, first + count) must hold 2 * i. For the
 // rstd kernels dst must hold 1 / sqrt(i + 1) to a relative 1e-5 (float32
-// reference tests ask for 1.3e-6).
+// reference tests ask for 1.3e-6). For the max-and-sum kernels dst[0] must be
+// 99 and dst[1] 4950.
 extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
   using Kernel = void (*)(GM_ADDR, GM_ADDR);
   struct Entry {
@@ -591,6 +743,7 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
     Kernel kernel;
     bool rstd = false;  // dst[i] must be 1 / sqrt(i + 1)
     uint32_t doubledFirst = 0, doubledCount = 0;  // dst[first, first + count) must be 2 * i
+    bool maxAndSum = false;  // dst[0] must be max(0..99) = 99 and dst[1] their sum, 4950
   };
   static const Entry kEntries[] = {
       {"clean", misuse_clean},
@@ -636,6 +789,18 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
       {"gm_overlap", misuse_gm_overlap},
       {"gm_overlap_ordered", misuse_gm_overlap_ordered, false, 0, kCount},
       {"wait_without_set", misuse_wait_without_set},
+      {"ub_overlap", misuse_ub_overlap},
+      {"ub_overlap_ordered", misuse_ub_overlap_ordered, false, 0, kCount},
+      {"gm_read_after_write", misuse_gm_read_after_write},
+      {"gm_read_after_write_ordered", misuse_gm_read_after_write_ordered, false, 0, kCount},
+      {"flag_left_set", misuse_flag_left_set},
+      {"event_id_out_of_range", misuse_event_id_out_of_range},
+      {"data_copy_pad_block_count", misuse_data_copy_pad_block_count},
+      {"data_copy_pad_block_len", misuse_data_copy_pad_block_len},
+      {"data_copy_pad_empty", misuse_data_copy_pad_empty, false, 0, kCount},
+      {"reduce_max_index_clobbers", misuse_reduce_max_index_clobbers, false, 0, 0, true},
+      {"reduce_max_keeps_dst1", misuse_reduce_max_keeps_dst1, false, 0, 0, true},
+      {"reduce_max_index_small_work", misuse_reduce_max_index_small_work},
   };
   const Entry* entry = nullptr;
   for (const auto& e : kEntries) {
@@ -681,6 +846,15 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
                                              " (a store did not reach GM)";
         err = ACL_ERROR_FAILURE;
       }
+    }
+    if (entry->maxAndSum && err == ACL_SUCCESS && (out[0] != 99.0f || out[1] != 4950.0f)) {
+      uint32_t bits1 = 0;
+      std::memcpy(&bits1, &out[1], sizeof(bits1));
+      ascendc_sim::HostState().lastError =
+          std::string("kernel ") + name + ": dst[0] = " + std::to_string(out[0]) + ", dst[1] = " +
+          std::to_string(out[1]) + " (bits " + std::to_string(bits1) + "), not the max 99 and the sum 4950 " +
+          "(ReduceMax with calIndex writes the index into its dst[1]; rule: ReduceMax dst, ReduceMax page 约束说明)";
+      err = ACL_ERROR_FAILURE;
     }
     for (uint32_t i = 0; i < kCount && err == ACL_SUCCESS; ++i) {
       if (out[i] != out[i]) {

@@ -115,10 +115,19 @@ struct PipeState {
   // before pipe p's next instruction starts (a flag, a barrier).
   uint64_t known[kPipes][kPipes] = {};
   std::map<uint32_t, UbUse> ub;  // runs of UB bytes, by first byte; each runs to the next key
-  // SetFlag'd events not yet waited for: (HardEvent, eventID) -> the source pipe's clock.
-  std::map<std::pair<int, int32_t>, std::vector<uint64_t>> flags;
+  // SetFlag'd events not yet waited for: (HardEvent, eventID) -> the source pipe's
+  // clock and the event's spelling (a flag still set when the core ends is reported).
+  struct PendingFlag {
+    std::vector<uint64_t> clock;
+    const char* name = nullptr;
+  };
+  std::map<std::pair<int, int32_t>, PendingFlag> flags;
   // MTE3 writes to GM since the last PipeBarrier<PIPE_MTE3> / <PIPE_ALL>: first byte -> (end, use).
   std::map<uintptr_t, std::pair<uintptr_t, PipeUse>> gmWrites;
+  // Every MTE3 write to GM of the core, as runs of bytes (first byte -> the last
+  // MTE3 write of the run up to the next key; n == 0: none), for the MTE3 -> MTE2
+  // order of a DMA read of GM the core wrote (pipes.h, ReadGmByMte2).
+  std::map<uintptr_t, PipeUse> gmMte3;
 };
 
 struct CoreState {

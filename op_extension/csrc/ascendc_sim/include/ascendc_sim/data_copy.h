@@ -10,6 +10,10 @@
 //     undefined on hardware and filled with NaN here, so a kernel that computes
 //     on it sees the damage. DataCopyPad does not exist on every SoC (not on
 //     Atlas inference / 310P); the simulator refuses it there.
+//   * DataCopyExtParams' ranges (DataCopyPad GMToUB / UBToGM pages, 约束说明
+//     表5 / 表4): blockCount in [0, 4095], blockLen in [0, 2097151] bytes,
+//     srcStride and dstStride the whole uint32_t range; a blockCount or blockLen
+//     of 0 makes the call a NOP on Atlas A2 (the only modelled SoC that has it).
 #ifndef ASCENDC_SIM_DATA_COPY_H_
 #define ASCENDC_SIM_DATA_COPY_H_
 
@@ -76,6 +80,24 @@ inline void CheckCopyBytes(const char* api, uint64_t bytes, uint64_t count, cons
 
 inline uint64_t RoundUpBlock(uint64_t bytes) { return (bytes + kUbBlockBytes - 1) / kUbBlockBytes * kUbBlockBytes; }
 
+// DataCopyExtParams ranges of the DataCopyPad pages (约束说明, 表5 GMToUB / 表4
+// UBToGM). blockCount is a uint16_t, so a count past 4095 compiles; on hardware
+// the instruction's field is 12 bits wide and such a copy moves something else.
+// The strides take the whole uint32_t range, so only the UB bounds limit them.
+inline constexpr uint32_t kMaxPadBlockCount = 4095;
+inline constexpr uint32_t kMaxPadBlockLen = 2097151;
+
+inline void CheckPadParams(const char* api, const AscendC::DataCopyExtParams& params) {
+  if (params.blockCount > kMaxPadBlockCount) {
+    Fail(Str(api, ": DataCopyExtParams.blockCount ", params.blockCount, " is out of range [0, ", kMaxPadBlockCount,
+             "] (rule: DataCopyExtParams ranges, DataCopyPad page 约束说明)"));
+  }
+  if (params.blockLen > kMaxPadBlockLen) {
+    Fail(Str(api, ": DataCopyExtParams.blockLen ", params.blockLen, " bytes is out of range [0, ", kMaxPadBlockLen,
+             "] (rule: DataCopyExtParams ranges, DataCopyPad page 约束说明)"));
+  }
+}
+
 }  // namespace ascendc_sim
 
 namespace AscendC {
@@ -90,7 +112,9 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
   T* d = dst.Access(count, api, true);
   const T* s = src.Access(count, api);
   ascendc_sim::CheckDmaReadNotDirty(s, bytes, api);
-  dst.Use(ascendc_sim::Pipe::kMte2, ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kMte2), api, count, true);
+  const uint64_t n = ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kMte2);
+  ascendc_sim::ReadGmByMte2(n, api, reinterpret_cast<uintptr_t>(s), bytes);
+  dst.Use(ascendc_sim::Pipe::kMte2, n, api, count, true);
   std::memcpy(d, s, bytes);
 }
 
@@ -138,9 +162,8 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
              " (Atlas inference products have no unaligned copy; move whole 32-byte blocks with DataCopy)"));
   }
   ascendc_sim::CheckMoveType<T>(api);
-  if (params.blockCount == 0 || params.blockLen == 0) {
-    Fail(Str(api, ": blockCount ", params.blockCount, " and blockLen ", params.blockLen, " must be positive"));
-  }
+  ascendc_sim::CheckPadParams(api, params);
+  if (params.blockCount == 0 || params.blockLen == 0) return;  // a NOP (约束说明, Atlas A2)
   if (params.blockLen % sizeof(T) != 0) {
     Fail(Str(api, ": blockLen ", params.blockLen, " bytes is not a whole number of ", ascendc_sim::TypeName<T>::value,
              " elements"));
@@ -164,6 +187,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
   const uint64_t n = ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kMte2);
   for (uint32_t b = 0; b < params.blockCount; ++b) {
     ascendc_sim::CheckDmaReadNotDirty(s + b * gmPitch, params.blockLen, api);
+    ascendc_sim::ReadGmByMte2(n, api, reinterpret_cast<uintptr_t>(s + b * gmPitch), params.blockLen);
     dst[uint32_t(b * rowPitch / sizeof(T))].Use(ascendc_sim::Pipe::kMte2, n, api, rowBytes / sizeof(T), true);
     uint8_t* row = d + b * rowPitch;
     std::memset(row, ascendc_sim::kGarbageByte, rowBytes);
@@ -189,9 +213,8 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
              " (Atlas inference products have no unaligned copy; move whole 32-byte blocks with DataCopy)"));
   }
   ascendc_sim::CheckMoveType<T>(api);
-  if (params.blockCount == 0 || params.blockLen == 0) {
-    Fail(Str(api, ": blockCount ", params.blockCount, " and blockLen ", params.blockLen, " must be positive"));
-  }
+  ascendc_sim::CheckPadParams(api, params);
+  if (params.blockCount == 0 || params.blockLen == 0) return;  // a NOP (约束说明, Atlas A2)
   if (params.blockLen % sizeof(T) != 0) {
     Fail(Str(api, ": blockLen ", params.blockLen, " bytes is not a whole number of ", ascendc_sim::TypeName<T>::value,
              " elements"));

@@ -17,8 +17,9 @@ namespace ascendc_sim {
 
 // Returns ACL_SUCCESS, or ACL_ERROR_FAILURE with the message in
 // aclGetRecentErrMsg(): a simulator check that failed, a scalar GM store left
-// dirty in a core's data cache (never written back, so never applied to GM), or
-// a resource the kernel left allocated on some core.
+// dirty in a core's data cache (never written back, so never applied to GM), a
+// SetFlag left without its WaitFlag, or a resource the kernel left allocated on
+// some core.
 template <typename Body>
 inline aclError LaunchKernel(const char* kernelName, uint32_t blockDim, Body&& body) {
   auto& dev = Device();
@@ -48,6 +49,9 @@ inline aclError LaunchKernel(const char* kernelName, uint32_t blockDim, Body&& b
     // Stores still dirty in the data cache never reach GM: reported, not applied.
     const std::string lost = DcacheLostWrites(core);
     if (!lost.empty()) return fail(Str(CoreTag(), lost));
+    // A SetFlag never waited for breaks the flag pairs the next kernel on the core relies on.
+    const std::string flags = PendingFlags(core);
+    if (!flags.empty()) return fail(Str(CoreTag(), flags));
     if (!core.leaks.empty()) {
       std::string all = core.leaks[0];
       for (size_t k = 1; k < core.leaks.size(); ++k) all += "; " + core.leaks[k];

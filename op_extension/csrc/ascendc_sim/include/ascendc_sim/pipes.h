@@ -14,10 +14,17 @@
 //   * TQue hand-overs, per tensor: DeQue orders the tensor's earlier writes and
 //     reads before every other pipe's later use (EnQue/DeQue), AllocTensor every
 //     earlier use of the buffer before its reuse (FreeTensor/AllocTensor);
-//   * the MTE3 writes to GM since the last PipeBarrier<PIPE_MTE3>.
+//   * the MTE3 writes to GM since the last PipeBarrier<PIPE_MTE3>, and every
+//     MTE3 write to GM of the core (for a later MTE2 read of the same bytes);
+//   * the SetFlag'd events not yet waited for.
 // An access that meets an earlier one on another pipe with nothing ordering
-// them, two overlapping MTE3 writes to GM, and (on NPU arch 2002, where the
-// compiler does not insert PIPE_V barriers) a vector read of bytes an earlier
+// them, two overlapping MTE3 writes to GM, two overlapping MTE2 writes to the UB
+// without PipeBarrier<PIPE_MTE2> (PipeBarrier page, 约束说明: DMA writes of one
+// pipe to overlapping addresses may land in either order), an MTE2 read of GM
+// bytes an earlier MTE3 write of the core has not been ordered before (no
+// MTE3_MTE2 flag or PIPE_ALL: the read may overtake the write), an event ID
+// outside 0-7, a flag still set when the core ends, and (on NPU arch 2002, where
+// the compiler does not insert PIPE_V barriers) a vector read of bytes an earlier
 // vector instruction wrote with no PipeBarrier<PIPE_V> between, are reported.
 // The scalar pipe is exempt: the compiler orders LocalTensor GetValue/SetValue
 // against V, MTE2 and MTE3 itself (cce-auto-sync, 关键特性说明.md).
@@ -63,12 +70,14 @@ inline std::map<uint32_t, UbUse>::iterator SplitUbRun(std::map<uint32_t, UbUse>&
 }
 
 // True when the earlier use `u` of pipe `q` is not ordered before pipe `p`'s
-// current instruction. `raw`: `p` reads what `u` wrote (the only same-pipe case
-// checked: V on NPU arch 2002).
+// current instruction. `raw`: `p` reads what `u` wrote. Same-pipe cases checked:
+// a V read of a V write on NPU arch 2002, and an MTE2 write over an MTE2 write
+// (both SoCs; a queue hand-over between does not order two DMAs of one pipe).
 inline bool Unordered(const PipeState& s, Pipe p, Pipe q, const PipeUse& u, bool queued, bool raw) {
   if (u.n == 0 || p == Pipe::kS || q == Pipe::kS) return false;
   if (p == q) {
-    return raw && p == Pipe::kV && Device().spec.npuArch == 2002 && s.known[int(p)][int(p)] < u.n;
+    const bool checked = (raw && p == Pipe::kV && Device().spec.npuArch == 2002) || (!raw && p == Pipe::kMte2);
+    return checked && s.known[int(p)][int(p)] < u.n;
   }
   return !queued && s.known[int(p)][int(q)] < u.n;
 }
@@ -77,7 +86,10 @@ inline bool Unordered(const PipeState& s, Pipe p, Pipe q, const PipeUse& u, bool
                                       const PipeUse& other, bool otherWrote, uint32_t begin, uint32_t end,
                                       const std::string* owner) {
   std::string fix;
-  if (p == q) {
+  if (p == q && p == Pipe::kMte2) {
+    fix = "no PipeBarrier<PIPE_MTE2> (or PIPE_ALL) between them: the two DMA writes may land in either order "
+          "(rule: overlapping UB writes, PipeBarrier page 约束说明)";
+  } else if (p == q) {
     fix = "no PipeBarrier<PIPE_V> (or PIPE_ALL) between them, and on NPU arch 2002 the compiler inserts none "
           "(rule: same-pipe vector order, PipeBarrier page and 关键特性说明.md)";
   } else {
@@ -114,13 +126,19 @@ inline void UseUb(Pipe p, uint64_t n, const char* api, uint32_t begin, uint64_t 
     }
     FailUbHazard(kind, p, n, api, q, other, otherWrote, it->first, to, owner);
   };
-  for (auto it = first; it != last; ++it) {
-    const UbUse& u = it->second;
-    if (Unordered(s, p, u.writerPipe, u.writer, u.queued, !write)) report(it, write ? "WAW" : "RAW", u.writerPipe, u.writer, true);
-    if (!write) continue;
-    for (int q = 0; q < kPipes; ++q) {
-      if (q != int(p) && Unordered(s, p, Pipe(q), u.readers[q], false, false)) {
-        report(it, "WAR", Pipe(q), u.readers[q], false);
+  // Hazards with other pipes first, then with this pipe's own earlier write: the
+  // order that another pipe's flag would give usually orders both.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto it = first; it != last; ++it) {
+      const UbUse& u = it->second;
+      if ((u.writerPipe == p) == (pass == 1) && Unordered(s, p, u.writerPipe, u.writer, u.queued, !write)) {
+        report(it, write ? "WAW" : "RAW", u.writerPipe, u.writer, true);
+      }
+      if (!write || pass == 1) continue;
+      for (int q = 0; q < kPipes; ++q) {
+        if (q != int(p) && Unordered(s, p, Pipe(q), u.readers[q], false, false)) {
+          report(it, "WAR", Pipe(q), u.readers[q], false);
+        }
       }
     }
   }
@@ -136,9 +154,11 @@ inline void UseUb(Pipe p, uint64_t n, const char* api, uint32_t begin, uint64_t 
 
 // A TQue hand-over of the buffer [begin, begin + bytes). DeQue (`reuse` false):
 // the tensor's earlier uses are ordered before every other pipe's later ones
-// (EnQue set the flag, DeQue waits for it); a vector write stays unordered
-// against later vector reads. AllocTensor (`reuse` true): FreeTensor's flag
-// orders every earlier use before the new owner's, and the old content is dead.
+// (EnQue set the flag, DeQue waits for it); the write stays unordered against
+// later instructions of its own pipe (a vector read on 2002, an MTE2 write: the
+// queue's flag does not hold up the pipe that set it). AllocTensor (`reuse`
+// true): FreeTensor's flag orders every earlier use before the new owner's, and
+// the old content is dead.
 inline void HandOverUb(uint32_t begin, uint64_t bytes, bool reuse) {
   CoreState* core = Device().core;
   if (core == nullptr || bytes == 0) return;
@@ -154,11 +174,51 @@ inline void HandOverUb(uint32_t begin, uint64_t bytes, bool reuse) {
   for (auto it = first; it != last; ++it) {
     UbUse& u = it->second;
     for (auto& r : u.readers) r = PipeUse{};
-    if (u.writerPipe == Pipe::kV) {
-      u.queued = true;
-    } else {
-      u.writer = PipeUse{};
-    }
+    u.queued = true;
+  }
+}
+
+// The run of `runs` (GM bytes, see PipeState::gmMte3) starting at `at`, split off
+// the run holding it if needed.
+inline std::map<uintptr_t, PipeUse>::iterator SplitGmRun(std::map<uintptr_t, PipeUse>& runs, uintptr_t at) {
+  auto it = runs.lower_bound(at);
+  if (it != runs.end() && it->first == at) return it;
+  const PipeUse copy = it == runs.begin() ? PipeUse{} : std::prev(it)->second;
+  return runs.emplace_hint(it, at, copy);
+}
+
+// Records that MTE3 instruction #n wrote GM [begin, end).
+inline void RecordGmMte3Write(PipeState& s, uint64_t n, const char* api, uintptr_t begin, uintptr_t end) {
+  auto last = SplitGmRun(s.gmMte3, end);
+  auto first = SplitGmRun(s.gmMte3, begin);
+  s.gmMte3.erase(std::next(first), last);
+  first->second = PipeUse{n, api};
+}
+
+// Instruction #n (an MTE2 copy, GM -> UB) reads GM [begin, begin + bytes): a byte
+// an MTE3 write of the same core wrote, with nothing ordering that write before
+// this read (SetFlag/WaitFlag<HardEvent::MTE3_MTE2>, PIPE_ALL, or a wait on S
+// after MTE3), is reported -- the read may overtake the write and see the old
+// bytes (the pipes run in parallel; 核内同步能力概述.md, HardEvent MTE3_MTE2).
+inline void ReadGmByMte2(uint64_t n, const char* api, uintptr_t begin, uint64_t bytes) {
+  CoreState* core = Device().core;
+  if (core == nullptr || n == 0 || bytes == 0) return;
+  PipeState& s = core->pipes;
+  auto& runs = s.gmMte3;
+  const uintptr_t end = begin + bytes;
+  auto it = runs.upper_bound(begin);
+  if (it != runs.begin()) --it;
+  for (; it != runs.end() && it->first < end; ++it) {
+    const PipeUse& w = it->second;
+    if (w.n == 0 || s.known[int(Pipe::kMte2)][int(Pipe::kMte3)] >= w.n) continue;
+    const uintptr_t runEnd = std::next(it) == runs.end() ? end : std::next(it)->first;
+    const uintptr_t lo = std::max(begin, it->first), hi = std::min(end, runEnd);
+    if (lo >= hi) continue;
+    Fail(Str("pipe hazard (RAW, GM): ", api, " (instruction #", n, ", PIPE_MTE2) reads ", GmRangeName(lo, hi),
+             ", which ", w.api, " (instruction #", w.n, ", PIPE_MTE3) of this core wrote, and nothing orders the "
+             "write before the read: no SetFlag/WaitFlag<HardEvent::MTE3_MTE2>, no PipeBarrier<PIPE_ALL> between "
+             "them -- the read may see the old bytes (rule: GM read after write, SetFlag-WaitFlag(ISASI) page and "
+             "核内同步能力概述.md)"));
   }
 }
 
@@ -183,6 +243,7 @@ inline void UseGmByMte3(uint64_t n, const char* api, uintptr_t begin, uint64_t b
                "writes may land in either order (rule: overlapping GM writes, PipeBarrier page)"));
     }
   }
+  RecordGmMte3Write(core->pipes, n, api, begin, end);
   // Coalesce with a write ending exactly here (a run of row copies) to keep the map small.
   auto before = writes.lower_bound(begin);
   if (before != writes.begin() && std::prev(before)->second.first == begin) {
@@ -218,11 +279,24 @@ inline void BarrierAll() {
   s.gmWrites.clear();
 }
 
+// Event IDs of SetFlag / WaitFlag: 0-7 on Atlas A2 and Atlas inference AI Core
+// (SetFlag-WaitFlag(ISASI) page, 约束说明; 0-3 only on Atlas training products,
+// which the simulator does not model).
+inline constexpr int32_t kMaxEventId = 7;
+
+inline void CheckEventId(const char* call, const char* name, int32_t id) {
+  if (id < 0 || id > kMaxEventId) {
+    Fail(Str(call, "<HardEvent::", name, ">(", id, "): event ID out of range: ", Device().spec.socName,
+             " has event IDs 0-", kMaxEventId, " (rule: event IDs, SetFlag-WaitFlag(ISASI) page 约束说明)"));
+  }
+}
+
 // SetFlag<HardEvent::SRC_DST>(id): remembers how far `src` is when its earlier
 // instructions complete. `event`: the HardEvent's value, `name` its spelling.
 inline void SetFlagOn(Pipe src, int event, int32_t id, const char* name) {
   CoreState* core = Device().core;
   if (core == nullptr) return;
+  CheckEventId("SetFlag", name, id);
   PipeState& s = core->pipes;
   auto key = std::make_pair(event, id);
   if (s.flags.count(key) != 0) {
@@ -231,7 +305,7 @@ inline void SetFlagOn(Pipe src, int event, int32_t id, const char* name) {
   }
   std::vector<uint64_t> clock(s.known[int(src)], s.known[int(src)] + kPipes);
   clock[int(src)] = s.last[int(src)];
-  s.flags.emplace(key, std::move(clock));
+  s.flags.emplace(key, PipeState::PendingFlag{std::move(clock), name});
 }
 
 // WaitFlag<HardEvent::SRC_DST>(id): `dst`'s later instructions start after what
@@ -240,18 +314,34 @@ inline void SetFlagOn(Pipe src, int event, int32_t id, const char* name) {
 inline void WaitFlagOn(Pipe dst, int event, int32_t id, const char* name) {
   CoreState* core = Device().core;
   if (core == nullptr) return;
+  CheckEventId("WaitFlag", name, id);
   PipeState& s = core->pipes;
   auto it = s.flags.find(std::make_pair(event, id));
   if (it == s.flags.end()) {
     Fail(Str("WaitFlag<HardEvent::", name, ">(", id, ") with no SetFlag<HardEvent::", name, ">(", id,
              ") before it: on hardware the pipe waits forever (rule: flag pairs, SetFlag-WaitFlag(ISASI) page)"));
   }
+  const std::vector<uint64_t>& clock = it->second.clock;
   if (dst == Pipe::kS) {
-    JoinAll(s, it->second.data());
+    JoinAll(s, clock.data());
   } else {
-    for (int q = 0; q < kPipes; ++q) s.known[int(dst)][q] = std::max(s.known[int(dst)][q], it->second[q]);
+    for (int q = 0; q < kPipes; ++q) s.known[int(dst)][q] = std::max(s.known[int(dst)][q], clock[q]);
   }
   s.flags.erase(it);
+}
+
+// At the end of a core's run: every flag still set (SetFlag with no WaitFlag) is
+// an unpaired SetFlag -- the page asks for pairs, and the next kernel on the core
+// would start with the flag set. "" when none.
+inline std::string PendingFlags(const CoreState& core) {
+  std::string all;
+  for (const auto& [key, flag] : core.pipes.flags) {
+    if (!all.empty()) all += ", ";
+    all += Str("SetFlag<HardEvent::", flag.name, ">(", key.second, ")");
+  }
+  if (all.empty()) return all;
+  return Str("flag left set: ", all, " with no WaitFlag of the same event and ID before the core ended (rule: "
+             "flag pairs, SetFlag-WaitFlag(ISASI) page 约束说明: SetFlag and WaitFlag must be used in pairs)");
 }
 
 }  // namespace ascendc_sim

@@ -236,17 +236,42 @@ namespace ascendc_sim {
 // - ReduceSum: on Atlas A2 (2201) one vcadd over the count, the work tensor is not
 //   used ("方式一"); elsewhere one partial per full repeat, max(1, count /
 //   elementsPerRepeat) elements rounded up to 32 bytes ("方式二").
+// - ReduceMax with calIndex: every round's (value, index) pairs are kept for the
+//   index of the next round, so the rounds' outputs are laid one after another,
+//   each rounded up to 32 bytes (ReduceMax page, "sharedTmpBuffer所需空间设置",
+//   需要返回最大值索引).
 // A smaller work tensor is overrun on hardware (whatever follows it in the UB is
 // overwritten -- in softmax, the row being reduced); the simulator refuses it.
 template <typename T>
-inline uint64_t ReduceWorkElements(const char* api, uint64_t count) {
+inline uint64_t ReduceWorkElements(const char* api, uint64_t count, bool calIndex = false) {
   const uint64_t perRepeat = kRepeatBytes / sizeof(T);
   const uint64_t perBlock = kUbBlockBytes / sizeof(T);
+  auto roundBlock = [&](uint64_t n) { return (n + perBlock - 1) / perBlock * perBlock; };
   const uint64_t repeats = std::max<uint64_t>(1, count / perRepeat);
   const bool isSum = std::string(api) == "ReduceSum";
   if (isSum && Device().spec.npuArch == 2201) return 0;
+  if (calIndex) {
+    const uint64_t first = 2 * repeats;
+    const uint64_t second = (first + perRepeat - 1) / perRepeat * 2;
+    uint64_t need = roundBlock(first) + roundBlock(second);
+    if (second > 2) need = roundBlock(first) + roundBlock(second) + roundBlock((second + perRepeat - 1) / perRepeat * 2);
+    return need;
+  }
   const uint64_t written = isSum ? repeats : 2 * repeats;
-  return (written + perBlock - 1) / perBlock * perBlock;
+  return roundBlock(written);
+}
+
+// The index ReduceMax stores with calIndex: the first position of the maximum
+// (ReduceMax page: with several maxima the smallest index), or of the first NaN.
+template <typename T>
+inline uint64_t ArgMax(const T* s, uint64_t count) {
+  uint64_t best = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const float v = static_cast<float>(s[i]);
+    if (v != v) return i;
+    if (v > static_cast<float>(s[best])) best = i;
+  }
+  return best;
 }
 
 // Binary tree of neighbouring pairs, each addition rounded to T.
@@ -262,17 +287,28 @@ inline ComputeT<T> TreeReduce(std::vector<ComputeT<T>> v, Op op) {
   return v[0];
 }
 
+// `calIndex` (ReduceMax): dst receives two elements, the maximum and its index
+// ("dst结果存储顺序为最大值，最大值索引，若不需要索引，只会存储最大值", ReduceMax
+// page 约束说明), the index as the bits of an integer of T's width ("索引按操作数的
+// 数据类型存储"). Without it only dst[0] is written, as the devkit's ReduceImplNoIndex
+// and ReduceTailCompute (dav_c220 / dav_m200) do.
 template <typename T, typename Op>
 inline void Reduce(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
-                   const AscendC::LocalTensor<T>& work, int32_t count, Op op) {
+                   const AscendC::LocalTensor<T>& work, int32_t count, Op op, bool calIndex = false) {
   CheckCount(api, count);
   if (count == 0) Fail(Str(api, ": count is 0"));
   const T* s = src.Access(count, api, true);
-  const uint64_t need = ReduceWorkElements<T>(api, count);
+  if constexpr (sizeof(T) == 2) {
+    if (calIndex && count > 65536) {
+      Fail(Str(api, ": calIndex on ", count, " elements of ", TypeName<T>::value, ": a half index holds at most 65535 "
+               "(rule: ReduceMax index range, ReduceMax page 约束说明)"));
+    }
+  }
+  const uint64_t need = ReduceWorkElements<T>(api, count, calIndex);
   if (work.GetSize() < need) {
     Fail(Str(api, ": work tensor (sharedTmpBuffer) has ", work.GetSize(), " elements; reducing ", count,
-             " elements of ", TypeName<T>::value, " on ", Device().spec.socName, " needs at least ", need,
-             " (rule: reduce work size, ", api, " API page)"));
+             " elements of ", TypeName<T>::value, calIndex ? " with calIndex" : "", " on ", Device().spec.socName,
+             " needs at least ", need, " (rule: reduce work size, ", api, " API page)"));
   }
   T* w = need > 0 ? work.Access(need, api, true) : nullptr;
   if (w != nullptr) {
@@ -286,13 +322,15 @@ inline void Reduce(const char* api, const AscendC::LocalTensor<T>& dst, const As
                " (rule: reduce work aliasing; it may only start where the source starts)"));
     }
   }
-  T* d = dst.Access(1, api, false);
+  const uint32_t dstCount = calIndex ? 2 : 1;
+  T* d = dst.Access(dstCount, api, false);
   if (dst.UbAddress() % sizeof(T) != 0) Fail(Str(api, ": destination is not element aligned"));
-  CheckOverlap(api, dst, 1, src, count);
+  CheckOverlap(api, dst, dstCount, src, count);
   const uint64_t n = IssueInstruction(Pipe::kV);
   src.Use(Pipe::kV, n, api, count, false);
   if (w != nullptr) work.Use(Pipe::kV, n, api, need, true);
-  dst.Use(Pipe::kV, n, api, 1, true);
+  dst.Use(Pipe::kV, n, api, dstCount, true);
+  const uint64_t index = calIndex ? ArgMax(s, uint64_t(count)) : 0;
   const uint64_t perRepeat = kRepeatBytes / sizeof(T);
   std::vector<ComputeT<T>> partials;
   for (uint64_t r = 0; r * perRepeat < uint64_t(count); ++r) {
@@ -311,6 +349,16 @@ inline void Reduce(const char* api, const AscendC::LocalTensor<T>& dst, const As
   // The work area holds intermediate results afterwards: nothing a kernel may rely on.
   if (w != nullptr) std::memset(static_cast<void*>(w), kGarbageByte, need * sizeof(T));
   d[0] = Store<T>(result);
+  if (calIndex) {
+    // The integer's bits, not its value: read back through ReinterpretCast<int32_t> (float) / <uint16_t> (half).
+    if constexpr (sizeof(T) == 4) {
+      const uint32_t bits = uint32_t(index);
+      std::memcpy(static_cast<void*>(d + 1), &bits, sizeof(bits));
+    } else {
+      const uint16_t bits = uint16_t(index);
+      std::memcpy(static_cast<void*>(d + 1), &bits, sizeof(bits));
+    }
+  }
 }
 
 }  // namespace ascendc_sim
@@ -329,10 +377,11 @@ template <typename T>
 inline void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& workLocal,
                       const int32_t count, bool calIndex = false) {
   static_assert(ascendc_sim::kIsVectorFloat<T>, "ReduceMax: supported types are half and float");
-  if (calIndex) ascendc_sim::Fail("ReduceMax: calIndex=true is not modelled by the simulator");
   using C = ascendc_sim::ComputeT<T>;
-  ascendc_sim::Reduce("ReduceMax", dst, src, workLocal, count,
-                      [](C a, C b) -> C { return (a != a || b != b) ? std::numeric_limits<C>::quiet_NaN() : std::max(a, b); });
+  ascendc_sim::Reduce(
+      "ReduceMax", dst, src, workLocal, count,
+      [](C a, C b) -> C { return (a != a || b != b) ? std::numeric_limits<C>::quiet_NaN() : std::max(a, b); },
+      calIndex);
 }
 
 }  // namespace AscendC
