@@ -66,8 +66,7 @@ EXPECTED = {
     # msopgen's names: <op>_custom, and <op>_grad_custom for the backward op
     *(f"op_extension/csrc/{f}" for stem in ("scale_shift_custom", "scale_shift_grad_custom") for f in (
         f"kernel/ascendc/{stem}.cpp", f"host/tiling/{stem}_tiling.h",
-        f"host/tiling/{stem}_tiling.cpp", f"host/aclnn/aclnn_{stem}.h",
-        f"host/aclnn/aclnn_{stem}.cpp")),
+        f"host/tiling/{stem}_tiling.cpp", f"host/aclnn/aclnn_{stem}.cpp")),
     "op_extension/op_defs/scale_shift.py",
     "tests/test_scale_shift.py",
     "tests/op_cases/scale_shift.py",
@@ -286,13 +285,30 @@ def test_cuda_file_compiles_under_the_cpu_harness(tree, tmp_path):
 
 
 def test_ascend_files_compile_under_the_simulator(tree, tmp_path):
+    """The scaffolded kernel, tiling and aclnn plan, and the aclnn entry points the
+    build generates around the plan (_cpp_gen.write_aclnn), compile."""
+    from op_extension import _cpp_gen
+
+    generated = tmp_path / "generated"
+    _cpp_gen.write_aclnn(_protos.load_protos(tree / "op_protos"), tree / "op_extension/csrc", generated,
+                         lambda path, text: path.parent.mkdir(parents=True, exist_ok=True) or path.write_text(text))
+    header = (generated / "aclnn_scale_shift_custom.h").read_text()
+    assert header.startswith("// Generated from op_protos/scale_shift.json by op_extension/_cpp_gen.py")
+    assert ("aclnnStatus aclnnScaleShiftCustomGetWorkspaceSize(\n    const aclTensor* input,\n"
+            "    const aclTensor* shiftOptional,\n    const aclIntArray* dims,\n    double scale,\n"
+            "    const aclTensor* out,\n    uint64_t* workspaceSize, aclOpExecutor** executor);") in header
+    entries = (generated / _cpp_gen.ACLNN_ENTRIES).read_text()
+    assert 'if ((shiftOptional == nullptr) != (gradShiftOut == nullptr)) {' in entries
+    assert "return PlanScaleShiftGradCustom(args);" in entries
     folders = [tree / "op_extension/csrc" / d for d in ("host/aclnn", "host/tiling", "kernel/ascendc")]
-    includes = folders + [CSRC / d for d in ("ascendc_sim/include", "host/aclnn", "host/tiling", "kernel/ascendc")]
+    includes = folders + [generated] + [CSRC / d for d in ("ascendc_sim/include", "host/aclnn", "host/tiling",
+                                                           "kernel/ascendc")]
     for stem in ("scale_shift_custom", "scale_shift_grad_custom"):
         for rel in (f"kernel/ascendc/{stem}.cpp", f"host/tiling/{stem}_tiling.cpp",
                     f"host/aclnn/aclnn_{stem}.cpp"):
             syntax_check(f'#include "{tree / "op_extension/csrc" / rel}"\n', includes, ["OP_EXT_ASCEND_SIM=1"],
                          tmp_path)
+    syntax_check(f'#include "{generated / _cpp_gen.ACLNN_ENTRIES}"\n', includes, ["OP_EXT_ASCEND_SIM=1"], tmp_path)
 
 
 def test_the_op_is_registered_and_differentiable_without_a_shared_file_edit(tree, tmp_path):
