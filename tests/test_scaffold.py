@@ -556,3 +556,36 @@ def test_rotary_embedding_lives_in_the_files_the_scaffold_wrote():
               if (ROOT / path).is_file() and pattern.search((ROOT / path).read_text(errors="replace"))}
     prototypes = {"op_protos/rotary_embedding.json", "op_protos/rotary_embedding_backward.json"}
     assert naming - planned - prototypes - ROPE_OWN_EXTRAS - ROPE_USERS == set()
+
+
+def test_the_aclnn_entries_are_generated_around_hand_written_plans(tmp_path):
+    """Every op's aclnn header and both aclnn phases come from its prototype
+    (_cpp_gen.write_aclnn); csrc/host/aclnn holds per op only its plan, and an op
+    without one fails the generation naming the file and the scaffold."""
+    from op_extension import _cpp_gen
+
+    protos = _protos.load_protos()
+    assert not sorted((CSRC / "host/aclnn").glob("aclnn_*_custom.h")), "aclnn headers are generated, not written"
+    written = {}
+    _cpp_gen.write_aclnn(protos, CSRC, tmp_path, lambda path, text: written.__setitem__(path.name, text))
+    entries = written.pop(_cpp_gen.ACLNN_ENTRIES)
+    for p in protos.values():
+        stem, op = _cpp_gen.ascend_stem(p), _cpp_gen.aclnn_op(p)
+        for name in (f"aclnn_{stem}.h", f"aclnn_{stem}_args.h"):
+            assert written[name].startswith(f"// Generated from op_protos/{p.path.name} by op_extension/_cpp_gen.py"), name
+        plan = (CSRC / "host/aclnn" / f"aclnn_{stem}.cpp").read_text()
+        assert f"LaunchPlan Plan{op}(const {op}Args& args) {{" in plan
+        assert 'extern "C"' not in plan and "RunLaunch" not in plan, f"aclnn_{stem}.cpp: the entry points are generated"
+        assert f"    return Plan{op}(args);" in entries
+        assert f"  return op_ext::aclnn::RunLaunch(op_ext::aclnn::{op}Args::kOp, workspace" in entries
+    # The checks the prototypes state, as the messages name the arguments.
+    assert 'Invalid(op, "gradWeightOut must be given exactly when weightOptional is");' in entries
+    assert 'args.approximate = AllowedValue(op, "approximate", approximate, "none", {"none", "tanh"});' in entries
+    assert 'CheckSameShape(op, "output", args.output, "out", args.out);' in entries  # softmax_backward's rule
+
+    csrc = tmp_path / "csrc"
+    shutil.copytree(CSRC / "host", csrc / "host", ignore=shutil.ignore_patterns("*.o"))
+    (csrc / "host/aclnn/aclnn_gelu_custom.cpp").unlink()
+    with pytest.raises(FileNotFoundError, match=r"gelu.json: the op gelu has no aclnn plan .*aclnn_gelu_custom.cpp "
+                                                r"\(python -m op_extension.scaffold writes one"):
+        _cpp_gen.generate_aclnn_entries(protos, csrc)
