@@ -15,7 +15,7 @@ Sources are found by folder, so adding an op adds files, never a line here:
                                         kernels and their host code are then built with
                                         CANN by cmake/ascend/CMakeLists.txt and linked
 and op_extension._ascend_sim (always): the Ascend C kernels (csrc/kernel/ascendc), their
-tiling (csrc/host/tiling) and aclnn entry points (csrc/host/aclnn) on the CPU simulator
+tiling (csrc/host/tiling) and aclnn entry points (csrc/host/aclnn, generated) on the CPU simulator
 (csrc/ascendc_sim), see ascend_sim_extension(); and op_extension._cuda_sim (always): the
 CUDA kernels (csrc/kernel/cuda/*.cu) compiled by g++ for the CPU harness (csrc/cuda_sim),
 see cuda_sim_extension().
@@ -298,6 +298,8 @@ def ascend_sim_extension(config: BuildConfig):
     sources = []
     for folder in ("ascendc_sim/binding", "ascendc_sim/misuse", "host/aclnn", "host/tiling", "kernel/ascendc"):
         sources += sorted(p.as_posix() for p in (CSRC / folder).glob("*.cpp"))
+    # The aclnn entry points generated from the prototypes; each op's plan is in host/aclnn.
+    sources.append((GENERATED / "op_ext_aclnn_entries.cpp").as_posix())
     opt = config.optimisation("-O2")
     san_compile, san_link = config.sanitizer_flags()
     return CppExtension(

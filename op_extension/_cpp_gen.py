@@ -25,6 +25,19 @@ here is hand-maintained per op:
                         included by csrc/ascendc_sim/binding/ascend_sim_module.cpp):
                         contiguous inputs, outputs by the shape rules, the aclnn
                         entry (``aclnn_name``) with its arguments in CANN's order
+    aclnn_<stem>.h      each op's aclnn entry points (``aclnn_name``, arguments in
+                        CANN's order ``aclnn_order``, named by ``aclnn_arg_name``),
+                        included by the npu glue and the simulator binding
+    aclnn_<stem>_args.h <OpType>CustomArgs, the arguments as the entry read and
+                        checked them, and the declaration of Plan<OpType>Custom,
+                        the op's hand-written part (csrc/host/aclnn/aclnn_<stem>.cpp:
+                        the checks the prototype cannot state, the tiling, the
+                        kernel launches)
+    op_ext_aclnn_entries.cpp  every op's two aclnn phases: the first describes each
+                        tensor, checks what the prototype says (dtypes, output
+                        shapes, optional gradients, string attributes, contiguity)
+                        and calls the plan; the second is the shared RunLaunch.
+                        Compiled by the simulator's module and cmake/ascend
     op_ext_npu_registration.cpp  (npu builds only) declares each op's
                         ``op_ext::npu::<name>_npu``, defined in its forward op's
                         csrc/torch_ext/npu/ops/<forward>.cpp, and registers it
@@ -416,7 +429,8 @@ def generate_autograd(protos: dict, csrc: Path) -> str:
 def ascend_stem(proto) -> str:
     """The file stem of an op's Ascend pieces, as msopgen names a custom op's:
     <forward>_custom, and <forward>_grad_custom for the backward op
-    (kernel/ascendc/<stem>.cpp, host/tiling/<stem>_tiling.h, host/aclnn/aclnn_<stem>.h)."""
+    (kernel/ascendc/<stem>.cpp, host/tiling/<stem>_tiling.h, host/aclnn/aclnn_<stem>.cpp,
+    and the generated aclnn_<stem>.h)."""
     return f"{proto.backward_of}_grad_custom" if proto.backward_of else f"{proto.name}_custom"
 
 
@@ -431,6 +445,306 @@ def aclnn_order(proto) -> list[str]:
     prototype's input_desc order, then the attributes in attr order, then the
     outputs in output_desc order (then workspace size and executor)."""
     return [t.name for t in proto.inputs] + [a.name for a in proto.attrs] + [t.name for t in proto.outputs]
+
+
+# The aclnn entry points themselves: everything the prototype says about an op's
+# aclnn arguments is generated (the headers, the reading and checking of the
+# arguments, the launch phase); what it cannot say -- shape rules between inputs,
+# attribute ranges, the tiling and the kernel launch -- is the op's hand-written
+# Plan<OpType>Custom in csrc/host/aclnn/aclnn_<stem>.cpp.
+
+# An attribute's C type in the aclnn entry, by the prototype's schema type (an
+# optional attribute takes its type's value: the callers resolve None).
+_ACLNN_ATTR = {"int": "int64_t", "float": "double", "bool": "bool", "str": "char*", "SymInt[]": "const aclIntArray*"}
+# What the op's plan sees of an attribute: the same, a string read-only.
+_PLAN_ATTR = {**_ACLNN_ATTR, "str": "const char*"}
+# The prototype's dtypes that the Ascend kernels take (float64, which the CPU and
+# CUDA kernels take, has no Ascend kernel), as aclDataType.
+_ACL_DTYPE = {"float16": "ACL_FLOAT16", "float32": "ACL_FLOAT", "bfloat16": "ACL_BF16"}
+
+
+def _lower_camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(part.capitalize() for part in rest)
+
+
+def aclnn_arg_name(proto, name: str) -> str:
+    """An argument's name in the aclnn entry, as CANN names those of custom
+    operators: lowerCamelCase; an optional input with the suffix Optional; the
+    single output `out`, each of several outputs <name>Out. The checks' messages
+    name the arguments so."""
+    if any(t.name == name and t.optional for t in proto.inputs):
+        return _lower_camel(name) + "Optional"
+    if any(t.name == name for t in proto.outputs):
+        return "out" if len(proto.outputs) == 1 else _lower_camel(name) + "Out"
+    return _lower_camel(name)
+
+
+def aclnn_params(proto, sep: str = ", ") -> str:
+    """The parameters of aclnn<OpType>CustomGetWorkspaceSize before workspaceSize
+    and executor, in CANN's order (aclnn_order), joined by `sep`."""
+    attrs = {a.name: a for a in proto.attrs}
+    params = []
+    for name in aclnn_order(proto):
+        if name in attrs:
+            params.append(f"{_ACLNN_ATTR[attrs[name].schema_type]} {aclnn_arg_name(proto, name)}")
+        else:
+            params.append(f"const aclTensor* {aclnn_arg_name(proto, name)}")
+    return sep.join(params)
+
+
+def aclnn_op(proto) -> str:
+    """The op type CANN knows the op by, which the aclnn messages start with."""
+    return f"{proto.op_type}Custom"
+
+
+def aclnn_plan_source(csrc: Path, proto) -> Path:
+    """The op's hand-written part of its aclnn entry: Plan<OpType>Custom."""
+    return csrc / "host" / "aclnn" / f"aclnn_{ascend_stem(proto)}.cpp"
+
+
+def _generated_from(proto) -> list[str]:
+    return [
+        f"// Generated from op_protos/{proto.path.name} by op_extension/_cpp_gen.py at build time.",
+        "// Do not edit: change the prototype (or the op's own files) and rebuild.",
+    ]
+
+
+def generate_aclnn_header(proto) -> str:
+    """aclnn_<stem>.h: the op's aclnn entry points, the contract with its callers
+    (the npu glue, the simulator binding)."""
+    guard = f"OP_EXT_GENERATED_ACLNN_{ascend_stem(proto).upper()}_H_"
+    name = aclnn_name(proto)
+    return "\n".join(_generated_from(proto) + [
+        "//",
+        f"// The aclnn entry points of {aclnn_op(proto)} (custom::{proto.name}), in the two-phase form",
+        "// CANN generates for custom operator packages: the inputs, the attributes, the",
+        "// outputs (each in the prototype's order), then the workspace size and executor.",
+        "// The first phase checks the arguments, runs the tiling function and sizes the",
+        "// workspace; the second launches the kernel(s) on `stream`.",
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        '#include "aclnn/acl_meta.h"',
+        "",
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "",
+        f"aclnnStatus {name}GetWorkspaceSize(",
+        f"    {aclnn_params(proto, ',' + chr(10) + '    ')},",
+        "    uint64_t* workspaceSize, aclOpExecutor** executor);",
+        "",
+        f"aclnnStatus {name}(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor, aclrtStream stream);",
+        "",
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+        "",
+        f"#endif  // {guard}",
+        "",
+    ])
+
+
+def generate_aclnn_args_header(proto) -> str:
+    """aclnn_<stem>_args.h: <OpType>CustomArgs, the op's aclnn arguments as the
+    generated first phase has read and checked them, and the declaration of the
+    op's hand-written plan."""
+    op = aclnn_op(proto)
+    guard = f"OP_EXT_GENERATED_ACLNN_{ascend_stem(proto).upper()}_ARGS_H_"
+    attrs = {a.name: a for a in proto.attrs}
+    ref = _dtype_reference(proto)
+    lines = _generated_from(proto) + [
+        "//",
+        f"// What Plan{op} (csrc/host/aclnn/aclnn_{ascend_stem(proto)}.cpp, by hand) receives from",
+        f"// the generated aclnn{op}GetWorkspaceSize: every tensor described, present",
+        "// when given (an optional one otherwise absent), of the dtype of",
+        f"// `{aclnn_arg_name(proto, ref)}`, contiguous, each output shaped as its prototype's shape rule",
+        "// says when that names an input; the attributes as passed (a string one",
+        "// defaulted and checked against its allowed values).",
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        "#include <cstdint>",
+        "#include <optional>",
+        "",
+        '#include "aclnn_common.h"',
+        '#include "soc_spec.h"',
+        "",
+        "namespace op_ext::aclnn {",
+        "",
+        f"struct {op}Args {{",
+        f'  static constexpr const char* kOp = "{op}";',
+        "  ascend::SocSpec soc;  // the SoC it runs on",
+        f"  uint32_t dtype = 0;   // the kernel dtype code (KernelDType) of every tensor",
+    ]
+    for name in aclnn_order(proto):
+        arg = aclnn_arg_name(proto, name)
+        if name in attrs:
+            lines.append(f"  {_PLAN_ATTR[attrs[name].schema_type]} {arg}{{}};")
+        elif _optional_tensor(proto, name):
+            lines.append(f"  std::optional<TensorDesc> {arg};")
+        else:
+            lines.append(f"  TensorDesc {arg};")
+    lines += [
+        "};",
+        "",
+        "// Checks what the prototype cannot say, tiles and plans the kernel launches.",
+        f"LaunchPlan Plan{op}(const {op}Args& args);",
+        "",
+        "}  // namespace op_ext::aclnn",
+        "",
+        f"#endif  // {guard}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _optional_tensor(proto, name: str) -> bool:
+    """An optional input, or the output whose shape rule names one (an optional
+    parameter's gradient: given exactly when the parameter is)."""
+    optional_inputs = {t.name for t in proto.inputs if t.optional}
+    return name in optional_inputs or any(o.name == name and o.shape in optional_inputs for o in proto.outputs)
+
+
+def _dtype_reference(proto) -> str:
+    """The tensor whose dtype the op's others must share: the input whose shape
+    the first output has, else the first required input (as the simulator
+    binding picks the outputs' dtype)."""
+    required = [t.name for t in proto.inputs if not t.optional]
+    return proto.outputs[0].shape if proto.outputs[0].shape in required else required[0]
+
+
+def _aclnn_entry(proto) -> list[str]:
+    op = aclnn_op(proto)
+    name = aclnn_name(proto)
+    attrs = {a.name: a for a in proto.attrs}
+    tensors = {t.name: t for t in proto.inputs + proto.outputs}
+    inputs = {t.name: t for t in proto.inputs}
+    ref = _dtype_reference(proto)
+    arg = lambda n: aclnn_arg_name(proto, n)  # noqa: E731
+    lines = [
+        f"// {name} (op_protos/{proto.path.name}): what the prototype says, then Plan{op}.",
+        f'extern "C" aclnnStatus {name}GetWorkspaceSize(',
+        f"    {aclnn_params(proto, ',' + chr(10) + '    ')},",
+        "    uint64_t* workspaceSize, aclOpExecutor** executor) {",
+        "  using namespace op_ext::aclnn;",
+        f"  constexpr const char* op = {op}Args::kOp;",
+        "  return PrepareLaunch(op, workspaceSize, executor, [&]() {",
+        f"    {op}Args args;",
+        "    args.soc = op_ext::ascend::CurrentSocSpec();",
+    ]
+    # Every tensor: a null required one is ACLNN_ERR_PARAM_NULLPTR naming it.
+    order = [n for n in aclnn_order(proto) if n in tensors]
+    for n in order:
+        if not _optional_tensor(proto, n):
+            lines.append(f'    args.{arg(n)} = DescribeTensor(op, "{arg(n)}", {arg(n)});')
+    for o in proto.outputs:
+        if _optional_tensor(proto, o.name):
+            lines += [
+                f"    if (({arg(o.shape)} == nullptr) != ({arg(o.name)} == nullptr)) {{",
+                f'      Invalid(op, "{arg(o.name)} must be given exactly when {arg(o.shape)} is");',
+                "    }",
+            ]
+    for n in order:
+        if _optional_tensor(proto, n):
+            lines.append(f'    if ({arg(n)} != nullptr) args.{arg(n)} = DescribeTensor(op, "{arg(n)}", {arg(n)});')
+    # dtypes: the reference's among the prototype's (those with an Ascend kernel);
+    # every tensor whose type column is the reference's has its dtype.
+    listed = []
+    for d in tensors[ref].dtypes:
+        if d in _ACL_DTYPE and _ACL_DTYPE[d] not in listed:
+            listed.append(_ACL_DTYPE[d])
+    if not listed:
+        raise ValueError(f"{proto.path.name}: {proto.name}: {ref} lists no dtype an Ascend kernel takes ({', '.join(_ACL_DTYPE)})")
+    lines.append(f'    args.dtype = KernelDType(op, "{arg(ref)}", args.{arg(ref)}.dtype, args.soc, {{{", ".join(listed)}}});')
+    for n in order:
+        if n == ref:
+            continue
+        if tensors[n].dtypes != tensors[ref].dtypes:
+            raise ValueError(f"{proto.path.name}: {proto.name}: {n} lists other dtypes than {ref}; "
+                             "the aclnn entries take one dtype per call")
+        lines.append(_if_present(proto, n, f'CheckSameDType(op, "{arg(ref)}", args.{arg(ref)}, "{arg(n)}", {_value(proto, n)});'))
+    for n, a in attrs.items():
+        if a.schema_type == "str" and a.allowed_values:
+            allowed = ", ".join(f'"{v}"' for v in a.allowed_values)
+            fallback = f'"{a.default}"' if isinstance(a.default, str) else "nullptr"
+            lines.append(f'    args.{arg(n)} = AllowedValue(op, "{arg(n)}", {arg(n)}, {fallback}, {{{allowed}}});')
+        else:
+            lines.append(f"    args.{arg(n)} = {arg(n)};")
+    # Shapes: each output as its shape rule's input.
+    for o in proto.outputs:
+        if o.shape in inputs:
+            check = f'CheckSameShape(op, "{arg(o.shape)}", {_value(proto, o.shape)}, "{arg(o.name)}", {_value(proto, o.name)});'
+            lines.append(_if_present(proto, o.name, check))
+    # The kernels read and write dense row-major memory (the prototype's ND format).
+    for n in order:
+        lines.append(_if_present(proto, n, f'CheckContiguous(op, "{arg(n)}", {_value(proto, n)});'))
+    lines += [
+        f"    return Plan{op}(args);",
+        "  });",
+        "}",
+        "",
+        f'extern "C" aclnnStatus {name}(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,',
+        "    aclrtStream stream) {",
+        f"  return op_ext::aclnn::RunLaunch(op_ext::aclnn::{op}Args::kOp, workspace, workspaceSize, executor, stream);",
+        "}",
+        "",
+    ]
+    return lines
+
+
+def _value(proto, name: str) -> str:
+    arg = aclnn_arg_name(proto, name)
+    return f"*args.{arg}" if _optional_tensor(proto, name) else f"args.{arg}"
+
+
+def _if_present(proto, name: str, statement: str) -> str:
+    if _optional_tensor(proto, name):
+        return f"    if (args.{aclnn_arg_name(proto, name)}) {statement}"
+    return f"    {statement}"
+
+
+def generate_aclnn_entries(protos: dict, csrc: Path) -> str:
+    """op_ext_aclnn_entries.cpp: every op's two aclnn phases. The first reads each
+    tensor argument (DescribeTensor, naming it), pairs an optional parameter's
+    gradient with the parameter, checks the dtypes, the output shapes and
+    contiguity the prototype states, defaults and checks string attributes, then
+    calls the op's Plan<OpType>Custom; the second is RunLaunch, the same for
+    every op. Compiled with the host code (the simulator's module, CANN's
+    libop_ext_ascend)."""
+    for p in protos.values():
+        source = aclnn_plan_source(csrc, p)
+        if not source.exists():
+            raise FileNotFoundError(
+                f"{p.path.name}: the op {p.name} has no aclnn plan {source.as_posix()} "
+                f"(python -m op_extension.scaffold writes one, named after the op: aclnn_{ascend_stem(p)}.cpp)")
+    lines = HEADER + [
+        "//",
+        "// The aclnn entry points of every op (the headers aclnn_<stem>.h beside this",
+        "// file declare them); each op's plan is written by hand in",
+        "// csrc/host/aclnn/aclnn_<stem>.cpp.",
+    ]
+    for p in protos.values():
+        lines.append(f'#include "aclnn_{ascend_stem(p)}.h"')
+    lines.append("")
+    for p in protos.values():
+        lines.append(f'#include "aclnn_{ascend_stem(p)}_args.h"')
+    lines.append("")
+    for p in protos.values():
+        lines += _aclnn_entry(p)
+    return "\n".join(lines)
+
+
+ACLNN_ENTRIES = "op_ext_aclnn_entries.cpp"
+
+
+def write_aclnn(protos: dict, csrc: Path, out_dir: Path, write) -> None:
+    """The aclnn headers of every op and their entries (ACLNN_ENTRIES)."""
+    for p in protos.values():
+        write(out_dir / f"aclnn_{ascend_stem(p)}.h", generate_aclnn_header(p))
+        write(out_dir / f"aclnn_{ascend_stem(p)}_args.h", generate_aclnn_args_header(p))
+    write(out_dir / ACLNN_ENTRIES, generate_aclnn_entries(protos, csrc))
 
 
 # What the simulator binding takes for each schema type: the handle's types, but
@@ -456,8 +770,7 @@ def _sim_function(p) -> list[str]:
     # shape tensor, else of the first tensor input. Every tensor of a call has one
     # dtype when the aclnn entry accepts it; this matters for the messages of
     # those it refuses.
-    required = [t.name for t in p.inputs if not t.optional]
-    first = p.outputs[0].shape if p.outputs[0].shape in required else required[0]
+    first = _dtype_reference(p)
     multi = len(p.outputs) > 1
     ret = "std::tuple<" + ", ".join(["at::Tensor"] * len(p.outputs)) + ">" if multi else "at::Tensor"
     params = ", ".join(f"{_SIM_PARAM[a.type]} {a.name}" for a in args)
@@ -524,12 +837,7 @@ def generate_ascend_sim_ops(protos: dict, csrc: Path) -> str:
     AclIntArray, Unwritten, ParamGrad, ContiguousOrNone, CallAclnn)."""
     lines = HEADER + ["#pragma once", ""]
     for p in protos.values():
-        header = csrc / "host" / "aclnn" / f"aclnn_{ascend_stem(p)}.h"
-        if not header.exists():
-            raise FileNotFoundError(
-                f"{p.path.name}: the op {p.name} has no aclnn header {header.as_posix()} "
-                f"(python -m op_extension.scaffold writes one, named after the op: aclnn_{ascend_stem(p)}.h)")
-        lines.append(f'#include "{header.name}"')
+        lines.append(f'#include "aclnn_{ascend_stem(p)}.h"  // generated beside this file (write_aclnn)')
     lines += ["", "namespace {", ""]
     for p in protos.values():
         lines += _sim_function(p)
@@ -708,6 +1016,9 @@ def write_all(protos: dict, csrc: Path, out_dir: Path, write) -> list[Path]:
     autograd = out_dir / "op_ext_autograd.cpp"
     write(autograd, generate_autograd(protos, csrc))
     write(out_dir / "op_ext_ascend_sim_ops.h", generate_ascend_sim_ops(protos, csrc))
+    # Not returned: the host code of the simulator's module and of CANN's build
+    # (cmake/ascend) compile ACLNN_ENTRIES; the npu glue includes the headers.
+    write_aclnn(protos, csrc, out_dir, write)
     # Not returned: compiled only by the npu build (setup.py), its compile check
     # (scripts/check_npu_glue.sh) and the simulated-npu tests.
     write(out_dir / NPU_REGISTRATION, generate_npu_registration(protos, csrc))

@@ -116,7 +116,7 @@ SCAFFOLDED = {
     "op_extension/csrc/torch_ext/ops/scale_by.h", "op_extension/csrc/torch_ext/npu/ops/scale_by.cpp",
     *(f"op_extension/csrc/{f}" for stem in ("scale_by_custom", "scale_by_grad_custom") for f in (
         f"kernel/ascendc/{stem}.cpp", f"host/tiling/{stem}_tiling.h", f"host/tiling/{stem}_tiling.cpp",
-        f"host/aclnn/aclnn_{stem}.h", f"host/aclnn/aclnn_{stem}.cpp")),
+        f"host/aclnn/aclnn_{stem}.cpp")),
     "op_extension/op_defs/scale_by.py", "tests/test_scale_by.py", "tests/op_cases/scale_by.py",
 }
 
@@ -474,44 +474,27 @@ def tiling_source(stem: str, op_type: str) -> list[tuple[str, str]]:
     ]
 
 
-def aclnn_body(stem: str, op_type: str, x: str, y: str) -> tuple[str, str]:
-    """The aclnn entry's checks and launch, as aclnn_gelu_custom.cpp: same shape and
-    dtype, contiguous (the callers make them so), no launch for no elements."""
+def aclnn_body(stem: str, op_type: str, x: str) -> tuple[str, str]:
+    """The aclnn plan's tiling and launch, as aclnn_gelu_custom.cpp: the generated
+    entry has checked the dtypes, out's shape and contiguity; no launch for no
+    elements."""
     fn = f"Compute{op_type.removesuffix('Custom')}Tiling"
+    x_arg = x.split("_")[0] + "".join(part.capitalize() for part in x.split("_")[1:])  # the aclnn name
     return (
-        f"""  using namespace op_ext::aclnn;
-  (void){x}; (void)alpha; (void){y}Out;
-  return PrepareLaunch("{op_type}", workspaceSize, executor, [&]() -> LaunchPlan {{
-    // Check the arguments (DescribeTensor, CheckSameShape ...), tile, and launch
-    // {stem} as aclnn_add_custom.cpp does.
-    throw ArgError(ACLNN_ERR_INNER, "{op_type}: not implemented yet: fill in op_extension/csrc/host/aclnn/aclnn_{stem}.cpp");
-  }});""",
-        f"""  using namespace op_ext::aclnn;
-  constexpr const char* kOp = "{op_type}";
-  return PrepareLaunch(kOp, workspaceSize, executor, [&]() {{
-    const auto soc = op_ext::ascend::CurrentSocSpec();
-    const TensorDesc x = DescribeTensor(kOp, "{x}", {x});
-    const TensorDesc y = DescribeTensor(kOp, "{y}", {y}Out);
-    const uint32_t dtype = KernelDType(kOp, "{x}", x.dtype, soc);
-    CheckSameDType(kOp, "{x}", x, "{y}", y);
-    CheckSameShape(kOp, "{x}", x, "{y}", y);
-    CheckContiguous(kOp, "{x}", x);
-    CheckContiguous(kOp, "{y}", y);
-    LaunchPlan plan;
-    if (x.Numel() == 0) return plan;
-    const auto tiling = op_ext::ascend::{fn}(x.Numel(), dtype, alpha, soc);
-    KernelLaunch launch;
-    launch.tiling.resize(tiling.GetDataSize());
-    tiling.SaveToBuffer(launch.tiling.data(), launch.tiling.size());
-    uint8_t* xd = x.data;
-    uint8_t* yd = y.data;
-    const uint32_t blockDim = tiling.usedCoreNum;
-    launch.launch = [=](uint8_t* tilingDevice, uint8_t* kernelWorkspace, aclrtStream stream) {{
-      return OP_EXT_LAUNCH_KERNEL({stem}, blockDim, stream, xd, yd, kernelWorkspace, tilingDevice);
-    }};
-    plan.launches.push_back(std::move(launch));
-    return plan;
-  }});""",
+        f"""  // Check what the prototype cannot say (shapes between inputs, attribute
+  // ranges), tile, and launch {stem} with AddLaunch, as
+  // aclnn_gelu_custom.cpp does.
+  (void)args;
+  throw ArgError(ACLNN_ERR_INNER, "{op_type}: not implemented yet: fill in op_extension/csrc/host/aclnn/aclnn_{stem}.cpp");""",
+        f"""  LaunchPlan plan;
+  if (args.{x_arg}.Numel() == 0) return plan;
+  const auto tiling = ascend::{fn}(args.{x_arg}.Numel(), args.dtype, args.alpha, args.soc);
+  uint8_t* xd = args.{x_arg}.data;
+  uint8_t* yd = args.out.data;
+  AddLaunch(plan, tiling, tiling.usedCoreNum, [=](uint32_t blockDim, aclrtStream stream, uint8_t* ws, uint8_t* td) {{
+    return OP_EXT_LAUNCH_KERNEL({stem}, blockDim, stream, xd, yd, ws, td);
+  }});
+  return plan;""",
     )
 
 
@@ -609,7 +592,7 @@ def fill_in(tree: Path) -> None:
         rewrite(tree, f"{CSRC}/kernel/ascendc/{stem}.cpp", ascend_kernel(stem, x, y))
         fill(tree, f"{CSRC}/host/tiling/{stem}_tiling.h", tiling_header(op_type, x))
         fill(tree, f"{CSRC}/host/tiling/{stem}_tiling.cpp", tiling_source(stem, op_type))
-        fill(tree, f"{CSRC}/host/aclnn/aclnn_{stem}.cpp", [aclnn_declaration(stem), aclnn_body(stem, op_type, x, y)])
+        fill(tree, f"{CSRC}/host/aclnn/aclnn_{stem}.cpp", [aclnn_declaration(stem), aclnn_body(stem, op_type, x)])
     fill(tree, "op_extension/op_defs/scale_by.py", REFERENCES)
     fill(tree, "tests/op_cases/scale_by.py", OP_CASES)
 

@@ -66,8 +66,7 @@ EXPECTED = {
     # msopgen's names: <op>_custom, and <op>_grad_custom for the backward op
     *(f"op_extension/csrc/{f}" for stem in ("scale_shift_custom", "scale_shift_grad_custom") for f in (
         f"kernel/ascendc/{stem}.cpp", f"host/tiling/{stem}_tiling.h",
-        f"host/tiling/{stem}_tiling.cpp", f"host/aclnn/aclnn_{stem}.h",
-        f"host/aclnn/aclnn_{stem}.cpp")),
+        f"host/tiling/{stem}_tiling.cpp", f"host/aclnn/aclnn_{stem}.cpp")),
     "op_extension/op_defs/scale_shift.py",
     "tests/test_scale_shift.py",
     "tests/op_cases/scale_shift.py",
@@ -286,13 +285,30 @@ def test_cuda_file_compiles_under_the_cpu_harness(tree, tmp_path):
 
 
 def test_ascend_files_compile_under_the_simulator(tree, tmp_path):
+    """The scaffolded kernel, tiling and aclnn plan, and the aclnn entry points the
+    build generates around the plan (_cpp_gen.write_aclnn), compile."""
+    from op_extension import _cpp_gen
+
+    generated = tmp_path / "generated"
+    _cpp_gen.write_aclnn(_protos.load_protos(tree / "op_protos"), tree / "op_extension/csrc", generated,
+                         lambda path, text: path.parent.mkdir(parents=True, exist_ok=True) or path.write_text(text))
+    header = (generated / "aclnn_scale_shift_custom.h").read_text()
+    assert header.startswith("// Generated from op_protos/scale_shift.json by op_extension/_cpp_gen.py")
+    assert ("aclnnStatus aclnnScaleShiftCustomGetWorkspaceSize(\n    const aclTensor* input,\n"
+            "    const aclTensor* shiftOptional,\n    const aclIntArray* dims,\n    double scale,\n"
+            "    const aclTensor* out,\n    uint64_t* workspaceSize, aclOpExecutor** executor);") in header
+    entries = (generated / _cpp_gen.ACLNN_ENTRIES).read_text()
+    assert 'if ((shiftOptional == nullptr) != (gradShiftOut == nullptr)) {' in entries
+    assert "return PlanScaleShiftGradCustom(args);" in entries
     folders = [tree / "op_extension/csrc" / d for d in ("host/aclnn", "host/tiling", "kernel/ascendc")]
-    includes = folders + [CSRC / d for d in ("ascendc_sim/include", "host/aclnn", "host/tiling", "kernel/ascendc")]
+    includes = folders + [generated] + [CSRC / d for d in ("ascendc_sim/include", "host/aclnn", "host/tiling",
+                                                           "kernel/ascendc")]
     for stem in ("scale_shift_custom", "scale_shift_grad_custom"):
         for rel in (f"kernel/ascendc/{stem}.cpp", f"host/tiling/{stem}_tiling.cpp",
                     f"host/aclnn/aclnn_{stem}.cpp"):
             syntax_check(f'#include "{tree / "op_extension/csrc" / rel}"\n', includes, ["OP_EXT_ASCEND_SIM=1"],
                          tmp_path)
+    syntax_check(f'#include "{generated / _cpp_gen.ACLNN_ENTRIES}"\n', includes, ["OP_EXT_ASCEND_SIM=1"], tmp_path)
 
 
 def test_the_op_is_registered_and_differentiable_without_a_shared_file_edit(tree, tmp_path):
@@ -540,3 +556,36 @@ def test_rotary_embedding_lives_in_the_files_the_scaffold_wrote():
               if (ROOT / path).is_file() and pattern.search((ROOT / path).read_text(errors="replace"))}
     prototypes = {"op_protos/rotary_embedding.json", "op_protos/rotary_embedding_backward.json"}
     assert naming - planned - prototypes - ROPE_OWN_EXTRAS - ROPE_USERS == set()
+
+
+def test_the_aclnn_entries_are_generated_around_hand_written_plans(tmp_path):
+    """Every op's aclnn header and both aclnn phases come from its prototype
+    (_cpp_gen.write_aclnn); csrc/host/aclnn holds per op only its plan, and an op
+    without one fails the generation naming the file and the scaffold."""
+    from op_extension import _cpp_gen
+
+    protos = _protos.load_protos()
+    assert not sorted((CSRC / "host/aclnn").glob("aclnn_*_custom.h")), "aclnn headers are generated, not written"
+    written = {}
+    _cpp_gen.write_aclnn(protos, CSRC, tmp_path, lambda path, text: written.__setitem__(path.name, text))
+    entries = written.pop(_cpp_gen.ACLNN_ENTRIES)
+    for p in protos.values():
+        stem, op = _cpp_gen.ascend_stem(p), _cpp_gen.aclnn_op(p)
+        for name in (f"aclnn_{stem}.h", f"aclnn_{stem}_args.h"):
+            assert written[name].startswith(f"// Generated from op_protos/{p.path.name} by op_extension/_cpp_gen.py"), name
+        plan = (CSRC / "host/aclnn" / f"aclnn_{stem}.cpp").read_text()
+        assert f"LaunchPlan Plan{op}(const {op}Args& args) {{" in plan
+        assert 'extern "C"' not in plan and "RunLaunch" not in plan, f"aclnn_{stem}.cpp: the entry points are generated"
+        assert f"    return Plan{op}(args);" in entries
+        assert f"  return op_ext::aclnn::RunLaunch(op_ext::aclnn::{op}Args::kOp, workspace" in entries
+    # The checks the prototypes state, as the messages name the arguments.
+    assert 'Invalid(op, "gradWeightOut must be given exactly when weightOptional is");' in entries
+    assert 'args.approximate = AllowedValue(op, "approximate", approximate, "none", {"none", "tanh"});' in entries
+    assert 'CheckSameShape(op, "output", args.output, "out", args.out);' in entries  # softmax_backward's rule
+
+    csrc = tmp_path / "csrc"
+    shutil.copytree(CSRC / "host", csrc / "host", ignore=shutil.ignore_patterns("*.o"))
+    (csrc / "host/aclnn/aclnn_gelu_custom.cpp").unlink()
+    with pytest.raises(FileNotFoundError, match=r"gelu.json: the op gelu has no aclnn plan .*aclnn_gelu_custom.cpp "
+                                                r"\(python -m op_extension.scaffold writes one"):
+        _cpp_gen.generate_aclnn_entries(protos, csrc)

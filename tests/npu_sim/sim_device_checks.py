@@ -61,6 +61,7 @@ def _build() -> None:
     sources += [generated / cpp_gen.NPU_REGISTRATION, CSRC / "torch_ext" / "checks.cpp", HERE / "sim_npu_device.cpp"]
     for folder in ("host/aclnn", "host/tiling", "kernel/ascendc"):
         sources += sorted((CSRC / folder).glob("*.cpp"))
+    sources.append(generated / cpp_gen.ACLNN_ENTRIES)  # the aclnn entry points, around host/aclnn's plans
     includes = [HERE / "include", CSRC / "ascendc_sim" / "include", CSRC / "host" / "aclnn",
                 CSRC / "host" / "tiling", CSRC / "kernel" / "ascendc", generated]
     load(

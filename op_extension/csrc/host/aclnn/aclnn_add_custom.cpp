@@ -1,14 +1,14 @@
-// aclnnAddCustom: out = input + alpha * other.
+// PlanAddCustom: out = input + alpha * other.
 //
-// Contract (what the caller provides): input, other and out have the same
-// shape and dtype (float16, float32, bfloat16) and are contiguous. Broadcasting
-// is the caller's job (materialise `other` expanded to the output shape), so the
-// kernel reads three dense runs of memory.
-#include "aclnn_add_custom.h"
+// The generated entry (build/generated/op_ext_aclnn_entries.cpp) has checked
+// one dtype (float16, float32, bfloat16), contiguity and out's shape. Beyond the
+// prototype, whose output broadcasts: the kernel takes no broadcast, so other
+// has input's shape (the caller materialises it expanded), and the kernel reads
+// three dense runs of memory.
+#include "aclnn_add_custom_args.h"
 
-#include "aclnn_common.h"
-#include "kernel_launch.h"
 #include "add_custom_tiling.h"
+#include "kernel_launch.h"
 
 #ifndef OP_EXT_ASCEND_SIM
 #include "aclrtlaunch_add_custom.h"
@@ -17,48 +17,20 @@
 OP_EXT_DECLARE_KERNEL(add_custom, OP_EXT_GM_ADDR x, OP_EXT_GM_ADDR y, OP_EXT_GM_ADDR z, OP_EXT_GM_ADDR workspace,
                       OP_EXT_GM_ADDR tiling);
 
-namespace {
+namespace op_ext::aclnn {
 
-constexpr const char* kOp = "AddCustom";
-
-}  // namespace
-
-extern "C" aclnnStatus aclnnAddCustomGetWorkspaceSize(const aclTensor* input, const aclTensor* other, double alpha,
-                                                       const aclTensor* out, uint64_t* workspaceSize,
-                                                       aclOpExecutor** executor) {
-  using namespace op_ext::aclnn;
-  return PrepareLaunch(kOp, workspaceSize, executor, [&]() {
-    const auto soc = op_ext::ascend::CurrentSocSpec();
-    const TensorDesc x = DescribeTensor(kOp, "input", input);
-    const TensorDesc y = DescribeTensor(kOp, "other", other);
-    const TensorDesc z = DescribeTensor(kOp, "out", out);
-    const uint32_t dtype = KernelDType(kOp, "input", x.dtype, soc);
-    CheckSameDType(kOp, "input", x, "other", y);
-    CheckSameDType(kOp, "input", x, "out", z);
-    CheckSameShape(kOp, "input", x, "other", y);
-    CheckSameShape(kOp, "input", x, "out", z);
-    CheckContiguous(kOp, "input", x);
-    CheckContiguous(kOp, "other", y);
-    CheckContiguous(kOp, "out", z);
-    LaunchPlan plan;
-    if (x.Numel() == 0) return plan;
-    const auto tiling = op_ext::ascend::ComputeAddTiling(x.Numel(), dtype, alpha, soc);
-    KernelLaunch launch;
-    launch.tiling.resize(tiling.GetDataSize());
-    tiling.SaveToBuffer(launch.tiling.data(), launch.tiling.size());
-    uint8_t* xd = x.data;
-    uint8_t* yd = y.data;
-    uint8_t* zd = z.data;
-    const uint32_t blockDim = tiling.usedCoreNum;
-    launch.launch = [=](uint8_t* tilingDevice, uint8_t* kernelWorkspace, aclrtStream stream) {
-      return OP_EXT_LAUNCH_KERNEL(add_custom, blockDim, stream, xd, yd, zd, kernelWorkspace, tilingDevice);
-    };
-    plan.launches.push_back(std::move(launch));
-    return plan;
+LaunchPlan PlanAddCustom(const AddCustomArgs& args) {
+  CheckSameShape(args.kOp, "input", args.input, "other", args.other);
+  LaunchPlan plan;
+  if (args.input.Numel() == 0) return plan;
+  const auto tiling = ascend::ComputeAddTiling(args.input.Numel(), args.dtype, args.alpha, args.soc);
+  uint8_t* xd = args.input.data;
+  uint8_t* yd = args.other.data;
+  uint8_t* zd = args.out.data;
+  AddLaunch(plan, tiling, tiling.usedCoreNum, [=](uint32_t blockDim, aclrtStream stream, uint8_t* ws, uint8_t* td) {
+    return OP_EXT_LAUNCH_KERNEL(add_custom, blockDim, stream, xd, yd, zd, ws, td);
   });
+  return plan;
 }
 
-extern "C" aclnnStatus aclnnAddCustom(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                                      aclrtStream stream) {
-  return op_ext::aclnn::RunLaunch(kOp, workspace, workspaceSize, executor, stream);
-}
+}  // namespace op_ext::aclnn

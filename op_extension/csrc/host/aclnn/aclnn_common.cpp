@@ -1,5 +1,6 @@
 #include "aclnn_common.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -258,21 +259,45 @@ std::vector<int64_t> InputSizeFromOut(const char* op, const aclIntArray* inputSi
   return out.shape;
 }
 
-uint32_t KernelDType(const char* op, const char* name, aclDataType dtype, const ascend::SocSpec& soc) {
-  switch (dtype) {
-    case ACL_FLOAT:
-      return ascend::kDTypeFloat;
-    case ACL_FLOAT16:
-      return ascend::kDTypeHalf;
-    case ACL_BF16:
-      if (!soc.hasBfloat16) {
-        Invalid(op, std::string(name) + " is bfloat16, which " + soc.name + " does not support (float16, float32)");
-      }
-      return ascend::kDTypeBf16;
-    default:
-      Invalid(op, std::string(name) + " has dtype " + DataTypeName(dtype) +
-                      "; supported: float16, float32, bfloat16 (bfloat16 not on Ascend310P)");
+uint32_t KernelDType(const char* op, const char* name, aclDataType dtype, const ascend::SocSpec& soc,
+                     std::initializer_list<aclDataType> listed) {
+  bool isListed = false;
+  std::string supported;
+  for (aclDataType d : listed) {
+    isListed = isListed || d == dtype;
+    supported += (supported.empty() ? "" : ", ") + std::string(DataTypeName(d));
   }
+  const bool bf16Listed = std::find(listed.begin(), listed.end(), ACL_BF16) != listed.end();
+  if (isListed) {
+    switch (dtype) {
+      case ACL_FLOAT:
+        return ascend::kDTypeFloat;
+      case ACL_FLOAT16:
+        return ascend::kDTypeHalf;
+      case ACL_BF16:
+        if (!soc.hasBfloat16) {
+          Invalid(op, std::string(name) + " is bfloat16, which " + soc.name + " does not support (float16, float32)");
+        }
+        return ascend::kDTypeBf16;
+      default:
+        break;  // no Ascend kernel takes it, listed or not
+    }
+  }
+  Invalid(op, std::string(name) + " has dtype " + DataTypeName(dtype) + "; supported: " + supported +
+                  (bf16Listed ? " (bfloat16 not on Ascend310P)" : ""));
+}
+
+const char* AllowedValue(const char* op, const char* name, const char* value, const char* fallback,
+                         std::initializer_list<const char*> allowed) {
+  if (value == nullptr) return fallback;
+  std::string expected;
+  size_t i = 0;
+  for (const char* a : allowed) {
+    if (std::strcmp(value, a) == 0) return a;
+    expected += std::string(i == 0 ? "" : (i + 1 == allowed.size() ? " or " : ", ")) + "'" + a + "'";
+    ++i;
+  }
+  Invalid(op, std::string(name) + " must be " + expected + ", got '" + value + "'");
 }
 
 uint32_t GeluApproximate(const char* op, const char* approximate) {
@@ -300,6 +325,21 @@ RowShape NormRows(const char* op, const TensorDesc& input, const std::vector<int
   }
   for (size_t i = 0; i < lead; ++i) rs.rows *= uint64_t(input.shape[i]);
   return rs;
+}
+
+SoftmaxDims SoftmaxDimsOf(const char* op, const char* name, const TensorDesc& t, int64_t dim) {
+  const int64_t ndim = static_cast<int64_t>(t.shape.size());
+  if (ndim == 0) Invalid(op, std::string(name) + " has no dims (view a 0-dim tensor as [1] first)");
+  if (dim < -ndim || dim >= ndim) {
+    Invalid(op, "dim " + std::to_string(dim) + " is out of range for " + name + " " + ShapeString(t.shape) +
+                    " (expected [" + std::to_string(-ndim) + ", " + std::to_string(ndim - 1) + "])");
+  }
+  const size_t d = static_cast<size_t>(dim < 0 ? dim + ndim : dim);
+  SoftmaxDims dims;
+  for (size_t i = 0; i < d; ++i) dims.outer *= uint64_t(t.shape[i]);
+  for (size_t i = d + 1; i < t.shape.size(); ++i) dims.inner *= uint64_t(t.shape[i]);
+  dims.dimSize = uint64_t(t.shape[d]);
+  return dims;
 }
 
 void CheckAffine(const char* op, const char* name, const TensorDesc& param, const TensorDesc& input,

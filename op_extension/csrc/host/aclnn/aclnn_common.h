@@ -1,8 +1,13 @@
-// Shared machinery of the op_extension aclnn entry points (aclnn_<op>_custom.cpp).
+// Shared machinery of the op_extension aclnn entry points.
 //
-// Each op's first phase (aclnn<Op>CustomGetWorkspaceSize) reads and checks its
-// arguments, runs the tiling function and returns a LaunchPlan as the executor;
-// the second phase (aclnn<Op>Custom) copies the TilingData of all its launches
+// Each op's entry points are generated from its prototype at build time
+// (op_extension/_cpp_gen.py: aclnn_<stem>.h, aclnn_<stem>_args.h and
+// op_ext_aclnn_entries.cpp in build/generated). The first phase
+// (aclnn<Op>CustomGetWorkspaceSize) reads and checks what the prototype says
+// about its arguments, then calls the op's hand-written Plan<Op>Custom
+// (csrc/host/aclnn/aclnn_<stem>.cpp), which checks the rest, runs the tiling
+// function and returns a LaunchPlan, kept as the executor; the second phase
+// (aclnn<Op>Custom) copies the TilingData of all its launches
 // into the head of the workspace with one asynchronous copy and launches the
 // kernel(s) on the stream (docs/ascend_npu_glue.md, "Per-launch cost"). Argument problems become
 // ACLNN_ERR_PARAM_* statuses with a message naming the op
@@ -16,6 +21,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -69,9 +76,17 @@ std::vector<int64_t> NormalizedShape(const char* op, const TensorDesc& input, co
 // inputSize of AddGradCustom: the shape of out (as many dims as inputSize has).
 std::vector<int64_t> InputSizeFromOut(const char* op, const aclIntArray* inputSize, const TensorDesc& out);
 
-// The kernel dtype code (KernelDType) for a float16 / float32 / bfloat16 tensor;
-// anything else, or bfloat16 on a SoC without it, is an error naming the op.
-uint32_t KernelDType(const char* op, const char* name, aclDataType dtype, const ascend::SocSpec& soc);
+// The kernel dtype code (KernelDType) of a tensor whose dtype is one of `listed`
+// (the dtypes of the op's prototype that the Ascend kernels take: float16,
+// float32, bfloat16); anything else, or bfloat16 on a SoC without it, is an
+// error naming the op.
+uint32_t KernelDType(const char* op, const char* name, aclDataType dtype, const ascend::SocSpec& soc,
+                     std::initializer_list<aclDataType> listed = {ACL_FLOAT16, ACL_FLOAT, ACL_BF16});
+
+// A string attribute: `value`, or `fallback` (the prototype's default) when null;
+// a value not in `allowed` is an error naming the op and the attribute.
+const char* AllowedValue(const char* op, const char* name, const char* value, const char* fallback,
+                         std::initializer_list<const char*> allowed);
 
 // 0 for "none" (or null: the prototype's default), 1 for "tanh"; else an error.
 uint32_t GeluApproximate(const char* op, const char* approximate);
@@ -84,9 +99,21 @@ struct RowShape {
 };
 RowShape NormRows(const char* op, const TensorDesc& input, const std::vector<int64_t>& normalizedShape);
 
+// A softmax along `dim` of `t` as [outer, dimSize, inner]: t has at least one
+// dim (the callers view a 0-dim tensor as [1]) and dim is in [-ndim, ndim).
+struct SoftmaxDims {
+  uint64_t outer = 1;
+  uint64_t dimSize = 1;
+  uint64_t inner = 1;
+};
+SoftmaxDims SoftmaxDimsOf(const char* op, const char* name, const TensorDesc& t, int64_t dim);
+
 // A norm's affine parameter: same shape as normalizedShape, same dtype as input, contiguous.
 void CheckAffine(const char* op, const char* name, const TensorDesc& param, const TensorDesc& input,
                  const std::vector<int64_t>& normalizedShape);
+
+// The device address of an optional tensor, null when it is absent.
+inline uint8_t* DataOf(const std::optional<TensorDesc>& t) { return t ? t->data : nullptr; }
 
 void CheckContiguous(const char* op, const char* name, const TensorDesc& t);
 void CheckSameShape(const char* op, const char* nameA, const TensorDesc& a, const char* nameB, const TensorDesc& b);
@@ -108,6 +135,34 @@ struct LaunchPlan {
 };
 
 uint64_t WorkspaceBytes(const LaunchPlan& plan);
+
+// Adds a launch of `launchKernel(blockDim, stream, kernelWorkspace, tilingDevice)`
+// with `tiling` (a TilingData) as its TilingData.
+template <typename TilingData, typename LaunchFn>
+void AddLaunch(LaunchPlan& plan, const TilingData& tiling, uint32_t blockDim, LaunchFn launchKernel) {
+  KernelLaunch launch;
+  launch.tiling.resize(tiling.GetDataSize());
+  tiling.SaveToBuffer(launch.tiling.data(), launch.tiling.size());
+  launch.launch = [=](uint8_t* tilingDevice, uint8_t* kernelWorkspace, aclrtStream stream) {
+    return launchKernel(blockDim, stream, kernelWorkspace, tilingDevice);
+  };
+  plan.launches.push_back(std::move(launch));
+}
+
+// A norm backward's launches (RmsNormGradCustom's and LayerNormGradCustom's
+// TilingData): the rows, when any core has some, then, with a parameter
+// gradient, the columns -- the same TilingData with pass 1, on its
+// dwUsedCoreNum cores; the kernel workspace carries the rows' statistics from
+// the first launch to the second.
+template <typename TilingData, typename LaunchFn>
+void AddNormGradLaunches(LaunchPlan& plan, const TilingData& tiling, bool hasParamGrad, LaunchFn launchKernel) {
+  if (tiling.usedCoreNum > 0) AddLaunch(plan, tiling, tiling.usedCoreNum, launchKernel);
+  if (hasParamGrad) {
+    TilingData columns = tiling;
+    columns.set_pass(1);
+    AddLaunch(plan, columns, tiling.dwUsedCoreNum, launchKernel);
+  }
+}
 
 // First phase: `build` checks the arguments and tiles (throwing ArgError or
 // ascend::TilingError); the plan becomes *executor.

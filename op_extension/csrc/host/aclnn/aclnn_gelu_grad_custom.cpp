@@ -1,10 +1,9 @@
-// aclnnGeluGradCustom: out = gradOutput * gelu'(input), approximate "none" or "tanh".
+// PlanGeluGradCustom: out = gradOutput * gelu'(input), approximate "none" or "tanh".
 //
-// Contract: gradOutput, input and out have the same shape and dtype (float16,
-// float32, bfloat16) and are contiguous.
-#include "aclnn_gelu_grad_custom.h"
+// The generated entry has checked one dtype, contiguity, out's shape and
+// approximate's values. Beyond the prototype: gradOutput has input's shape.
+#include "aclnn_gelu_grad_custom_args.h"
 
-#include "aclnn_common.h"
 #include "gelu_grad_custom_tiling.h"
 #include "kernel_launch.h"
 
@@ -15,49 +14,21 @@
 OP_EXT_DECLARE_KERNEL(gelu_grad_custom, OP_EXT_GM_ADDR dy, OP_EXT_GM_ADDR x, OP_EXT_GM_ADDR dx,
                       OP_EXT_GM_ADDR workspace, OP_EXT_GM_ADDR tiling);
 
-namespace {
+namespace op_ext::aclnn {
 
-constexpr const char* kOp = "GeluGradCustom";
-
-}  // namespace
-
-extern "C" aclnnStatus aclnnGeluGradCustomGetWorkspaceSize(const aclTensor* gradOutput, const aclTensor* input,
-                                                            char* approximate, const aclTensor* out,
-                                                            uint64_t* workspaceSize, aclOpExecutor** executor) {
-  using namespace op_ext::aclnn;
-  return PrepareLaunch(kOp, workspaceSize, executor, [&]() {
-    const auto soc = op_ext::ascend::CurrentSocSpec();
-    const TensorDesc dy = DescribeTensor(kOp, "gradOutput", gradOutput);
-    const TensorDesc x = DescribeTensor(kOp, "input", input);
-    const TensorDesc dx = DescribeTensor(kOp, "out", out);
-    const uint32_t dtype = KernelDType(kOp, "input", x.dtype, soc);
-    const uint32_t approx = GeluApproximate(kOp, approximate);
-    CheckSameDType(kOp, "input", x, "gradOutput", dy);
-    CheckSameDType(kOp, "input", x, "out", dx);
-    CheckSameShape(kOp, "input", x, "gradOutput", dy);
-    CheckSameShape(kOp, "input", x, "out", dx);
-    CheckContiguous(kOp, "gradOutput", dy);
-    CheckContiguous(kOp, "input", x);
-    CheckContiguous(kOp, "out", dx);
-    LaunchPlan plan;
-    if (x.Numel() == 0) return plan;
-    const auto tiling = op_ext::ascend::ComputeGeluGradTiling(x.Numel(), dtype, approx, soc);
-    KernelLaunch launch;
-    launch.tiling.resize(tiling.GetDataSize());
-    tiling.SaveToBuffer(launch.tiling.data(), launch.tiling.size());
-    uint8_t* dyd = dy.data;
-    uint8_t* xd = x.data;
-    uint8_t* dxd = dx.data;
-    const uint32_t blockDim = tiling.usedCoreNum;
-    launch.launch = [=](uint8_t* tilingDevice, uint8_t* kernelWorkspace, aclrtStream stream) {
-      return OP_EXT_LAUNCH_KERNEL(gelu_grad_custom, blockDim, stream, dyd, xd, dxd, kernelWorkspace, tilingDevice);
-    };
-    plan.launches.push_back(std::move(launch));
-    return plan;
+LaunchPlan PlanGeluGradCustom(const GeluGradCustomArgs& args) {
+  const uint32_t approx = GeluApproximate(args.kOp, args.approximate);
+  CheckSameShape(args.kOp, "input", args.input, "gradOutput", args.gradOutput);
+  LaunchPlan plan;
+  if (args.input.Numel() == 0) return plan;
+  const auto tiling = ascend::ComputeGeluGradTiling(args.input.Numel(), args.dtype, approx, args.soc);
+  uint8_t* dyd = args.gradOutput.data;
+  uint8_t* xd = args.input.data;
+  uint8_t* dxd = args.out.data;
+  AddLaunch(plan, tiling, tiling.usedCoreNum, [=](uint32_t blockDim, aclrtStream stream, uint8_t* ws, uint8_t* td) {
+    return OP_EXT_LAUNCH_KERNEL(gelu_grad_custom, blockDim, stream, dyd, xd, dxd, ws, td);
   });
+  return plan;
 }
 
-extern "C" aclnnStatus aclnnGeluGradCustom(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                                           aclrtStream stream) {
-  return op_ext::aclnn::RunLaunch(kOp, workspace, workspaceSize, executor, stream);
-}
+}  // namespace op_ext::aclnn

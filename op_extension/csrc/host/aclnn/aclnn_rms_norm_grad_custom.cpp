@@ -1,16 +1,15 @@
-// aclnnRmsNormGradCustom: gradInputOut and (with a weight) gradWeightOut of
+// PlanRmsNormGradCustom: gradInputOut and (with a weight) gradWeightOut of
 // RmsNormCustom.
 //
-// Contract: gradOutput and input have the same shape; weightOptional (shape
-// normalizedShape) and gradWeightOut are both given or both null; every tensor
-// shares the dtype (float16, float32, bfloat16) and is contiguous; gradInputOut
-// has input's shape, gradWeightOut normalizedShape. eps is a number (the caller
-// resolves eps=None). Launches rms_norm_grad_custom twice when there is a weight
-// (rows, then columns: see rms_norm_grad_custom_tiling.h); the workspace carries
-// the rows' rstd from the first launch to the second.
-#include "aclnn_rms_norm_grad_custom.h"
+// The generated entry has checked one dtype, contiguity, gradInputOut's shape
+// and that gradWeightOut comes exactly with weightOptional, in its shape.
+// Beyond the prototype: gradOutput has input's shape; normalizedShape names
+// input's trailing dims, which weightOptional has. eps is a number (the caller
+// resolves eps=None). Launches rms_norm_grad_custom twice when there is a
+// weight (rows, then columns: see rms_norm_grad_custom_tiling.h); the
+// workspace carries the rows' rstd from the first launch to the second.
+#include "aclnn_rms_norm_grad_custom_args.h"
 
-#include "aclnn_common.h"
 #include "kernel_launch.h"
 #include "rms_norm_grad_custom_tiling.h"
 
@@ -19,77 +18,31 @@
 #endif
 
 OP_EXT_DECLARE_KERNEL(rms_norm_grad_custom, OP_EXT_GM_ADDR gradOutput, OP_EXT_GM_ADDR x, OP_EXT_GM_ADDR weight,
-                      OP_EXT_GM_ADDR gradResidual, OP_EXT_GM_ADDR gradInput, OP_EXT_GM_ADDR gradWeight, OP_EXT_GM_ADDR workspace,
-                      OP_EXT_GM_ADDR tiling);
+                      OP_EXT_GM_ADDR gradResidual, OP_EXT_GM_ADDR gradInput, OP_EXT_GM_ADDR gradWeight,
+                      OP_EXT_GM_ADDR workspace, OP_EXT_GM_ADDR tiling);
 
-namespace {
+namespace op_ext::aclnn {
 
-constexpr const char* kOp = "RmsNormGradCustom";
-
-}  // namespace
-
-extern "C" aclnnStatus aclnnRmsNormGradCustomGetWorkspaceSize(
-    const aclTensor* gradOutput, const aclTensor* input, const aclTensor* weightOptional,
-    const aclIntArray* normalizedShape, double eps, const aclTensor* gradInputOut, const aclTensor* gradWeightOut,
-    uint64_t* workspaceSize, aclOpExecutor** executor) {
-  using namespace op_ext::aclnn;
-  return PrepareLaunch(kOp, workspaceSize, executor, [&]() {
-    const auto soc = op_ext::ascend::CurrentSocSpec();
-    const TensorDesc dy = DescribeTensor(kOp, "gradOutput", gradOutput);
-    const TensorDesc x = DescribeTensor(kOp, "input", input);
-    const TensorDesc dx = DescribeTensor(kOp, "gradInputOut", gradInputOut);
-    const std::vector<int64_t> shape = NormalizedShape(kOp, x, normalizedShape);
-    const uint32_t dtype = KernelDType(kOp, "input", x.dtype, soc);
-    const RowShape rs = NormRows(kOp, x, shape);
-    if ((weightOptional == nullptr) != (gradWeightOut == nullptr)) {
-      Invalid(kOp, "gradWeightOut must be given exactly when weightOptional is");
-    }
-    uint8_t* wd = nullptr;
-    uint8_t* dwd = nullptr;
-    if (weightOptional != nullptr) {
-      const TensorDesc w = DescribeTensor(kOp, "weightOptional", weightOptional);
-      const TensorDesc dw = DescribeTensor(kOp, "gradWeightOut", gradWeightOut);
-      CheckAffine(kOp, "weightOptional", w, x, shape);
-      CheckAffine(kOp, "gradWeightOut", dw, x, shape);
-      wd = w.data;
-      dwd = dw.data;
-    }
-    CheckSameDType(kOp, "input", x, "gradOutput", dy);
-    CheckSameDType(kOp, "input", x, "gradInputOut", dx);
-    CheckSameShape(kOp, "input", x, "gradOutput", dy);
-    CheckSameShape(kOp, "input", x, "gradInputOut", dx);
-    CheckContiguous(kOp, "gradOutput", dy);
-    CheckContiguous(kOp, "input", x);
-    CheckContiguous(kOp, "gradInputOut", dx);
-    LaunchPlan plan;
-    if (rs.cols == 0) return plan;  // every output is empty
-    const auto tiling =
-        op_ext::ascend::ComputeRmsNormGradTiling(rs.rows, rs.cols, dtype, weightOptional != nullptr, eps, soc);
-    plan.kernelWorkspaceBytes = op_ext::ascend::RmsNormGradWorkspaceBytes(tiling);
-    uint8_t* dyd = dy.data;
-    uint8_t* xd = x.data;
-    uint8_t* dxd = dx.data;
-    auto add = [&](const optiling::RmsNormGradCustomTilingData& t, uint32_t blockDim) {
-      KernelLaunch launch;
-      launch.tiling.resize(t.GetDataSize());
-      t.SaveToBuffer(launch.tiling.data(), launch.tiling.size());
-      launch.launch = [=](uint8_t* tilingDevice, uint8_t* kernelWorkspace, aclrtStream stream) {
-        return OP_EXT_LAUNCH_KERNEL(rms_norm_grad_custom, blockDim, stream, dyd, xd, wd, nullptr, dxd, dwd,
-                                    kernelWorkspace, tilingDevice);
-      };
-      plan.launches.push_back(std::move(launch));
-    };
-    if (tiling.usedCoreNum > 0) add(tiling, tiling.usedCoreNum);
-    if (weightOptional != nullptr) {
-      auto columns = tiling;
-      columns.set_pass(1);
-      add(columns, tiling.dwUsedCoreNum);
-    }
-    return plan;
+LaunchPlan PlanRmsNormGradCustom(const RmsNormGradCustomArgs& args) {
+  const char* op = args.kOp;
+  const std::vector<int64_t> shape = NormalizedShape(op, args.input, args.normalizedShape);
+  const RowShape rs = NormRows(op, args.input, shape);
+  if (args.weightOptional) CheckAffine(op, "weightOptional", *args.weightOptional, args.input, shape);
+  CheckSameShape(op, "input", args.input, "gradOutput", args.gradOutput);
+  LaunchPlan plan;
+  if (rs.cols == 0) return plan;  // every output is empty
+  const bool hasWeight = args.weightOptional.has_value();
+  const auto tiling = ascend::ComputeRmsNormGradTiling(rs.rows, rs.cols, args.dtype, hasWeight, args.eps, args.soc);
+  plan.kernelWorkspaceBytes = ascend::RmsNormGradWorkspaceBytes(tiling);
+  uint8_t* dyd = args.gradOutput.data;
+  uint8_t* xd = args.input.data;
+  uint8_t* wd = DataOf(args.weightOptional);
+  uint8_t* dxd = args.gradInputOut.data;
+  uint8_t* dwd = DataOf(args.gradWeightOut);
+  AddNormGradLaunches(plan, tiling, hasWeight, [=](uint32_t blockDim, aclrtStream stream, uint8_t* ws, uint8_t* td) {
+    return OP_EXT_LAUNCH_KERNEL(rms_norm_grad_custom, blockDim, stream, dyd, xd, wd, nullptr, dxd, dwd, ws, td);
   });
+  return plan;
 }
 
-extern "C" aclnnStatus aclnnRmsNormGradCustom(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                                              aclrtStream stream) {
-  return op_ext::aclnn::RunLaunch(kOp, workspace, workspaceSize, executor, stream);
-}
+}  // namespace op_ext::aclnn

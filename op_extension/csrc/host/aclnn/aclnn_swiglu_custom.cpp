@@ -1,12 +1,11 @@
-// aclnnSwiGluCustom: out = silu(gate) * up.
+// PlanSwiGluCustom: out = silu(gate) * up.
 //
-// Contract: gate, up and out have the same shape and dtype (float16, float32,
-// bfloat16) and are contiguous.
-#include "aclnn_swiglu_custom.h"
+// The generated entry has checked one dtype, contiguity and out's shape.
+// Beyond the prototype: up has gate's shape.
+#include "aclnn_swiglu_custom_args.h"
 
-#include "aclnn_common.h"
-#include "kernel_launch.h"
 #include "swiglu_custom_tiling.h"
+#include "kernel_launch.h"
 
 #ifndef OP_EXT_ASCEND_SIM
 #include "aclrtlaunch_swiglu_custom.h"
@@ -15,48 +14,20 @@
 OP_EXT_DECLARE_KERNEL(swiglu_custom, OP_EXT_GM_ADDR gate, OP_EXT_GM_ADDR up, OP_EXT_GM_ADDR out,
                       OP_EXT_GM_ADDR workspace, OP_EXT_GM_ADDR tiling);
 
-namespace {
+namespace op_ext::aclnn {
 
-constexpr const char* kOp = "SwiGluCustom";
-
-}  // namespace
-
-extern "C" aclnnStatus aclnnSwiGluCustomGetWorkspaceSize(const aclTensor* gate, const aclTensor* up,
-                                                          const aclTensor* out, uint64_t* workspaceSize,
-                                                          aclOpExecutor** executor) {
-  using namespace op_ext::aclnn;
-  return PrepareLaunch(kOp, workspaceSize, executor, [&]() {
-    const auto soc = op_ext::ascend::CurrentSocSpec();
-    const TensorDesc g = DescribeTensor(kOp, "gate", gate);
-    const TensorDesc u = DescribeTensor(kOp, "up", up);
-    const TensorDesc y = DescribeTensor(kOp, "out", out);
-    const uint32_t dtype = KernelDType(kOp, "gate", g.dtype, soc);
-    CheckSameDType(kOp, "gate", g, "up", u);
-    CheckSameDType(kOp, "gate", g, "out", y);
-    CheckSameShape(kOp, "gate", g, "up", u);
-    CheckSameShape(kOp, "gate", g, "out", y);
-    CheckContiguous(kOp, "gate", g);
-    CheckContiguous(kOp, "up", u);
-    CheckContiguous(kOp, "out", y);
-    LaunchPlan plan;
-    if (g.Numel() == 0) return plan;
-    const auto tiling = op_ext::ascend::ComputeSwiGluTiling(g.Numel(), dtype, soc);
-    KernelLaunch launch;
-    launch.tiling.resize(tiling.GetDataSize());
-    tiling.SaveToBuffer(launch.tiling.data(), launch.tiling.size());
-    uint8_t* gd = g.data;
-    uint8_t* ud = u.data;
-    uint8_t* yd = y.data;
-    const uint32_t blockDim = tiling.usedCoreNum;
-    launch.launch = [=](uint8_t* tilingDevice, uint8_t* kernelWorkspace, aclrtStream stream) {
-      return OP_EXT_LAUNCH_KERNEL(swiglu_custom, blockDim, stream, gd, ud, yd, kernelWorkspace, tilingDevice);
-    };
-    plan.launches.push_back(std::move(launch));
-    return plan;
+LaunchPlan PlanSwiGluCustom(const SwiGluCustomArgs& args) {
+  CheckSameShape(args.kOp, "gate", args.gate, "up", args.up);
+  LaunchPlan plan;
+  if (args.gate.Numel() == 0) return plan;
+  const auto tiling = ascend::ComputeSwiGluTiling(args.gate.Numel(), args.dtype, args.soc);
+  uint8_t* gd = args.gate.data;
+  uint8_t* ud = args.up.data;
+  uint8_t* yd = args.out.data;
+  AddLaunch(plan, tiling, tiling.usedCoreNum, [=](uint32_t blockDim, aclrtStream stream, uint8_t* ws, uint8_t* td) {
+    return OP_EXT_LAUNCH_KERNEL(swiglu_custom, blockDim, stream, gd, ud, yd, ws, td);
   });
+  return plan;
 }
 
-extern "C" aclnnStatus aclnnSwiGluCustom(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                                         aclrtStream stream) {
-  return op_ext::aclnn::RunLaunch(kOp, workspace, workspaceSize, executor, stream);
-}
+}  // namespace op_ext::aclnn

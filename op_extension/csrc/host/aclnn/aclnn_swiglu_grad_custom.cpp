@@ -1,15 +1,12 @@
-// aclnnSwiGluGradCustom: gradGateOut = gradOutput * up * silu'(gate),
+// PlanSwiGluGradCustom: gradGateOut = gradOutput * up * silu'(gate),
 // gradUpOut = gradOutput * silu(gate).
 //
-// Contract: gradOutput, gate, up, gradGateOut and gradUpOut have the same shape
-// and dtype (float16, float32, bfloat16) and are contiguous.
-#include "aclnn_swiglu_grad_custom.h"
+// The generated entry has checked one dtype, contiguity and the outputs'
+// shapes. Beyond the prototype: gradOutput and up have gate's shape.
+#include "aclnn_swiglu_grad_custom_args.h"
 
-#include <utility>
-
-#include "aclnn_common.h"
-#include "kernel_launch.h"
 #include "swiglu_grad_custom_tiling.h"
+#include "kernel_launch.h"
 
 #ifndef OP_EXT_ASCEND_SIM
 #include "aclrtlaunch_swiglu_grad_custom.h"
@@ -19,56 +16,23 @@ OP_EXT_DECLARE_KERNEL(swiglu_grad_custom, OP_EXT_GM_ADDR dy, OP_EXT_GM_ADDR gate
                       OP_EXT_GM_ADDR gradGate, OP_EXT_GM_ADDR gradUp, OP_EXT_GM_ADDR workspace,
                       OP_EXT_GM_ADDR tiling);
 
-namespace {
+namespace op_ext::aclnn {
 
-constexpr const char* kOp = "SwiGluGradCustom";
-
-}  // namespace
-
-extern "C" aclnnStatus aclnnSwiGluGradCustomGetWorkspaceSize(const aclTensor* gradOutput, const aclTensor* gate,
-                                                             const aclTensor* up, const aclTensor* gradGateOut,
-                                                             const aclTensor* gradUpOut, uint64_t* workspaceSize,
-                                                             aclOpExecutor** executor) {
-  using namespace op_ext::aclnn;
-  return PrepareLaunch(kOp, workspaceSize, executor, [&]() {
-    const auto soc = op_ext::ascend::CurrentSocSpec();
-    const TensorDesc dy = DescribeTensor(kOp, "gradOutput", gradOutput);
-    const TensorDesc g = DescribeTensor(kOp, "gate", gate);
-    const TensorDesc u = DescribeTensor(kOp, "up", up);
-    const TensorDesc dg = DescribeTensor(kOp, "gradGateOut", gradGateOut);
-    const TensorDesc du = DescribeTensor(kOp, "gradUpOut", gradUpOut);
-    const uint32_t dtype = KernelDType(kOp, "gate", g.dtype, soc);
-    for (const auto& [name, t] : {std::pair<const char*, const TensorDesc*>{"gradOutput", &dy}, {"up", &u},
-                                  {"gradGateOut", &dg}, {"gradUpOut", &du}}) {
-      CheckSameDType(kOp, "gate", g, name, *t);
-      CheckSameShape(kOp, "gate", g, name, *t);
-    }
-    for (const auto& [name, t] : {std::pair<const char*, const TensorDesc*>{"gradOutput", &dy}, {"gate", &g},
-                                  {"up", &u}, {"gradGateOut", &dg}, {"gradUpOut", &du}}) {
-      CheckContiguous(kOp, name, *t);
-    }
-    LaunchPlan plan;
-    if (g.Numel() == 0) return plan;
-    const auto tiling = op_ext::ascend::ComputeSwiGluGradTiling(g.Numel(), dtype, soc);
-    KernelLaunch launch;
-    launch.tiling.resize(tiling.GetDataSize());
-    tiling.SaveToBuffer(launch.tiling.data(), launch.tiling.size());
-    uint8_t* dyd = dy.data;
-    uint8_t* gd = g.data;
-    uint8_t* ud = u.data;
-    uint8_t* dgd = dg.data;
-    uint8_t* dud = du.data;
-    const uint32_t blockDim = tiling.usedCoreNum;
-    launch.launch = [=](uint8_t* tilingDevice, uint8_t* kernelWorkspace, aclrtStream stream) {
-      return OP_EXT_LAUNCH_KERNEL(swiglu_grad_custom, blockDim, stream, dyd, gd, ud, dgd, dud, kernelWorkspace,
-                                  tilingDevice);
-    };
-    plan.launches.push_back(std::move(launch));
-    return plan;
+LaunchPlan PlanSwiGluGradCustom(const SwiGluGradCustomArgs& args) {
+  CheckSameShape(args.kOp, "gate", args.gate, "gradOutput", args.gradOutput);
+  CheckSameShape(args.kOp, "gate", args.gate, "up", args.up);
+  LaunchPlan plan;
+  if (args.gate.Numel() == 0) return plan;
+  const auto tiling = ascend::ComputeSwiGluGradTiling(args.gate.Numel(), args.dtype, args.soc);
+  uint8_t* dyd = args.gradOutput.data;
+  uint8_t* gd = args.gate.data;
+  uint8_t* ud = args.up.data;
+  uint8_t* dgd = args.gradGateOut.data;
+  uint8_t* dud = args.gradUpOut.data;
+  AddLaunch(plan, tiling, tiling.usedCoreNum, [=](uint32_t blockDim, aclrtStream stream, uint8_t* ws, uint8_t* td) {
+    return OP_EXT_LAUNCH_KERNEL(swiglu_grad_custom, blockDim, stream, dyd, gd, ud, dgd, dud, ws, td);
   });
+  return plan;
 }
 
-extern "C" aclnnStatus aclnnSwiGluGradCustom(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                                             aclrtStream stream) {
-  return op_ext::aclnn::RunLaunch(kOp, workspace, workspaceSize, executor, stream);
-}
+}  // namespace op_ext::aclnn

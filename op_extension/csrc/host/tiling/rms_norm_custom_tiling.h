@@ -3,26 +3,12 @@
 #ifndef OP_EXT_HOST_TILING_RMS_NORM_CUSTOM_TILING_H_
 #define OP_EXT_HOST_TILING_RMS_NORM_CUSTOM_TILING_H_
 
-#include "tiling_def.h"
+#include "row_norm_tiling.h"
 
 namespace optiling {
 
 BEGIN_TILING_DATA_DEF(RmsNormCustomTilingData)
-TILING_DATA_FIELD_DEF(uint64_t, rows)
-TILING_DATA_FIELD_DEF(uint64_t, rowsPerCore)       // rows of a small core
-TILING_DATA_FIELD_DEF(uint32_t, bigCoreNum)        // the first cores get one row more
-TILING_DATA_FIELD_DEF(uint32_t, usedCoreNum)       // blockDim
-TILING_DATA_FIELD_DEF(uint32_t, cols)              // normalized size
-TILING_DATA_FIELD_DEF(uint32_t, rowStride)         // UB elements between rows (cols rounded up to a block)
-TILING_DATA_FIELD_DEF(uint32_t, splitRow)          // 0: whole rows per tile; 1: rows in chunks
-TILING_DATA_FIELD_DEF(uint32_t, rowsPerTile)       // whole rows: rows per tile
-TILING_DATA_FIELD_DEF(uint32_t, chunkLength)       // split rows: elements per chunk
-TILING_DATA_FIELD_DEF(uint32_t, reduceWorkLength)  // floats of ReduceSum's work tensor
-TILING_DATA_FIELD_DEF(uint32_t, hasWeight)
-TILING_DATA_FIELD_DEF(uint32_t, dataType)          // KernelDType
-TILING_DATA_FIELD_DEF(uint32_t, tailMode)          // TailMode: how runs that are not whole blocks move (row_tiling.h)
-TILING_DATA_FIELD_DEF(float, eps)
-TILING_DATA_FIELD_DEF(float, invCols)              // 1 / cols
+OP_EXT_ROW_NORM_TILING_FIELDS  // row_norm_tiling.h: the row split, eps, invCols, hasWeight
 END_TILING_DATA_DEF;
 
 REGISTER_TILING_DATA_CLASS(RmsNormCustom, RmsNormCustomTilingData)
@@ -30,8 +16,6 @@ REGISTER_TILING_DATA_CLASS(RmsNormCustom, RmsNormCustomTilingData)
 }  // namespace optiling
 
 #if !defined(__CCE_AICORE__) && !defined(__CCE_KT_TEST__)
-#include "row_tiling.h"
-
 namespace op_ext::ascend {
 
 // The kernel's UB plan (rms_norm_custom.cpp), element size e:
