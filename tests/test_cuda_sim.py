@@ -140,10 +140,11 @@ def test_row_kernels_misaligned_rows(cols, misaligned, dtype):
 
 
 def _row_cache_bytes() -> int:
-    """kRowCacheBytes of row_common.cuh: rows past it re-read global memory."""
+    """The row cache of row_common.cuh on the harness (kRowCacheMaxBytes: both
+    arches' opt-in maxima are larger): rows past it re-read global memory."""
     text = (CUDA_KERNELS / "row_common.cuh").read_text()
-    m = re.search(r"kRowCacheBytes = (\d+) \* 1024;", text)
-    assert m, "kRowCacheBytes not found in row_common.cuh"
+    m = re.search(r"kRowCacheMaxBytes = (\d+) \* 1024;", text)
+    assert m, "kRowCacheMaxBytes not found in row_common.cuh"
     return int(m.group(1)) * 1024
 
 
@@ -209,15 +210,15 @@ ROW_OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "softmax")
 @pytest.mark.parametrize("shape", ["odd", "vector"])
 @pytest.mark.parametrize("op", ROW_OPS)
 def test_row_kernels_rows_longer_than_the_cache(op, shape, dtype):
-    """Rows about 3x what the forward kernels cache in shared memory (6x for the
+    """Rows just past what the forward kernels cache in shared memory (2x for the
     backward ones, which cache two arrays): the kernels re-read global memory.
     "odd": the one-element path; "vector": a multiple of 8 elements, the 128-bit
     path. One row: a block of 1024 threads per row is what costs here. The
     forward has weight and bias, the backward none (see _check_row_op: weight
     gradients are tested on shorter rows)."""
     per_row = _row_cache_bytes() // dtype.itemsize
-    cols = 3 * per_row + (1 if shape == "odd" else 8)
-    assert cols * dtype.itemsize > 2 * _row_cache_bytes()
+    cols = per_row + (1 if shape == "odd" else 8)
+    assert cols * dtype.itemsize > _row_cache_bytes()
     _check_row_op(op, 1, cols, dtype, affine_backward=False)
 
 
@@ -441,6 +442,10 @@ MISUSE = {
     "shuffle_lane_at_barrier": r"names lane 3, which does not take part \(it waits at __syncthreads\)",
     "too_many_threads": r"empty_kernel: invalid launch: more than 1024 threads per block.*block \(32,33,1\)",
     "too_much_shared": r"invalid launch: dynamic shared memory beyond the 48 KiB .* on sm_90.*49153 bytes",
+    "shared_past_opt_in": r"shared_last_byte_kernel: invalid launch: dynamic shared memory beyond the 65536 bytes the "
+                          r"kernel was given with cudaFuncSetAttribute.*65537 bytes",
+    "opt_in_past_arch_max": r"shared_last_byte_kernel: cudaFuncSetAttribute\(MaxDynamicSharedMemorySize, 204800\) "
+                            r"beyond the opt-in maximum of sm_80 \(166912 bytes\)",
     "empty_grid": r"invalid launch: an empty grid or block \(grid \(0,1,1\)",
     "static_shared_race": r"thread \(1,0,0\): shared memory race \(read after write\) at byte offset 0 of static "
                           r"__shared__ op_ext::cuda::misuse::static_shared_race_kernel\(float\*\)::total with "
@@ -469,3 +474,11 @@ def test_misuse_is_reported(name):
     with pytest.raises(RuntimeError, match=MISUSE[name]):
         cuda_sim._run_misuse(name, arch="sm_90" if name == "too_much_shared" else "sm_80")
     cuda_sim._run_misuse("clean")  # a report leaves the harness usable
+
+
+def test_a_kernel_that_opted_in_may_use_its_shared_memory():
+    """The control of shared_past_opt_in: the op kernels' launch helper opts the
+    kernel into the bytes it launches with (100 KiB here, past the 48 KiB
+    default), and the launch then runs and writes its last byte."""
+    for arch in ("sm_80", "sm_90"):
+        cuda_sim._run_misuse("opted_in_shared", arch=arch)

@@ -29,8 +29,10 @@ SAMPLES = [
     sample("many_rows_70x33", lambda m: ((m(70, 33), m(70, 33), [33], w(m, 33)), {}), True),
 ]
 
-# An LLM-like call for the CUDA traffic model (tests/test_cuda_sim_traffic.py).
-TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048), m(4, 2048), [2048], w(m, 2048), 1e-6), {}))]
+# LLM-like calls for the CUDA traffic model (tests/test_cuda_sim_traffic.py): rows of
+# 2048 and 8192 (the widths of 1B- and 70B-class models).
+TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048), m(4, 2048), [2048], w(m, 2048), 1e-6), {})),
+           sample("4x8192", lambda m: ((m(4, 8192), m(4, 8192), [8192], w(m, 8192), 1e-6), {}))]
 # Rows longer than any on-chip copy: one extra read of each row input allowed
 # (test_cuda_sim_traffic.py).
 TRAFFIC_LONG_ROWS = [sample("4x65536", lambda m: ((m(4, 65536), m(4, 65536), [65536], w(m, 65536), 1e-6), {}))]

@@ -41,6 +41,9 @@ TRAFFIC = [
     # More rows than the backward's 256 groups: a few rows per block, which reads
     # its slice of the weight once and writes its weight-gradient sums once.
     sample("1024x256", lambda m: ((m(1024, 256), [256], w(m, 256), 1e-6), {})),
+    # A Llama-70B-wide row: float32 steps of 4 rows (128 KiB) and the backward's
+    # two cached arrays need the row cache past the 48 KiB default.
+    sample("4x8192", lambda m: ((m(4, 8192), [8192], w(m, 8192), 1e-6), {})),
 ]
 # Rows longer than any on-chip copy (65536 elements: 256 KiB in float32): the
 # traffic test allows them one extra read of each row input (a statistics pass,

@@ -29,8 +29,10 @@ SAMPLES = [
 ]
 EXPANDED_GRAD_SAMPLE = "3d_dim1"
 
-# An LLM-like call for the CUDA traffic model (tests/test_cuda_sim_traffic.py).
-TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048, scale=3), -1), {}))]
+# LLM-like calls for the CUDA traffic model (tests/test_cuda_sim_traffic.py): rows of
+# 2048 and 8192 (the widths of 1B- and 70B-class models).
+TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048, scale=3), -1), {})),
+           sample("4x8192", lambda m: ((m(4, 8192, scale=3), -1), {}))]
 # Rows longer than any on-chip copy: one extra read of each row input allowed
 # (test_cuda_sim_traffic.py); the forward takes the max and the sum in one pass.
 TRAFFIC_LONG_ROWS = [sample("4x65536", lambda m: ((m(4, 65536, scale=3), -1), {}))]

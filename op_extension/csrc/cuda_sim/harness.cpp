@@ -58,9 +58,12 @@ constexpr unsigned kMaxBlockDimZ = 64;
 constexpr unsigned kMaxGridDimX = 0x7fffffffu;
 constexpr unsigned kMaxGridDimYZ = 65535;
 // Without cudaFuncSetAttribute a block gets 48 KiB of dynamic shared memory;
-// the opt-in maxima are 163 KiB on sm_80 and 227 KiB on sm_90. The kernels do not
-// opt in, so the 48 KiB default is the limit on both.
+// a kernel may opt into up to 163 KiB on sm_80 and 227 KiB on sm_90 (CUDA C++
+// Programming Guide, compute capabilities table: "Maximum amount of shared
+// memory per thread block"; the static arrays count against the same total).
 constexpr size_t kDefaultDynamicShared = 48 * 1024;
+constexpr size_t kOptinDynamicSharedSm80 = 163 * 1024;
+constexpr size_t kOptinDynamicSharedSm90 = 227 * 1024;
 // Kernels keep few locals; ASan builds need the extra room.
 constexpr size_t kStackBytes = 256 * 1024;
 
@@ -712,6 +715,16 @@ bool is_shared_or_local(uintptr_t a, const void* stack) {
   return a >= base && a < base + kStackBytes;
 }
 
+// Each kernel's cudaFuncSetAttribute(MaxDynamicSharedMemorySize), by name.
+std::mutex g_allowed_shared_mutex;
+std::unordered_map<std::string, size_t> g_allowed_shared;
+
+size_t allowed_dynamic_shared(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_allowed_shared_mutex);
+  const auto it = g_allowed_shared.find(name);
+  return it == g_allowed_shared.end() ? 0 : it->second;
+}
+
 void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared) {
   auto fail = [&](const std::string& what) {
     char dims[128];
@@ -725,15 +738,41 @@ void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared)
     fail("more than 1024 threads per block (or blockDim.z > 64)");
   }
   if (grid.x > kMaxGridDimX || grid.y > kMaxGridDimYZ || grid.z > kMaxGridDimYZ) fail("grid beyond the GPU's limits");
+  const char* arch_name = g_arch == Arch::Sm80 ? "sm_80" : "sm_90";
   if (shared > kDefaultDynamicShared) {
-    fail(std::string("dynamic shared memory beyond the 48 KiB a block gets without cudaFuncSetAttribute on ") +
-         (g_arch == Arch::Sm80 ? "sm_80" : "sm_90"));
+    const size_t allowed = allowed_dynamic_shared(name);
+    if (allowed == 0) {
+      fail(std::string("dynamic shared memory beyond the 48 KiB a block gets without cudaFuncSetAttribute on ") +
+           arch_name);
+    }
+    if (shared > allowed) {
+      fail("dynamic shared memory beyond the " + std::to_string(allowed) +
+           " bytes the kernel was given with cudaFuncSetAttribute");
+    }
+    if (shared > max_dynamic_shared_optin()) {
+      fail(std::string("dynamic shared memory beyond the opt-in maximum of ") + arch_name);
+    }
   }
 }
 
 }  // namespace
 
 void set_arch(Arch a) { g_arch = a; }
+
+size_t max_dynamic_shared_optin() {
+  return g_arch == Arch::Sm80 ? kOptinDynamicSharedSm80 : kOptinDynamicSharedSm90;
+}
+
+void allow_dynamic_shared(const char* kernel_name, size_t bytes) {
+  if (bytes > max_dynamic_shared_optin()) {
+    throw std::runtime_error(std::string("cuda_sim: kernel ") + kernel_name + ": cudaFuncSetAttribute(" +
+                             "MaxDynamicSharedMemorySize, " + std::to_string(bytes) +
+                             ") beyond the opt-in maximum of " + (g_arch == Arch::Sm80 ? "sm_80" : "sm_90") + " (" +
+                             std::to_string(max_dynamic_shared_optin()) + " bytes)");
+  }
+  std::lock_guard<std::mutex> lock(g_allowed_shared_mutex);
+  g_allowed_shared[kernel_name] = bytes;
+}
 void set_block_order(BlockOrder order) { g_block_order = order; }
 
 namespace {

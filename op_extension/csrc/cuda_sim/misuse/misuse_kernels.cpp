@@ -76,6 +76,17 @@ __global__ void shuffle_lane_at_barrier_kernel(float* out) {
 __global__ void empty_kernel() {}
 
 // Each thread writes its own float, then (after the barrier) reads its neighbour's.
+// Writes the last byte of its dynamic shared memory (its size in out[0]'s bytes):
+// beyond 48 KiB only after the kernel opted in.
+__global__ void shared_last_byte_kernel(float* out) {
+  unsigned char* bytes = cuda_sim::dynamic_shared_memory();
+  if (threadIdx.x == 0) {
+    size_t size = 100 * 1024;
+    bytes[size - 1] = 1;
+    out[0] = static_cast<float>(size);
+  }
+}
+
 __global__ void clean_shared_kernel(float* out) {
   float* slots = reinterpret_cast<float*>(cuda_sim::dynamic_shared_memory());
   slots[threadIdx.x] = static_cast<float>(threadIdx.x);
@@ -242,6 +253,17 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
     launch_kernel<empty_kernel>(1, dim3(32, 33), 0, nullptr);
   } else if (n == "too_much_shared") {
     launch_kernel<empty_kernel>(1, 32, 48 * 1024 + 1, nullptr);
+  } else if (n == "shared_past_opt_in") {
+    // Opted into 64 KiB, launched with a byte more.
+    cuda_sim::allow_dynamic_shared(cuda_sim::detail::kernel_name<shared_last_byte_kernel>().c_str(), 64 * 1024);
+    launch_kernel<shared_last_byte_kernel>(1, 32, 64 * 1024 + 1, nullptr, out);
+  } else if (n == "opt_in_past_arch_max") {
+    // sm_80 blocks may opt into 163 KiB; 200 KiB is an sm_90 size.
+    cuda_sim::allow_dynamic_shared(cuda_sim::detail::kernel_name<shared_last_byte_kernel>().c_str(), 200 * 1024);
+  } else if (n == "opted_in_shared") {
+    // The control: the op kernels' launch helper opts in, then every byte is usable.
+    op_ext::cuda::detail::launch_kernel<shared_last_byte_kernel>(1, 32, 100 * 1024, nullptr, out);
+    if (out[0] != 100.0f * 1024) throw std::runtime_error("cuda_sim misuse: opted-in shared kernel read wrong");
   } else if (n == "empty_grid") {
     launch_kernel<empty_kernel>(0, 32, 0, nullptr);
   } else {

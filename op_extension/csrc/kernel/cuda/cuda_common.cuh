@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -19,11 +20,72 @@
 namespace op_ext::cuda {
 namespace detail {
 
+// ---- dynamic shared memory past 48 KiB ----------------------------------------------
+//
+// A block gets 48 KiB of dynamic shared memory unless its kernel opts into more
+// (cudaFuncSetAttribute, MaxDynamicSharedMemorySize), up to the device's opt-in
+// maximum: 163 KiB on sm_80, 227 KiB on sm_90, 99 KiB on sm_86/sm_89.
+inline constexpr size_t kDefaultDynamicSharedBytes = 48 * 1024;
+inline constexpr int kMaxDevices = 64;
+
+// The current device's opt-in maximum, read once per device (48 KiB where it
+// cannot be read).
+inline size_t max_dynamic_shared_optin() {
+#ifdef OP_EXT_CUDA_SIM
+  return ::cuda_sim::max_dynamic_shared_optin();
+#else
+  static std::atomic<int> read_bytes[kMaxDevices];  // 0: not read yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return kDefaultDynamicSharedBytes;
+  }
+  int bytes = read_bytes[device].load(std::memory_order_relaxed);
+  if (bytes == 0) {
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+        bytes < static_cast<int>(kDefaultDynamicSharedBytes)) {
+      (void)cudaGetLastError();
+      bytes = static_cast<int>(kDefaultDynamicSharedBytes);
+    }
+    read_bytes[device].store(bytes, std::memory_order_relaxed);
+  }
+  return static_cast<size_t>(bytes);
+#endif
+}
+
+// Lets Kernel launch with `bytes` of dynamic shared memory on the current device.
+// The attribute is the kernel's (per device), so it is set when a launch first
+// needs more than the kernel was given, not on every launch. Setting it is no
+// stream operation and is allowed while a CUDA graph is being captured.
+template <auto Kernel>
+void allow_dynamic_shared(size_t bytes) {
+#ifdef OP_EXT_CUDA_SIM
+  ::cuda_sim::allow_dynamic_shared(::cuda_sim::detail::kernel_name<Kernel>().c_str(), bytes);
+#else
+  static std::atomic<size_t> allowed[kMaxDevices];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
+    (void)cudaGetLastError();
+    device = -1;
+  }
+  if (device >= 0 && bytes <= allowed[device].load(std::memory_order_relaxed)) return;
+  // A failure shows as the launch's error, which the glue checks.
+  if (cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes)) == cudaSuccess &&
+      device >= 0) {
+    size_t seen = allowed[device].load(std::memory_order_relaxed);
+    while (seen < bytes && !allowed[device].compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
+    }
+  }
+#endif
+}
+
 // kernel<<<grid, block, shared_bytes, stream>>>(args...). Every launch goes
 // through here so that the same sources also run on the CPU harness
 // (op_extension/csrc/cuda_sim, built with g++ and OP_EXT_CUDA_SIM).
 template <auto Kernel, typename... Args>
 void launch_kernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+  if (shared_bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared<Kernel>(shared_bytes);
 #ifdef OP_EXT_CUDA_SIM
   ::cuda_sim::launch_kernel<Kernel>(grid, block, shared_bytes, stream, std::forward<Args>(args)...);
 #else

@@ -145,11 +145,12 @@ template <typename T>
 ForwardRows plan_forward_rows(int64_t rows, int64_t cols, int max_step_rows) {
   const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
   ForwardRows f{1, false, 0};
-  if (row_bytes > kRowCacheBytes) {
+  const size_t cache_bytes = row_cache_bytes();
+  if (row_bytes > cache_bytes) {
     f.step_rows = static_cast<int>(std::min<int64_t>(max_step_rows, std::max<int64_t>(rows, 1)));
     return f;
   }
-  const int64_t fit = static_cast<int64_t>(kRowCacheBytes / row_bytes);
+  const int64_t fit = static_cast<int64_t>(cache_bytes / row_bytes);
   f.step_rows = static_cast<int>(std::min<int64_t>({fit, int64_t{max_step_rows}, std::max<int64_t>(rows, 1)}));
   f.cached = true;
   f.cache_bytes = row_bytes * static_cast<size_t>(f.step_rows);
@@ -626,12 +627,15 @@ void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
 // ---- LayerNorm backward -----------------------------------------------------------
 
 // Slices per thread the LayerNorm backward holds in registers: the weight and
-// the weight- and bias-gradient sums, three values per element, in about 16
-// 32-bit registers (at least one slice: 24 for the 16-bit types' 8-element packs,
-// which check_cuda_compile.sh shows fit without spilling).
+// the weight- and bias-gradient sums, three values per element, in 24 32-bit
+// registers (two float slices of 4, one 16-bit slice of 8 elements), which
+// check_cuda_compile.sh shows fit without spilling; so float32 rows of up to
+// 8192 elements hold them (they took the per-row partials before, 1.88x their
+// minimum bytes on the traffic model). double keeps about 16 (the scalar
+// double kernel spilled with 24).
 template <typename T, int kVec>
 inline constexpr int kLayerNormHeldSlices =
-    std::clamp(5 / (kVec * static_cast<int>(sizeof(acc_t<T>) / 4)), 1, 4);
+    std::clamp((sizeof(acc_t<T>) == 8 ? 5 : 8) / (kVec * static_cast<int>(sizeof(acc_t<T>) / 4)), 1, 4);
 
 // g = dy * w, d = x - mean, xhat = d * rstd:
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat));

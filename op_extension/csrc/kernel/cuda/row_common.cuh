@@ -9,18 +9,31 @@
 // the thread's own slices into dynamic shared memory, later passes read them
 // back from there. Each thread only ever reads the slices it wrote, so the cache
 // needs no barrier. Rows too long for the cache re-read global memory instead
-// (same code, another source pointer). The cache is kept under the 48 KiB that
-// any block may use without cudaFuncSetAttribute, which would be an extra API
-// call on every launch path (and during CUDA graph capture).
+// (same code, another source pointer). The cache may take up to 128 KiB, past
+// the 48 KiB a block gets by default (launch_kernel opts the kernel in once per
+// device): a forward step of 4 rows of 8192 float32 is cached whole (its block
+// reads the weight and bias once for the 4), and a backward caches dy and x of
+// 16384 floats. A block that uses it all has an SM to itself (228 KiB on sm_90,
+// 164 KiB on sm_80), with up to 1024 threads, each with several rows' loads in
+// flight; the smaller opt-in of sm_86/sm_89 (99 KiB) caps it there. Not yet
+// timed on a GPU against a 2-blocks-per-SM budget.
 #pragma once
 
 #include "cuda_common.cuh"
 
 namespace op_ext::cuda::detail {
 
-// Dynamic shared memory for the row cache; block_reduce's static arrays (at
-// most 3 x 33 doubles per call site) fit in the rest of the 48 KiB.
-inline constexpr size_t kRowCacheBytes = 44 * 1024;
+// Dynamic shared memory for the row cache: at most kRowCacheMaxBytes, and
+// kStaticSharedReserveBytes under the device's opt-in maximum, which the static
+// arrays share (block_reduce's: at most 3 x 33 doubles per call site). On a
+// device that cannot opt in, 48 KiB less the reserve.
+inline constexpr size_t kRowCacheMaxBytes = 128 * 1024;
+inline constexpr size_t kStaticSharedReserveBytes = 4 * 1024;
+
+inline size_t row_cache_bytes() {
+  const size_t optin = max_dynamic_shared_optin() - kStaticSharedReserveBytes;
+  return optin < kRowCacheMaxBytes ? optin : kRowCacheMaxBytes;
+}
 inline constexpr int kMaxRowThreads = 1024;
 // Accesses per thread the block size aims for: enough independent loads in
 // flight per thread, without idling threads on short rows.
@@ -43,7 +56,7 @@ RowLaunch plan_rows(int64_t cols, bool aligned, int cached_arrays) {
   threads = threads < 32 ? 32 : (threads > kMaxRowThreads ? kMaxRowThreads : threads);
   launch.threads = static_cast<int>(threads);
   const size_t bytes = static_cast<size_t>(cached_arrays) * static_cast<size_t>(cols) * sizeof(T);
-  launch.cache_bytes = bytes <= kRowCacheBytes ? bytes : 0;
+  launch.cache_bytes = bytes <= row_cache_bytes() ? bytes : 0;
   return launch;
 }
 

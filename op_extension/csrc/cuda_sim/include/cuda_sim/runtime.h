@@ -100,6 +100,14 @@ unsigned char* dynamic_shared_memory();
 enum class Arch { Sm80, Sm90 };
 void set_arch(Arch arch);
 Arch arch();
+// cudaDevAttrMaxSharedMemoryPerBlockOptin of the configured arch: 163 KiB on
+// sm_80, 227 KiB on sm_90.
+size_t max_dynamic_shared_optin();
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes):
+// the kernel's later launches may use up to `bytes` of dynamic shared memory
+// (48 KiB without). Past the arch's opt-in maximum it is reported (thrown), as
+// the call fails on the GPU.
+void allow_dynamic_shared(const char* kernel_name, size_t bytes);
 
 // The order the blocks of a launch run in. A GPU runs them in any order, at
 // once: a kernel whose result depends on it (float sums across blocks in
