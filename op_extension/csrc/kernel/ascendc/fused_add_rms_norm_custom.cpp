@@ -17,6 +17,7 @@
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "row_norm_common.h"
 #include "fused_add_rms_norm_custom_tiling.h"
 
 namespace {
@@ -32,9 +33,7 @@ class KernelFusedAddRmsNorm {
   __aicore__ inline void Init(GM_ADDR x, GM_ADDR r, GM_ADDR w, GM_ADDR y, GM_ADDR z,
                               const optiling::FusedAddRmsNormCustomTilingData& tiling, TPipe* pipe) {
     t_ = tiling;
-    const uint64_t core = GetBlockIdx();
-    firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
-    rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
+    rows_ = op_ext_kernel::RowsOfCore(GetBlockIdx(), t_.rowsPerCore, t_.bigCoreNum);
     const uint64_t total = t_.rows * t_.cols;
     xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
     rGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(r), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
@@ -59,15 +58,15 @@ class KernelFusedAddRmsNorm {
 
   __aicore__ inline void Process() {
     if (t_.splitRow) {
-      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(firstRow_ + r);
+      for (uint64_t r = 0; r < rows_.count; ++r) ProcessSplitRow(rows_.first + r);
       return;
     }
     if (t_.hasWeight) LoadWeight();
-    for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile) {
-      const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
-      CopyInRows(firstRow_ + r, k);
+    for (uint64_t r = 0; r < rows_.count; r += t_.rowsPerTile) {
+      const uint32_t k = op_ext_kernel::TileRows(rows_.count, r, t_.rowsPerTile);
+      CopyInRows(rows_.first + r, k);
       ComputeRows(k);
-      CopyOutRows(firstRow_ + r, k);
+      CopyOutRows(rows_.first + r, k);
     }
   }
 
@@ -107,18 +106,13 @@ class KernelFusedAddRmsNorm {
         // z itself is residualOut: the scaled row goes to y's row (float) or in place
         // in the float copy (16-bit).
         LocalTensor<float> zs = kIsFloat ? y[at].template ReinterpretCast<float>() : zf;
-        const float maxAbs =
-            op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), zf, sq, work_.template Get<float>(), n);
-        if (maxAbs <= op_ext_kernel::kFloatMax) {
-          const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
-          PipeBarrier<PIPE_V>();
-          Muls(zs, zf, s, n);
-          rstd = RowRstd(SumOfSquares(zs, sq, n), t_.eps * s * s);
+        if (op_ext_kernel::RescaleRmsRow(stat_.template Get<float>(), work_.template Get<float>(), zs, zf, sq, n,
+                                         t_.invCols, t_.eps, rstd)) {
           zf = zs;
         }
       }
       PipeBarrier<PIPE_V>();
-      Normalize(y[at], zf, wf, rstd, sq, t_.hasWeight != 0, t_.cols);
+      op_ext_kernel::RmsNormOutput(y[at], zf, wf, rstd, sq, t_.hasWeight != 0, t_.cols);
     }
     outQueueY_.EnQue(y);
     outQueueZ_.EnQue(z);
@@ -146,7 +140,7 @@ class KernelFusedAddRmsNorm {
     // written after the pass, shifted back (WriteResidualChunk).
     bool deferredLast = false;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       CopyInChunk(base + c, len);
       LocalTensor<T> x = inQueueX_.template DeQue<T>();
       LocalTensor<T> r = inQueueR_.template DeQue<T>();
@@ -184,7 +178,7 @@ class KernelFusedAddRmsNorm {
     // shifted back to whole blocks where only whole blocks move).
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
       uint64_t c = c0;
-      uint32_t len = t_.cols - c0 < t_.chunkLength ? t_.cols - c0 : t_.chunkLength;
+      uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c0, t_.chunkLength);
       copier_.ShiftLastChunk(0, c, len);
       LocalTensor<T> w;
       if (t_.hasWeight) {
@@ -197,21 +191,14 @@ class KernelFusedAddRmsNorm {
       LocalTensor<T> x = inQueueX_.template DeQue<T>();
       LocalTensor<T> r = inQueueR_.template DeQue<T>();
       LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
-      // y holds z (in T) until Normalize overwrites it.
+      // y holds z (in T) until the output overwrites it.
       LocalTensor<float> zf = AddResidual(y, x, r, sq, len);
       PipeBarrier<PIPE_V>();
       if (scale != 1.0f) Muls(zf, zf, scale, static_cast<int32_t>(len));
       LocalTensor<float> wf;
-      if (t_.hasWeight) {
-        if constexpr (kIsFloat) {
-          wf = w.template ReinterpretCast<float>();
-        } else {
-          wf = weightF_.template Get<float>();
-          Cast(wf, w, RoundMode::CAST_NONE, len);
-        }
-      }
+      if (t_.hasWeight) wf = op_ext_kernel::AsFloat(w, weightF_, len);
       PipeBarrier<PIPE_V>();
-      Normalize(y, zf, wf, rstd, sq, t_.hasWeight != 0, len);
+      op_ext_kernel::RmsNormOutput(y, zf, wf, rstd, sq, t_.hasWeight != 0, len);
       outQueueY_.EnQue(y);
       if (t_.hasWeight) inQueueX_.FreeTensor(w);
       inQueueX_.FreeTensor(x);
@@ -273,58 +260,20 @@ class KernelFusedAddRmsNorm {
     }
   }
 
-  // y = zf * rstd (* wf), rounded to T. zf may alias y (float); sq is scratch.
-  __aicore__ inline void Normalize(const LocalTensor<T>& y, const LocalTensor<float>& zf,
-                                   const LocalTensor<float>& wf, float rstd, const LocalTensor<float>& sq,
-                                   bool hasWeight, uint32_t count) {
-    const int32_t n = static_cast<int32_t>(count);
-    if constexpr (kIsFloat) {
-      LocalTensor<float> yf = y.template ReinterpretCast<float>();
-      PipeBarrier<PIPE_V>();
-      Muls(yf, zf, rstd, n);
-      PipeBarrier<PIPE_V>();
-      if (hasWeight) Mul(yf, yf, wf, n);
-    } else {
-      PipeBarrier<PIPE_V>();
-      Muls(sq, zf, rstd, n);
-      PipeBarrier<PIPE_V>();
-      if (hasWeight) Mul(sq, sq, wf, n);
-      PipeBarrier<PIPE_V>();
-      Cast(y, sq, op_ext_kernel::NarrowRound<T>(), count);
-    }
-  }
-
   // stat[0] = sum of xf[i]^2 over n elements (sq is scratch).
   __aicore__ inline LocalTensor<float> SumOfSquares(const LocalTensor<float>& xf, const LocalTensor<float>& sq,
                                                     int32_t n) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> work = work_.template Get<float>();
-    PipeBarrier<PIPE_V>();
-    Mul(sq, xf, xf, n);
-    PipeBarrier<PIPE_V>();
-    ReduceSum(stat, sq, work, n);
-    return stat;
+    return op_ext_kernel::SumOfSquaresInto(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n);
   }
 
   // 1 / sqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
   __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq, float eps) {
-    PipeBarrier<PIPE_V>();
-    Muls(sumSq, sumSq, t_.invCols, 1);
-    PipeBarrier<PIPE_V>();
-    Adds(sumSq, sumSq, eps, 1);
-    PipeBarrier<PIPE_V>();
-    op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
-    return op_ext_kernel::ReadScalarAfterVector(sumSq);
+    return op_ext_kernel::RstdFromSumOfSquares(sumSq, t_.invCols, eps, work_.template Get<float>());
   }
 
-  // The same from a scalar sum: written to stat (S -> V ordered), then RowRstd.
+  // The same from a sum added up on the scalar unit.
   __aicore__ inline float ScalarRstd(float sumSq, float eps) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    stat.SetValue(0, sumSq);
-    event_t eventSV = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
-    SetFlag<HardEvent::S_V>(eventSV);
-    WaitFlag<HardEvent::S_V>(eventSV);
-    return RowRstd(stat, eps);
+    return RowRstd(op_ext_kernel::ScalarToVector(stat_.template Get<float>(), sumSq), eps);
   }
 
   // A split row whose sum of squares overflowed: max|z| over a pass, then the sum
@@ -336,7 +285,7 @@ class KernelFusedAddRmsNorm {
     float sumSq = 0.0f;
     for (int pass = 0; pass < 2; ++pass) {
       for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-        const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+        const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
         const int32_t n = static_cast<int32_t>(len);
         CopyInChunk(base + c, len);
         LocalTensor<T> x = inQueueX_.template DeQue<T>();
@@ -366,8 +315,7 @@ class KernelFusedAddRmsNorm {
   }
 
   optiling::FusedAddRmsNormCustomTilingData t_;
-  uint64_t firstRow_ = 0;
-  uint64_t rowCount_ = 0;
+  op_ext_kernel::CoreRows rows_;
   TQue<TPosition::VECIN, kBufferNum> inQueueX_;
   TQue<TPosition::VECIN, kBufferNum> inQueueR_;
   TQue<TPosition::VECOUT, kBufferNum> outQueueY_;

@@ -26,6 +26,7 @@
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "row_norm_common.h"
 #include "layer_norm_custom_tiling.h"
 
 namespace {
@@ -46,9 +47,7 @@ class KernelLayerNorm {
   __aicore__ inline void Init(GM_ADDR x, GM_ADDR w, GM_ADDR b, GM_ADDR y,
                               const optiling::LayerNormCustomTilingData& tiling, TPipe* pipe) {
     t_ = tiling;
-    const uint64_t core = GetBlockIdx();
-    firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
-    rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
+    rows_ = op_ext_kernel::RowsOfCore(GetBlockIdx(), t_.rowsPerCore, t_.bigCoreNum);
     const uint64_t total = t_.rows * t_.cols;
     const uint64_t paramLength = op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode);
     xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
@@ -80,16 +79,16 @@ class KernelLayerNorm {
 
   __aicore__ inline void Process() {
     if (t_.splitRow) {
-      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(firstRow_ + r);
+      for (uint64_t r = 0; r < rows_.count; ++r) ProcessSplitRow(rows_.first + r);
       return;
     }
     if (t_.hasWeight) LoadParam(wGm_, weightF_);
     if (t_.hasBias) LoadParam(bGm_, biasF_);
-    for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile) {
-      const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
-      CopyInRows(firstRow_ + r, k);
+    for (uint64_t r = 0; r < rows_.count; r += t_.rowsPerTile) {
+      const uint32_t k = op_ext_kernel::TileRows(rows_.count, r, t_.rowsPerTile);
+      CopyInRows(rows_.first + r, k);
       ComputeRows(k);
-      CopyOutRows(firstRow_ + r, k);
+      CopyOutRows(rows_.first + r, k);
     }
   }
 
@@ -240,7 +239,7 @@ class KernelLayerNorm {
   }
 
   __aicore__ inline uint32_t ChunkLen(uint32_t c) const {
-    return t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+    return op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
   }
 
   // A chunk of x, copied in and dequeued (the caller frees it).
@@ -262,23 +261,12 @@ class KernelLayerNorm {
 
   // `count` elements in float: the tensor itself for float, else cast into inputF_.
   __aicore__ inline LocalTensor<float> InputAsFloat(const LocalTensor<T>& x, uint32_t count) {
-    if constexpr (kIsFloat) {
-      return x.template ReinterpretCast<float>();
-    } else {
-      LocalTensor<float> xf = inputF_.template Get<float>();
-      Cast(xf, x, RoundMode::CAST_NONE, count);
-      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
-      return xf;
-    }
+    return op_ext_kernel::AsFloat(x, inputF_, count);
   }
 
   // stat[0] = sum of src[0..n).
   __aicore__ inline LocalTensor<float> Sum(const LocalTensor<float>& src, int32_t n) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> work = work_.template Get<float>();
-    PipeBarrier<PIPE_V>();
-    ReduceSum(stat, src, work, n);
-    return stat;
+    return op_ext_kernel::SumInto(stat_.template Get<float>(), src, work_.template Get<float>(), n);
   }
 
   __aicore__ inline float ReadSum(const LocalTensor<float>& src, int32_t n) {
@@ -294,23 +282,12 @@ class KernelLayerNorm {
 
   // 1 / sqrt(sumSq / cols + eps) on the vector unit, from stat[0] = sumSq, read as a scalar.
   __aicore__ inline float Rstd(const LocalTensor<float>& sumSq, float eps) {
-    PipeBarrier<PIPE_V>();
-    Muls(sumSq, sumSq, t_.invCols, 1);
-    PipeBarrier<PIPE_V>();
-    Adds(sumSq, sumSq, eps, 1);
-    PipeBarrier<PIPE_V>();
-    op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
-    return op_ext_kernel::ReadScalarAfterVector(sumSq);
+    return op_ext_kernel::RstdFromSumOfSquares(sumSq, t_.invCols, eps, work_.template Get<float>());
   }
 
   // stat[0] = v, written by the scalar unit and ordered before the next vector instruction.
   __aicore__ inline LocalTensor<float> ScalarToStat(float v) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    stat.SetValue(0, v);
-    event_t eventSV = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
-    SetFlag<HardEvent::S_V>(eventSV);
-    WaitFlag<HardEvent::S_V>(eventSV);
-    return stat;
+    return op_ext_kernel::ScalarToVector(stat_.template Get<float>(), v);
   }
 
   // ---- careful statistics (see the top) -----------------------------------------
@@ -391,8 +368,7 @@ class KernelLayerNorm {
   }
 
   optiling::LayerNormCustomTilingData t_;
-  uint64_t firstRow_ = 0;
-  uint64_t rowCount_ = 0;
+  op_ext_kernel::CoreRows rows_;
   TQue<TPosition::VECIN, kBufferNum> inQueueX_;
   TQue<TPosition::VECIN, kBufferNum> inQueueWB_;
   TQue<TPosition::VECOUT, kBufferNum> outQueueY_;

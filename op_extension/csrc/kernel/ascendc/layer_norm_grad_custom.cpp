@@ -18,11 +18,13 @@
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "row_norm_common.h"
 #include "layer_norm_grad_custom_tiling.h"
 
 namespace {
 
 using namespace AscendC;
+using op_ext_kernel::AsFloat;
 using op_ext_kernel::kBufferNum;
 
 // As layer_norm_custom.cpp: above this |mean| * rstd the mean is corrected.
@@ -58,10 +60,8 @@ class KernelLayerNormGrad {
     if (t_.hasBias) dbGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(db), t_.cols);
     if (t_.pass == 0) {
       dxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx), total);
-      const uint64_t core = GetBlockIdx();
-      coreIdx_ = core;
-      firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
-      rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
+      coreIdx_ = GetBlockIdx();
+      rows_ = op_ext_kernel::RowsOfCore(coreIdx_, t_.rowsPerCore, t_.bigCoreNum);
       if (t_.splitRow) {
         InitChunks(pipe);
       } else {
@@ -76,17 +76,17 @@ class KernelLayerNormGrad {
     if (t_.pass == 1) {
       ProcessColumns();
     } else if (t_.splitRow) {
-      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(r);
+      for (uint64_t r = 0; r < rows_.count; ++r) ProcessSplitRow(r);
     } else {
       if (t_.hasWeight) {
         op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
       }
       uint32_t tile = 0;
-      for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile, ++tile) {
-        const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
-        CopyInRows(firstRow_ + r, k);
+      for (uint64_t r = 0; r < rows_.count; r += t_.rowsPerTile, ++tile) {
+        const uint32_t k = op_ext_kernel::TileRows(rows_.count, r, t_.rowsPerTile);
+        CopyInRows(rows_.first + r, k);
         ComputeRows(k);
-        CopyOutRows(firstRow_ + r, k, tile);
+        CopyOutRows(rows_.first + r, k, tile);
       }
     }
   }
@@ -186,14 +186,8 @@ class KernelLayerNormGrad {
 
   // The slot's statistics (scalar writes into statTile_) to their workspace slot.
   __aicore__ inline void StoreStats(uint32_t slot) {
-    event_t eventSMte3 = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_MTE3));
-    SetFlag<HardEvent::S_MTE3>(eventSMte3);
-    WaitFlag<HardEvent::S_MTE3>(eventSMte3);
-    const uint64_t at = (coreIdx_ * t_.statTilesPerCore + slot) * t_.statPitch;
-    DataCopy(statGm_[at], statTile_.template Get<float>(), t_.statPitch);
-    event_t eventMte3S = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE3_S));
-    SetFlag<HardEvent::MTE3_S>(eventMte3S);
-    WaitFlag<HardEvent::MTE3_S>(eventMte3S);
+    op_ext_kernel::StoreStatTile(statGm_, statTile_.template Get<float>(),
+                                 (coreIdx_ * t_.statTilesPerCore + slot) * t_.statPitch, t_.statPitch);
   }
 
   // ---- pass 0, rows in chunks -------------------------------------------------------
@@ -216,7 +210,7 @@ class KernelLayerNormGrad {
   }
 
   __aicore__ inline uint32_t ChunkLen(uint32_t c) const {
-    return t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+    return op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
   }
 
   // Chunk [c, c + len) of row `row`: x in float, and (withGrad) g = dy * w in float.
@@ -312,7 +306,7 @@ class KernelLayerNormGrad {
   // A row in chunks: reads for the mean and the sums (more for careful statistics),
   // then one to write gradInput.
   __aicore__ inline void ProcessSplitRow(uint64_t local) {
-    const uint64_t row = firstRow_ + local;
+    const uint64_t row = rows_.first + local;
     float s = 1.0f;
     float eps = t_.eps;
     float mean = SplitSum(row, s, 0.0f) * t_.invCols;
@@ -414,29 +408,13 @@ class KernelLayerNormGrad {
   }
 
   __aicore__ inline float ReadSum(const LocalTensor<float>& src, int32_t n) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    PipeBarrier<PIPE_V>();
-    ReduceSum(stat, src, work_.template Get<float>(), n);
-    return op_ext_kernel::ReadScalarAfterVector(stat);
+    return op_ext_kernel::ReadSum(stat_.template Get<float>(), src, work_.template Get<float>(), n);
   }
 
   // 1 / sqrt(sumSq / cols + eps) on the vector unit (Sqrt, then Div), read as a scalar.
   __aicore__ inline float Rstd(float sumSq, float eps) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> one = stat[8];
-    stat.SetValue(0, sumSq);
-    event_t eventSV = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
-    SetFlag<HardEvent::S_V>(eventSV);
-    WaitFlag<HardEvent::S_V>(eventSV);
-    Muls(stat, stat, t_.invCols, 1);
-    PipeBarrier<PIPE_V>();
-    Adds(stat, stat, eps, 1);
-    PipeBarrier<PIPE_V>();
-    Sqrt(stat, stat, 1);
-    Duplicate(one, 1.0f, 1);
-    PipeBarrier<PIPE_V>();
-    Div(stat, one, stat, 1);
-    return op_ext_kernel::ReadScalarAfterVector(stat);
+    LocalTensor<float> stat = op_ext_kernel::ScalarToVector(stat_.template Get<float>(), sumSq);
+    return op_ext_kernel::RstdFromSumOfSquares(stat, t_.invCols, eps, work_.template Get<float>());
   }
 
   __aicore__ static inline bool IsFinite(float v) {
@@ -465,37 +443,7 @@ class KernelLayerNormGrad {
     Muls(tmp, tmp, -meanGxhat, n);
     PipeBarrier<PIPE_V>();
     Add(tmp, tmp, g, n);
-    if constexpr (kIsFloat) {
-      if (s != 1.0f) {
-        PipeBarrier<PIPE_V>();
-        Muls(tmp, tmp, rstd, n);
-        PipeBarrier<PIPE_V>();
-        Muls(dx, tmp, s, n);  // last: the only step that may land on subnormals
-      } else {
-        PipeBarrier<PIPE_V>();
-        Muls(dx, tmp, rstd, n);
-      }
-    } else {
-      PipeBarrier<PIPE_V>();
-      Muls(tmp, tmp, rstd, n);
-      PipeBarrier<PIPE_V>();
-      if (s != 1.0f) Muls(tmp, tmp, s, n);
-      PipeBarrier<PIPE_V>();
-      op_ext_kernel::CastFromFloat(dx, tmp, static_cast<uint32_t>(n));
-    }
-  }
-
-  // `count` elements of `t` in float: `t` itself for float, else cast into `buf`.
-  __aicore__ inline LocalTensor<float> AsFloat(const LocalTensor<T>& t, TBuf<TPosition::VECCALC>& buf,
-                                               uint32_t count) {
-    if constexpr (kIsFloat) {
-      return t.template ReinterpretCast<float>();
-    } else {
-      LocalTensor<float> f = buf.template Get<float>();
-      Cast(f, t, RoundMode::CAST_NONE, count);
-      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
-      return f;
-    }
+    op_ext_kernel::GradInputOutput(dx, tmp, rstd, s, n);
   }
 
   // ---- pass 1: gradWeight and gradBias over columns -------------------------------------
@@ -516,31 +464,17 @@ class KernelLayerNormGrad {
 
   // Workspace index of row r's statistics (layout in the tiling header).
   __aicore__ inline uint64_t StatIndex(uint64_t r) const {
-    const uint64_t per = t_.rowsPerCore;
-    const uint64_t big = t_.bigCoreNum;
     uint64_t core;
     uint64_t local;
-    if (r < big * (per + 1)) {
-      core = r / (per + 1);
-      local = r % (per + 1);
-    } else {
-      core = big + (r - big * (per + 1)) / per;
-      local = (r - big * (per + 1)) % per;
-    }
+    op_ext_kernel::RowOwner(r, t_.rowsPerCore, t_.bigCoreNum, core, local);
     return (core * t_.statTilesPerCore + local / t_.statRowsPerSlot) * t_.statPitch +
            (local % t_.statRowsPerSlot) * kStatFloats;
   }
 
   __aicore__ inline void ProcessColumns() {
-    const uint64_t core = GetBlockIdx();
-    const uint64_t blockElems = op_ext_kernel::BlockElems<T>();
-    const uint64_t firstBlock = core * t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? core : t_.dwBigCoreNum);
-    const uint64_t blocks = t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? 1 : 0);
-    const uint64_t begin = firstBlock * blockElems;
-    uint64_t end = begin + blocks * blockElems;
-    // The last core's columns run to the end (with only whole blocks moving, the
-    // tiling joins a last partial block to the one before it: ColumnUnits).
-    if (end > t_.cols || core + 1 == t_.dwUsedCoreNum) end = t_.cols;
+    uint64_t begin;
+    uint64_t end;
+    op_ext_kernel::ColumnsOfCore<T>(t_.cols, t_.dwBlocksPerCore, t_.dwBigCoreNum, t_.dwUsedCoreNum, begin, end);
     // The statistics below are scalar loads of what the row pass wrote by DMA.
     op_ext_kernel::DropDataCacheBeforeReading(statGm_);
     for (uint64_t c0 = begin; c0 < end; c0 += t_.dwChunkCols) {
@@ -595,8 +529,7 @@ class KernelLayerNormGrad {
 
   optiling::LayerNormGradCustomTilingData t_;
   uint64_t coreIdx_ = 0;
-  uint64_t firstRow_ = 0;
-  uint64_t rowCount_ = 0;
+  op_ext_kernel::CoreRows rows_;
   TQue<TPosition::VECIN, kBufferNum> inQueueX_;
   TQue<TPosition::VECIN, kBufferNum> inQueueDy_;
   TQue<TPosition::VECOUT, kBufferNum> outQueue_;

@@ -12,6 +12,7 @@
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "row_norm_common.h"
 #include "rms_norm_custom_tiling.h"
 
 namespace {
@@ -27,9 +28,7 @@ class KernelRmsNorm {
   __aicore__ inline void Init(GM_ADDR x, GM_ADDR w, GM_ADDR y, const optiling::RmsNormCustomTilingData& tiling,
                               TPipe* pipe) {
     t_ = tiling;
-    const uint64_t core = GetBlockIdx();
-    firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
-    rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
+    rows_ = op_ext_kernel::RowsOfCore(GetBlockIdx(), t_.rowsPerCore, t_.bigCoreNum);
     const uint64_t total = t_.rows * t_.cols;
     xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
     yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
@@ -46,15 +45,15 @@ class KernelRmsNorm {
 
   __aicore__ inline void Process() {
     if (t_.splitRow) {
-      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(firstRow_ + r);
+      for (uint64_t r = 0; r < rows_.count; ++r) ProcessSplitRow(rows_.first + r);
       return;
     }
     if (t_.hasWeight) LoadWeight();
-    for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile) {
-      const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
-      CopyInRows(firstRow_ + r, k);
+    for (uint64_t r = 0; r < rows_.count; r += t_.rowsPerTile) {
+      const uint32_t k = op_ext_kernel::TileRows(rows_.count, r, t_.rowsPerTile);
+      CopyInRows(rows_.first + r, k);
       ComputeRows(k);
-      CopyOutRows(firstRow_ + r, k);
+      CopyOutRows(rows_.first + r, k);
     }
   }
 
@@ -101,19 +100,7 @@ class KernelRmsNorm {
         LocalTensor<float> xs = kIsFloat ? y[at].template ReinterpretCast<float>() : xf;
         if (RescaleRow(xs, xf, sq, n, rstd)) xf = xs;
       }
-      if constexpr (kIsFloat) {
-        LocalTensor<float> yrow = y[at].template ReinterpretCast<float>();
-        PipeBarrier<PIPE_V>();
-        Muls(yrow, xf, rstd, n);
-        PipeBarrier<PIPE_V>();
-        if (t_.hasWeight) Mul(yrow, yrow, wf, n);
-      } else {
-        Muls(sq, xf, rstd, n);
-        PipeBarrier<PIPE_V>();
-        if (t_.hasWeight) Mul(sq, sq, wf, n);
-        PipeBarrier<PIPE_V>();
-        Cast(y[at], sq, op_ext_kernel::NarrowRound<T>(), t_.cols);
-      }
+      op_ext_kernel::RmsNormOutput(y[at], xf, wf, rstd, sq, t_.hasWeight != 0, t_.cols);
     }
     outQueueY_.EnQue(y);
     inQueueX_.FreeTensor(x);
@@ -148,7 +135,7 @@ class KernelRmsNorm {
     Duplicate(acc, 0.0f, 8);
     // Pass 1: sum of squares, chunk sums added in order.
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       LocalTensor<T> x = CopyInChunk(base + c, len);
       LocalTensor<float> part = SumOfSquares(InputAsFloat(x, len), sq, static_cast<int32_t>(len));
       PipeBarrier<PIPE_V>();
@@ -163,7 +150,7 @@ class KernelRmsNorm {
     // where only whole blocks move).
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
       uint64_t c = c0;
-      uint32_t len = t_.cols - c0 < t_.chunkLength ? t_.cols - c0 : t_.chunkLength;
+      uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c0, t_.chunkLength);
       copier_.ShiftLastChunk(0, c, len);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> w;
@@ -181,23 +168,10 @@ class KernelRmsNorm {
       LocalTensor<float> xf = InputAsFloat(x, len);
       PipeBarrier<PIPE_V>();
       if (scale != 1.0f) Muls(xf, xf, scale, n);
-      if constexpr (kIsFloat) {
-        PipeBarrier<PIPE_V>();
-        Muls(y, xf, rstd, n);
-        PipeBarrier<PIPE_V>();
-        if (t_.hasWeight) Mul(y, y, w, n);
-      } else {
-        PipeBarrier<PIPE_V>();
-        Muls(sq, xf, rstd, n);
-        if (t_.hasWeight) {
-          LocalTensor<float> wf = weightF_.template Get<float>();
-          Cast(wf, w, RoundMode::CAST_NONE, len);
-          PipeBarrier<PIPE_V>();
-          Mul(sq, sq, wf, n);
-        }
-        PipeBarrier<PIPE_V>();
-        Cast(y, sq, op_ext_kernel::NarrowRound<T>(), len);
-      }
+      LocalTensor<float> wf;
+      if (t_.hasWeight) wf = op_ext_kernel::AsFloat(w, weightF_, len);
+      PipeBarrier<PIPE_V>();
+      op_ext_kernel::RmsNormOutput(y, xf, wf, rstd, sq, t_.hasWeight != 0, len);
       outQueueY_.EnQue(y);
       if (t_.hasWeight) inQueueX_.FreeTensor(w);
       inQueueX_.FreeTensor(x);
@@ -212,51 +186,26 @@ class KernelRmsNorm {
   // `count` elements of a row (or chunk) in float: the tensor itself for float,
   // else cast into inputF_.
   __aicore__ inline LocalTensor<float> InputAsFloat(const LocalTensor<T>& x, uint32_t count) {
-    if constexpr (kIsFloat) {
-      return x.template ReinterpretCast<float>();
-    } else {
-      LocalTensor<float> xf = inputF_.template Get<float>();
-      Cast(xf, x, RoundMode::CAST_NONE, count);
-      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
-      return xf;
-    }
+    return op_ext_kernel::AsFloat(x, inputF_, count);
   }
 
   // stat[0] = sum of xf[i]^2 over n elements (sq is scratch).
   __aicore__ inline LocalTensor<float> SumOfSquares(const LocalTensor<float>& xf, const LocalTensor<float>& sq,
                                                     int32_t n) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> work = work_.template Get<float>();
-    PipeBarrier<PIPE_V>();
-    Mul(sq, xf, xf, n);
-    PipeBarrier<PIPE_V>();
-    ReduceSum(stat, sq, work, n);
-    return stat;
+    return op_ext_kernel::SumOfSquaresInto(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n);
   }
 
   // 1 / sqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
   __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq, float eps) {
-    PipeBarrier<PIPE_V>();
-    Muls(sumSq, sumSq, t_.invCols, 1);
-    PipeBarrier<PIPE_V>();
-    Adds(sumSq, sumSq, eps, 1);
-    PipeBarrier<PIPE_V>();
-    op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
-    return op_ext_kernel::ReadScalarAfterVector(sumSq);
+    return op_ext_kernel::RstdFromSumOfSquares(sumSq, t_.invCols, eps, work_.template Get<float>());
   }
 
   // A whole row whose sum of squares overflowed: xs = xf * s, rstd = rstd_s (the
   // output is xs * rstd_s). False (nothing changed) when some |x| is inf or NaN.
   __aicore__ inline bool RescaleRow(const LocalTensor<float>& xs, const LocalTensor<float>& xf,
                                     const LocalTensor<float>& sq, int32_t n, float& rstd) {
-    const float maxAbs =
-        op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n);
-    if (!(maxAbs <= op_ext_kernel::kFloatMax)) return false;
-    const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
-    PipeBarrier<PIPE_V>();
-    Muls(xs, xf, s, n);
-    rstd = RowRstd(SumOfSquares(xs, sq, n), t_.eps * s * s);
-    return true;
+    return op_ext_kernel::RescaleRmsRow(stat_.template Get<float>(), work_.template Get<float>(), xs, xf, sq, n,
+                                        t_.invCols, t_.eps, rstd);
   }
 
   // The same for a split row: a pass for max|x|, a pass for the scaled sum of squares.
@@ -265,7 +214,7 @@ class KernelRmsNorm {
     LocalTensor<float> acc = acc_.template Get<float>();
     float maxAbs = 0.0f;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       LocalTensor<T> x = CopyInChunk(base + c, len);
       const float m = op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), InputAsFloat(x, len), sq,
                                                work_.template Get<float>(), static_cast<int32_t>(len));
@@ -276,7 +225,7 @@ class KernelRmsNorm {
     scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
     Duplicate(acc, 0.0f, 8);
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> x = CopyInChunk(base + c, len);
       LocalTensor<float> xf = InputAsFloat(x, len);
@@ -301,8 +250,7 @@ class KernelRmsNorm {
   }
 
   optiling::RmsNormCustomTilingData t_;
-  uint64_t firstRow_ = 0;
-  uint64_t rowCount_ = 0;
+  op_ext_kernel::CoreRows rows_;
   TQue<TPosition::VECIN, kBufferNum> inQueueX_;
   TQue<TPosition::VECOUT, kBufferNum> outQueueY_;
   TBuf<TPosition::VECCALC> weightF_;

@@ -16,11 +16,13 @@
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "row_norm_common.h"
 #include "rms_norm_grad_custom_tiling.h"
 
 namespace {
 
 using namespace AscendC;
+using op_ext_kernel::AsFloat;
 using op_ext_kernel::kBufferNum;
 
 template <typename T>
@@ -45,10 +47,8 @@ class KernelRmsNormGrad {
     if (t_.pass == 0) {
       dxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx), total);
       if (t_.hasGradResidual) grGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gr), readable);
-      const uint64_t core = GetBlockIdx();
-      coreIdx_ = core;
-      firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
-      rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
+      coreIdx_ = GetBlockIdx();
+      rows_ = op_ext_kernel::RowsOfCore(coreIdx_, t_.rowsPerCore, t_.bigCoreNum);
       if (t_.splitRow) {
         InitChunks(pipe);
       } else {
@@ -63,15 +63,15 @@ class KernelRmsNormGrad {
     if (t_.pass == 1) {
       ProcessColumns();
     } else if (t_.splitRow) {
-      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(r);
+      for (uint64_t r = 0; r < rows_.count; ++r) ProcessSplitRow(r);
     } else {
       if (t_.hasWeight) LoadWeight();
       uint32_t tile = 0;
-      for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile, ++tile) {
-        const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
-        CopyInRows(firstRow_ + r, k);
+      for (uint64_t r = 0; r < rows_.count; r += t_.rowsPerTile, ++tile) {
+        const uint32_t k = op_ext_kernel::TileRows(rows_.count, r, t_.rowsPerTile);
+        CopyInRows(rows_.first + r, k);
         ComputeRows(k);
-        CopyOutRows(firstRow_ + r, k, tile);
+        CopyOutRows(rows_.first + r, k, tile);
       }
     }
   }
@@ -174,14 +174,8 @@ class KernelRmsNormGrad {
 
   // The tile's rstd values (scalar writes into rstd_) to their workspace slot.
   __aicore__ inline void StoreRstd(uint32_t slot) {
-    event_t eventSMte3 = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_MTE3));
-    SetFlag<HardEvent::S_MTE3>(eventSMte3);
-    WaitFlag<HardEvent::S_MTE3>(eventSMte3);
-    const uint64_t at = (coreIdx_ * t_.rstdTilesPerCore + slot) * t_.rstdPitch;
-    DataCopy(rstdGm_[at], rstd_.template Get<float>(), t_.rstdPitch);
-    event_t eventMte3S = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE3_S));
-    SetFlag<HardEvent::MTE3_S>(eventMte3S);
-    WaitFlag<HardEvent::MTE3_S>(eventMte3S);
+    op_ext_kernel::StoreStatTile(rstdGm_, rstd_.template Get<float>(),
+                                 (coreIdx_ * t_.rstdTilesPerCore + slot) * t_.rstdPitch, t_.rstdPitch);
   }
 
   // ---- pass 0, rows in chunks -------------------------------------------------------
@@ -237,13 +231,13 @@ class KernelRmsNormGrad {
   }
 
   __aicore__ inline void ProcessSplitRow(uint64_t local) {
-    const uint64_t row = firstRow_ + local;
+    const uint64_t row = rows_.first + local;
     LocalTensor<float> stat = stat_.template Get<float>();
     LocalTensor<float> acc = acc_.template Get<float>();
     Duplicate(acc, 0.0f, 16);
     // Pass 1: sums of x^2 and of g * x, chunk sums added in order.
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
       LoadChunk(row, c, len, w, x, dy, xf, g);
@@ -265,7 +259,7 @@ class KernelRmsNormGrad {
     // where only whole blocks move).
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
       uint64_t shifted = c0;
-      uint32_t len = t_.cols - c0 < t_.chunkLength ? t_.cols - c0 : t_.chunkLength;
+      uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c0, t_.chunkLength);
       copier_.ShiftLastChunk(0, shifted, len);
       const uint32_t c = static_cast<uint32_t>(shifted);
       LocalTensor<T> w, x, dy;
@@ -350,31 +344,19 @@ class KernelRmsNormGrad {
     Muls(tmp, xf, -coeff, n);
     PipeBarrier<PIPE_V>();
     Add(tmp, tmp, g, n);
+    if (!t_.hasGradResidual) {
+      op_ext_kernel::GradInputOutput(dx, tmp, rstd, scale, n);
+      return;
+    }
+    PipeBarrier<PIPE_V>();
+    Muls(tmp, tmp, rstd, n);
+    PipeBarrier<PIPE_V>();
+    if (scale != 1.0f) Muls(tmp, tmp, scale, n);
+    PipeBarrier<PIPE_V>();
     if constexpr (kIsFloat) {
-      if (t_.hasGradResidual) {
-        PipeBarrier<PIPE_V>();
-        Muls(tmp, tmp, rstd, n);
-        PipeBarrier<PIPE_V>();
-        if (scale != 1.0f) Muls(tmp, tmp, scale, n);
-        PipeBarrier<PIPE_V>();
-        Add(dx, tmp, gr, n);
-      } else if (scale != 1.0f) {
-        PipeBarrier<PIPE_V>();
-        Muls(tmp, tmp, rstd, n);
-        PipeBarrier<PIPE_V>();
-        Muls(dx, tmp, scale, n);  // last: the only step that may land on subnormals
-      } else {
-        PipeBarrier<PIPE_V>();
-        Muls(dx, tmp, rstd, n);
-      }
+      Add(dx, tmp, gr, n);
     } else {
-      PipeBarrier<PIPE_V>();
-      Muls(tmp, tmp, rstd, n);
-      PipeBarrier<PIPE_V>();
-      if (scale != 1.0f) Muls(tmp, tmp, scale, n);
-      PipeBarrier<PIPE_V>();
-      if (t_.hasGradResidual) Add(tmp, tmp, AsFloat(gr, inputF_, static_cast<uint32_t>(n)), n);
-      PipeBarrier<PIPE_V>();
+      Add(tmp, tmp, AsFloat(gr, inputF_, static_cast<uint32_t>(n)), n);
       op_ext_kernel::CastFromFloat(dx, tmp, static_cast<uint32_t>(n));
     }
   }
@@ -386,7 +368,7 @@ class KernelRmsNormGrad {
     LocalTensor<float> acc = acc_.template Get<float>();
     float maxAbs = 0.0f;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
       LoadChunk(row, c, len, w, x, dy, xf, g);
@@ -400,7 +382,7 @@ class KernelRmsNormGrad {
     const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
     Duplicate(acc, 0.0f, 16);
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
       LoadChunk(row, c, len, w, x, dy, xf, g);
@@ -417,19 +399,6 @@ class KernelRmsNormGrad {
     PipeBarrier<PIPE_V>();
     RstdAndCoeff(acc, t_.eps * s * s, rstd, coeff);
     scale = s;
-  }
-
-  // `count` elements of `t` in float: `t` itself for float, else cast into `buf`.
-  __aicore__ inline LocalTensor<float> AsFloat(const LocalTensor<T>& t, TBuf<TPosition::VECCALC>& buf,
-                                               uint32_t count) {
-    if constexpr (kIsFloat) {
-      return t.template ReinterpretCast<float>();
-    } else {
-      LocalTensor<float> f = buf.template Get<float>();
-      Cast(f, t, RoundMode::CAST_NONE, count);
-      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
-      return f;
-    }
   }
 
   // ---- pass 1: gradWeight over columns ------------------------------------------------
@@ -449,30 +418,16 @@ class KernelRmsNormGrad {
 
   // Workspace index of row r's rstd (layout in the tiling header).
   __aicore__ inline uint64_t RstdIndex(uint64_t r) const {
-    const uint64_t per = t_.rowsPerCore;
-    const uint64_t big = t_.bigCoreNum;
     uint64_t core;
     uint64_t local;
-    if (r < big * (per + 1)) {
-      core = r / (per + 1);
-      local = r % (per + 1);
-    } else {
-      core = big + (r - big * (per + 1)) / per;
-      local = (r - big * (per + 1)) % per;
-    }
+    op_ext_kernel::RowOwner(r, t_.rowsPerCore, t_.bigCoreNum, core, local);
     return (core * t_.rstdTilesPerCore + local / t_.rstdRowsPerSlot) * t_.rstdPitch + local % t_.rstdRowsPerSlot;
   }
 
   __aicore__ inline void ProcessColumns() {
-    const uint64_t core = GetBlockIdx();
-    const uint64_t blockElems = op_ext_kernel::BlockElems<T>();
-    const uint64_t firstBlock = core * t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? core : t_.dwBigCoreNum);
-    const uint64_t blocks = t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? 1 : 0);
-    const uint64_t begin = firstBlock * blockElems;
-    uint64_t end = begin + blocks * blockElems;
-    // The last core's columns run to the end (with only whole blocks moving, the
-    // tiling joins a last partial block to the one before it: ColumnUnits).
-    if (end > t_.cols || core + 1 == t_.dwUsedCoreNum) end = t_.cols;
+    uint64_t begin;
+    uint64_t end;
+    op_ext_kernel::ColumnsOfCore<T>(t_.cols, t_.dwBlocksPerCore, t_.dwBigCoreNum, t_.dwUsedCoreNum, begin, end);
     // The statistics below are scalar loads of what the row pass wrote by DMA.
     op_ext_kernel::DropDataCacheBeforeReading(rstdGm_);
     for (uint64_t c0 = begin; c0 < end; c0 += t_.dwChunkCols) {
@@ -513,8 +468,7 @@ class KernelRmsNormGrad {
 
   optiling::RmsNormGradCustomTilingData t_;
   uint64_t coreIdx_ = 0;
-  uint64_t firstRow_ = 0;
-  uint64_t rowCount_ = 0;
+  op_ext_kernel::CoreRows rows_;
   TQue<TPosition::VECIN, kBufferNum> inQueueX_;
   TQue<TPosition::VECIN, kBufferNum> inQueueDy_;
   TQue<TPosition::VECIN, kBufferNum> inQueueGr_;
