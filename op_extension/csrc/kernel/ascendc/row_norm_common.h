@@ -224,6 +224,162 @@ __aicore__ inline void ColumnsOfCore(uint64_t cols, uint64_t blocksPerCore, uint
   if (end > cols || core + 1 == usedCoreNum) end = cols;
 }
 
+// What both passes of a norm's backward (rms_norm_grad, layer_norm_grad) move: x and
+// dy in, gradInput out, the weight; their queues and float copies; the workspace of
+// per-row statistics the row pass writes and the column pass reads; the rows of this
+// core. Each kernel adds its own buffers (initialised after InitQueues, in its UB
+// plan's order) and what only it moves.
+template <typename T>
+struct NormGradIo {
+  // Init: GM tensors and the copier (its stage first in the UB); statFloats: the
+  // workspace's floats (used only with a weight).
+  template <typename Tiling>
+  __aicore__ inline void Init(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR dx, GM_ADDR dw, GM_ADDR workspace,
+                              uint64_t statFloats, const Tiling& t, AscendC::TPipe* pipe) {
+    const uint64_t total = t.rows * t.cols;
+    const uint64_t readable = ReadableLength<T>(total, t.tailMode);
+    dyGm.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), readable);
+    xGm.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), readable);
+    copier.Init(pipe, t.tailMode);
+    if (t.hasWeight) {
+      wGm.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), ReadableLength<T>(t.cols, t.tailMode));
+      dwGm.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dw), t.cols);
+      if (statFloats > 0) statGm.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(workspace), statFloats);
+    }
+    if (t.pass == 0) {
+      dxGm.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx), total);
+      core = AscendC::GetBlockIdx();
+      rows = RowsOfCore(core, t.rowsPerCore, t.bigCoreNum);
+    }
+  }
+
+  // The x, dy and output queues, each of kBufferNum buffers of `bytes`.
+  __aicore__ inline void InitQueues(AscendC::TPipe* pipe, uint32_t bytes) {
+    pipe->InitBuffer(inX, kBufferNum, bytes);
+    pipe->InitBuffer(inDy, kBufferNum, bytes);
+    pipe->InitBuffer(out, kBufferNum, bytes);
+  }
+
+  // k whole rows of x and dy from `row` on, enqueued.
+  __aicore__ inline void RowsIn(uint64_t row, uint32_t k, uint32_t cols) {
+    AscendC::LocalTensor<T> x = inX.template AllocTensor<T>();
+    AscendC::LocalTensor<T> dy = inDy.template AllocTensor<T>();
+    copier.RowsIn(x, xGm[row * cols], k, cols);
+    copier.RowsIn(dy, dyGm[row * cols], k, cols);
+    inX.EnQue(x);
+    inDy.EnQue(dy);
+  }
+
+  // The k rows of gradInput the output queue holds, to GM from `row` on.
+  __aicore__ inline void RowsOut(uint64_t row, uint32_t k, uint32_t cols) {
+    AscendC::LocalTensor<T> dx = out.template DeQue<T>();
+    copier.RowsOut(dxGm[row * cols], dx, k, cols);
+    out.FreeTensor(dx);
+  }
+
+  // Row x, dy of a whole-rows tile: x in float (xf), and g = dy (* w) in float (the
+  // weight row from LoadWeightRow).
+  __aicore__ inline void RowAsFloat(const AscendC::LocalTensor<T>& x, const AscendC::LocalTensor<T>& dy,
+                                    uint32_t cols, bool hasWeight, AscendC::LocalTensor<float>& xf,
+                                    AscendC::LocalTensor<float>& g) {
+    xf = AsFloat(x, xF, cols);
+    AscendC::PipeBarrier<PIPE_V>();
+    g = AsFloat(dy, gF, cols);
+    AscendC::PipeBarrier<PIPE_V>();
+    if (hasWeight) AscendC::Mul(g, g, wF.template Get<float>(), static_cast<int32_t>(cols));
+  }
+
+  // The weight row in float (wF), once per core, for whole rows.
+  __aicore__ inline void LoadWeightRow(uint32_t cols, uint32_t rowStride) {
+    LoadParamRowAsFloat(copier, inX, wGm, wF.template Get<float>(), cols, rowStride);
+  }
+
+  // Chunk [c, c + len) of row `row`: x in float (xf), and with withGrad g = dy (* w)
+  // in float; the weight chunk goes through x's queue. ReleaseChunk frees it.
+  __aicore__ inline void LoadChunk(uint64_t row, uint32_t cols, uint32_t c, uint32_t len, bool withGrad,
+                                   bool hasWeight, AscendC::LocalTensor<T>& w, AscendC::LocalTensor<T>& x,
+                                   AscendC::LocalTensor<T>& dy, AscendC::LocalTensor<float>& xf,
+                                   AscendC::LocalTensor<float>& g) {
+    const uint64_t base = row * cols + c;
+    const bool withWeight = withGrad && hasWeight;
+    if (withWeight) {
+      w = inX.template AllocTensor<T>();
+      copier.In(w, wGm[c], len);
+      inX.EnQue(w);
+    }
+    x = inX.template AllocTensor<T>();
+    copier.In(x, xGm[base], len);
+    inX.EnQue(x);
+    if (withGrad) {
+      dy = inDy.template AllocTensor<T>();
+      copier.In(dy, dyGm[base], len);
+      inDy.EnQue(dy);
+    }
+    if (withWeight) w = inX.template DeQue<T>();
+    x = inX.template DeQue<T>();
+    xf = AsFloat(x, xF, len);
+    if (withGrad) {
+      dy = inDy.template DeQue<T>();
+      AscendC::PipeBarrier<PIPE_V>();
+      g = AsFloat(dy, gF, len);
+      AscendC::PipeBarrier<PIPE_V>();
+      if (withWeight) AscendC::Mul(g, g, AsFloat(w, wF, len), static_cast<int32_t>(len));
+    }
+  }
+
+  __aicore__ inline void ReleaseChunk(bool withGrad, bool hasWeight, AscendC::LocalTensor<T>& w,
+                                      AscendC::LocalTensor<T>& x, AscendC::LocalTensor<T>& dy) {
+    if (withGrad && hasWeight) inX.FreeTensor(w);
+    inX.FreeTensor(x);
+    if (withGrad) inDy.FreeTensor(dy);
+  }
+
+  AscendC::TQue<AscendC::TPosition::VECIN, kBufferNum> inX;  // x, and the weight's chunks
+  AscendC::TQue<AscendC::TPosition::VECIN, kBufferNum> inDy;
+  AscendC::TQue<AscendC::TPosition::VECOUT, kBufferNum> out;  // gradInput; column sums
+  AscendC::TBuf<AscendC::TPosition::VECCALC> xF;  // float copies of 16-bit x, dy, w
+  AscendC::TBuf<AscendC::TPosition::VECCALC> gF;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> wF;  // also the whole weight row (any T)
+  RowCopier<T> copier;
+  AscendC::GlobalTensor<T> xGm;
+  AscendC::GlobalTensor<T> dyGm;
+  AscendC::GlobalTensor<T> wGm;
+  AscendC::GlobalTensor<T> dxGm;
+  AscendC::GlobalTensor<T> dwGm;
+  AscendC::GlobalTensor<float> statGm;  // the workspace
+  uint64_t core = 0;
+  CoreRows rows;
+};
+
+// The column chunks of this core in the backward's column pass, in order, each at
+// most chunkCols wide; the last shifted back to whole blocks where only whole
+// blocks move (RowCopier::ShiftLastChunk).
+template <typename T>
+class ColumnChunks {
+ public:
+  __aicore__ inline void Init(uint64_t cols, uint64_t blocksPerCore, uint64_t bigCoreNum, uint64_t usedCoreNum,
+                              uint32_t chunkCols) {
+    ColumnsOfCore<T>(cols, blocksPerCore, bigCoreNum, usedCoreNum, begin_, end_);
+    next_ = begin_;
+    chunkCols_ = chunkCols;
+  }
+
+  __aicore__ inline bool Next(const RowCopier<T>& copier, uint64_t& c, uint32_t& width) {
+    if (next_ >= end_) return false;
+    c = next_;
+    width = static_cast<uint32_t>(end_ - next_ < chunkCols_ ? end_ - next_ : chunkCols_);
+    next_ += chunkCols_;
+    copier.ShiftLastChunk(begin_, c, width);
+    return true;
+  }
+
+ private:
+  uint64_t begin_ = 0;
+  uint64_t end_ = 0;
+  uint64_t next_ = 0;
+  uint32_t chunkCols_ = 0;
+};
+
 }  // namespace op_ext_kernel
 
 #endif  // OP_EXT_KERNEL_ASCENDC_ROW_NORM_COMMON_H_
