@@ -33,21 +33,15 @@ class KernelFusedAddRmsNorm {
   __aicore__ inline void Init(GM_ADDR x, GM_ADDR r, GM_ADDR w, GM_ADDR y, GM_ADDR z,
                               const optiling::FusedAddRmsNormCustomTilingData& tiling, TPipe* pipe) {
     t_ = tiling;
-    rows_ = op_ext_kernel::RowsOfCore(GetBlockIdx(), t_.rowsPerCore, t_.bigCoreNum);
+    io_.Init(x, w, y, t_, pipe);
     const uint64_t total = t_.rows * t_.cols;
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
     rGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(r), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
-    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
     zGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(z), total);
-    if (t_.hasWeight) {
-      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode));
-    }
-    copier_.Init(pipe, t_.tailMode);
     const uint32_t tileElems = t_.splitRow ? t_.chunkLength : t_.rowsPerTile * t_.rowStride;
     const uint32_t rowElems = t_.splitRow ? t_.chunkLength : t_.rowStride;
-    pipe->InitBuffer(inQueueX_, kBufferNum, tileElems * sizeof(T));
+    pipe->InitBuffer(io_.inX, kBufferNum, tileElems * sizeof(T));
     pipe->InitBuffer(inQueueR_, kBufferNum, tileElems * sizeof(T));
-    pipe->InitBuffer(outQueueY_, kBufferNum, tileElems * sizeof(T));
+    pipe->InitBuffer(io_.outY, kBufferNum, tileElems * sizeof(T));
     pipe->InitBuffer(outQueueZ_, kBufferNum, tileElems * sizeof(T));
     pipe->InitBuffer(square_, rowElems * sizeof(float));
     if (!t_.splitRow || !kIsFloat) pipe->InitBuffer(weightF_, rowElems * sizeof(float));
@@ -58,15 +52,15 @@ class KernelFusedAddRmsNorm {
 
   __aicore__ inline void Process() {
     if (t_.splitRow) {
-      for (uint64_t r = 0; r < rows_.count; ++r) ProcessSplitRow(rows_.first + r);
+      for (uint64_t r = 0; r < io_.rows.count; ++r) ProcessSplitRow(io_.rows.first + r);
       return;
     }
-    if (t_.hasWeight) LoadWeight();
-    for (uint64_t r = 0; r < rows_.count; r += t_.rowsPerTile) {
-      const uint32_t k = op_ext_kernel::TileRows(rows_.count, r, t_.rowsPerTile);
-      CopyInRows(rows_.first + r, k);
+    if (t_.hasWeight) io_.LoadParamRow(io_.wGm, weightF_, t_.cols, t_.rowStride);
+    for (uint64_t r = 0; r < io_.rows.count; r += t_.rowsPerTile) {
+      const uint32_t k = op_ext_kernel::TileRows(io_.rows.count, r, t_.rowsPerTile);
+      CopyInRows(io_.rows.first + r, k);
       ComputeRows(k);
-      CopyOutRows(rows_.first + r, k);
+      CopyOutRows(io_.rows.first + r, k);
     }
   }
 
@@ -75,24 +69,19 @@ class KernelFusedAddRmsNorm {
 
   // ---- whole rows -----------------------------------------------------------
 
-  // The weight row, once per core, through the input queue into a float row.
-  __aicore__ inline void LoadWeight() {
-    op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
-  }
-
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    LocalTensor<T> x = io_.inX.template AllocTensor<T>();
     LocalTensor<T> r = inQueueR_.template AllocTensor<T>();
-    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
-    copier_.RowsIn(r, rGm_[row * t_.cols], k, t_.cols);
-    inQueueX_.EnQue(x);
+    io_.copier.RowsIn(x, io_.xGm[row * t_.cols], k, t_.cols);
+    io_.copier.RowsIn(r, rGm_[row * t_.cols], k, t_.cols);
+    io_.inX.EnQue(x);
     inQueueR_.EnQue(r);
   }
 
   __aicore__ inline void ComputeRows(uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template DeQue<T>();
+    LocalTensor<T> x = io_.inX.template DeQue<T>();
     LocalTensor<T> r = inQueueR_.template DeQue<T>();
-    LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+    LocalTensor<T> y = io_.outY.template AllocTensor<T>();
     LocalTensor<T> z = outQueueZ_.template AllocTensor<T>();
     LocalTensor<float> sq = square_.template Get<float>();
     LocalTensor<float> wf = weightF_.template Get<float>();
@@ -114,18 +103,18 @@ class KernelFusedAddRmsNorm {
       PipeBarrier<PIPE_V>();
       op_ext_kernel::RmsNormOutput(y[at], zf, wf, rstd, sq, t_.hasWeight != 0, t_.cols);
     }
-    outQueueY_.EnQue(y);
+    io_.outY.EnQue(y);
     outQueueZ_.EnQue(z);
-    inQueueX_.FreeTensor(x);
+    io_.inX.FreeTensor(x);
     inQueueR_.FreeTensor(r);
   }
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> y = outQueueY_.template DeQue<T>();
+    LocalTensor<T> y = io_.outY.template DeQue<T>();
     LocalTensor<T> z = outQueueZ_.template DeQue<T>();
-    copier_.RowsOut(yGm_[row * t_.cols], y, k, t_.cols);
-    copier_.RowsOut(zGm_[row * t_.cols], z, k, t_.cols);
-    outQueueY_.FreeTensor(y);
+    io_.copier.RowsOut(io_.yGm[row * t_.cols], y, k, t_.cols);
+    io_.copier.RowsOut(zGm_[row * t_.cols], z, k, t_.cols);
+    io_.outY.FreeTensor(y);
     outQueueZ_.FreeTensor(z);
   }
 
@@ -142,7 +131,7 @@ class KernelFusedAddRmsNorm {
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       CopyInChunk(base + c, len);
-      LocalTensor<T> x = inQueueX_.template DeQue<T>();
+      LocalTensor<T> x = io_.inX.template DeQue<T>();
       LocalTensor<T> r = inQueueR_.template DeQue<T>();
       LocalTensor<T> z = outQueueZ_.template AllocTensor<T>();
       LocalTensor<float> zf = AddResidual(z, x, r, sq, len);
@@ -151,14 +140,14 @@ class KernelFusedAddRmsNorm {
       // Chunk sums are added on the scalar unit in chunk order (one float per chunk).
       sumSq += op_ext_kernel::ReadScalarAfterVector(part);
       outQueueZ_.EnQue(z);
-      inQueueX_.FreeTensor(x);
+      io_.inX.FreeTensor(x);
       inQueueR_.FreeTensor(r);
       z = outQueueZ_.template DeQue<T>();
       uint64_t at = c;
       uint32_t whole = len;
-      copier_.ShiftLastChunk(0, at, whole);
+      io_.copier.ShiftLastChunk(0, at, whole);
       if (at == c) {
-        copier_.Out(zGm_[base + c], z, len);
+        io_.copier.Out(zGm_[base + c], z, len);
       } else {
         deferredLast = true;
       }
@@ -168,7 +157,7 @@ class KernelFusedAddRmsNorm {
       const uint32_t lastLen = t_.cols % t_.chunkLength;
       uint64_t at = t_.cols - lastLen;
       uint32_t whole = lastLen;
-      copier_.ShiftLastChunk(0, at, whole);
+      io_.copier.ShiftLastChunk(0, at, whole);
       WriteResidualChunk(base + at, whole);
     }
     float rstd = ScalarRstd(sumSq, t_.eps);
@@ -179,18 +168,18 @@ class KernelFusedAddRmsNorm {
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
       uint64_t c = c0;
       uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c0, t_.chunkLength);
-      copier_.ShiftLastChunk(0, c, len);
+      io_.copier.ShiftLastChunk(0, c, len);
       LocalTensor<T> w;
       if (t_.hasWeight) {
-        w = inQueueX_.template AllocTensor<T>();
-        copier_.In(w, wGm_[c], len);
-        inQueueX_.EnQue(w);
+        w = io_.inX.template AllocTensor<T>();
+        io_.copier.In(w, io_.wGm[c], len);
+        io_.inX.EnQue(w);
       }
       CopyInChunk(base + c, len);
-      if (t_.hasWeight) w = inQueueX_.template DeQue<T>();
-      LocalTensor<T> x = inQueueX_.template DeQue<T>();
+      if (t_.hasWeight) w = io_.inX.template DeQue<T>();
+      LocalTensor<T> x = io_.inX.template DeQue<T>();
       LocalTensor<T> r = inQueueR_.template DeQue<T>();
-      LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+      LocalTensor<T> y = io_.outY.template AllocTensor<T>();
       // y holds z (in T) until the output overwrites it.
       LocalTensor<float> zf = AddResidual(y, x, r, sq, len);
       PipeBarrier<PIPE_V>();
@@ -199,22 +188,22 @@ class KernelFusedAddRmsNorm {
       if (t_.hasWeight) wf = op_ext_kernel::AsFloat(w, weightF_, len);
       PipeBarrier<PIPE_V>();
       op_ext_kernel::RmsNormOutput(y, zf, wf, rstd, sq, t_.hasWeight != 0, len);
-      outQueueY_.EnQue(y);
-      if (t_.hasWeight) inQueueX_.FreeTensor(w);
-      inQueueX_.FreeTensor(x);
+      io_.outY.EnQue(y);
+      if (t_.hasWeight) io_.inX.FreeTensor(w);
+      io_.inX.FreeTensor(x);
       inQueueR_.FreeTensor(r);
-      y = outQueueY_.template DeQue<T>();
-      copier_.Out(yGm_[base + c], y, len);
-      outQueueY_.FreeTensor(y);
+      y = io_.outY.template DeQue<T>();
+      io_.copier.Out(io_.yGm[base + c], y, len);
+      io_.outY.FreeTensor(y);
     }
   }
 
   __aicore__ inline void CopyInChunk(uint64_t offset, uint32_t len) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    LocalTensor<T> x = io_.inX.template AllocTensor<T>();
     LocalTensor<T> r = inQueueR_.template AllocTensor<T>();
-    copier_.In(x, xGm_[offset], len);
-    copier_.In(r, rGm_[offset], len);
-    inQueueX_.EnQue(x);
+    io_.copier.In(x, io_.xGm[offset], len);
+    io_.copier.In(r, rGm_[offset], len);
+    io_.inX.EnQue(x);
     inQueueR_.EnQue(r);
   }
 
@@ -223,15 +212,15 @@ class KernelFusedAddRmsNorm {
   // with the chunk before get the same values again).
   __aicore__ inline void WriteResidualChunk(uint64_t offset, uint32_t len) {
     CopyInChunk(offset, len);
-    LocalTensor<T> x = inQueueX_.template DeQue<T>();
+    LocalTensor<T> x = io_.inX.template DeQue<T>();
     LocalTensor<T> r = inQueueR_.template DeQue<T>();
     LocalTensor<T> z = outQueueZ_.template AllocTensor<T>();
     AddResidual(z, x, r, square_.template Get<float>(), len);
     outQueueZ_.EnQue(z);
-    inQueueX_.FreeTensor(x);
+    io_.inX.FreeTensor(x);
     inQueueR_.FreeTensor(r);
     z = outQueueZ_.template DeQue<T>();
-    copier_.Out(zGm_[offset], z, len);
+    io_.copier.Out(zGm_[offset], z, len);
     outQueueZ_.FreeTensor(z);
   }
 
@@ -288,9 +277,9 @@ class KernelFusedAddRmsNorm {
         const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
         const int32_t n = static_cast<int32_t>(len);
         CopyInChunk(base + c, len);
-        LocalTensor<T> x = inQueueX_.template DeQue<T>();
+        LocalTensor<T> x = io_.inX.template DeQue<T>();
         LocalTensor<T> r = inQueueR_.template DeQue<T>();
-        LocalTensor<T> z = outQueueY_.template AllocTensor<T>();
+        LocalTensor<T> z = io_.outY.template AllocTensor<T>();
         LocalTensor<float> zf = AddResidual(z, x, r, sq, len);
         if (pass == 0) {
           PipeBarrier<PIPE_V>();
@@ -302,8 +291,8 @@ class KernelFusedAddRmsNorm {
           Muls(zf, zf, scale, n);
           sumSq += op_ext_kernel::ReadScalarAfterVector(SumOfSquares(zf, sq, n));
         }
-        outQueueY_.FreeTensor(z);
-        inQueueX_.FreeTensor(x);
+        io_.outY.FreeTensor(z);
+        io_.inX.FreeTensor(x);
         inQueueR_.FreeTensor(r);
       }
       if (pass == 0) {
@@ -315,21 +304,15 @@ class KernelFusedAddRmsNorm {
   }
 
   optiling::FusedAddRmsNormCustomTilingData t_;
-  op_ext_kernel::CoreRows rows_;
-  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
+  op_ext_kernel::NormRowsIo<T> io_;
   TQue<TPosition::VECIN, kBufferNum> inQueueR_;
-  TQue<TPosition::VECOUT, kBufferNum> outQueueY_;
   TQue<TPosition::VECOUT, kBufferNum> outQueueZ_;
   TBuf<TPosition::VECCALC> weightF_;
   TBuf<TPosition::VECCALC> square_;
   TBuf<TPosition::VECCALC> sumF_;
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
-  op_ext_kernel::RowCopier<T> copier_;
-  GlobalTensor<T> xGm_;
   GlobalTensor<T> rGm_;
-  GlobalTensor<T> wGm_;
-  GlobalTensor<T> yGm_;
   GlobalTensor<T> zGm_;
 };
 

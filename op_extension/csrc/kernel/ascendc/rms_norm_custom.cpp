@@ -28,14 +28,7 @@ class KernelRmsNorm {
   __aicore__ inline void Init(GM_ADDR x, GM_ADDR w, GM_ADDR y, const optiling::RmsNormCustomTilingData& tiling,
                               TPipe* pipe) {
     t_ = tiling;
-    rows_ = op_ext_kernel::RowsOfCore(GetBlockIdx(), t_.rowsPerCore, t_.bigCoreNum);
-    const uint64_t total = t_.rows * t_.cols;
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
-    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
-    if (t_.hasWeight) {
-      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode));
-    }
-    copier_.Init(pipe, t_.tailMode);
+    io_.Init(x, w, y, t_, pipe);
     if (t_.splitRow) {
       InitChunks(pipe);
     } else {
@@ -45,15 +38,15 @@ class KernelRmsNorm {
 
   __aicore__ inline void Process() {
     if (t_.splitRow) {
-      for (uint64_t r = 0; r < rows_.count; ++r) ProcessSplitRow(rows_.first + r);
+      for (uint64_t r = 0; r < io_.rows.count; ++r) ProcessSplitRow(io_.rows.first + r);
       return;
     }
-    if (t_.hasWeight) LoadWeight();
-    for (uint64_t r = 0; r < rows_.count; r += t_.rowsPerTile) {
-      const uint32_t k = op_ext_kernel::TileRows(rows_.count, r, t_.rowsPerTile);
-      CopyInRows(rows_.first + r, k);
+    if (t_.hasWeight) io_.LoadParamRow(io_.wGm, weightF_, t_.cols, t_.rowStride);
+    for (uint64_t r = 0; r < io_.rows.count; r += t_.rowsPerTile) {
+      const uint32_t k = op_ext_kernel::TileRows(io_.rows.count, r, t_.rowsPerTile);
+      io_.RowsIn(io_.rows.first + r, k, t_.cols);
       ComputeRows(k);
-      CopyOutRows(rows_.first + r, k);
+      io_.RowsOut(io_.rows.first + r, k, t_.cols);
     }
   }
 
@@ -64,8 +57,8 @@ class KernelRmsNorm {
 
   __aicore__ inline void InitRows(TPipe* pipe) {
     const uint32_t tileBytes = t_.rowsPerTile * t_.rowStride * sizeof(T);
-    pipe->InitBuffer(inQueueX_, kBufferNum, tileBytes);
-    pipe->InitBuffer(outQueueY_, kBufferNum, tileBytes);
+    pipe->InitBuffer(io_.inX, kBufferNum, tileBytes);
+    pipe->InitBuffer(io_.outY, kBufferNum, tileBytes);
     pipe->InitBuffer(weightF_, t_.rowStride * sizeof(float));
     pipe->InitBuffer(square_, t_.rowStride * sizeof(float));
     if constexpr (!kIsFloat) pipe->InitBuffer(inputF_, t_.rowStride * sizeof(float));
@@ -73,20 +66,9 @@ class KernelRmsNorm {
     pipe->InitBuffer(stat_, op_ext_kernel::kBlockBytes);
   }
 
-  // The weight row, once per core, through the input queue into a float row.
-  __aicore__ inline void LoadWeight() {
-    op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
-  }
-
-  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
-    inQueueX_.EnQue(x);
-  }
-
   __aicore__ inline void ComputeRows(uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template DeQue<T>();
-    LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+    LocalTensor<T> x = io_.inX.template DeQue<T>();
+    LocalTensor<T> y = io_.outY.template AllocTensor<T>();
     LocalTensor<float> sq = square_.template Get<float>();
     LocalTensor<float> wf = weightF_.template Get<float>();
     const int32_t n = static_cast<int32_t>(t_.cols);
@@ -102,22 +84,16 @@ class KernelRmsNorm {
       }
       op_ext_kernel::RmsNormOutput(y[at], xf, wf, rstd, sq, t_.hasWeight != 0, t_.cols);
     }
-    outQueueY_.EnQue(y);
-    inQueueX_.FreeTensor(x);
-  }
-
-  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> y = outQueueY_.template DeQue<T>();
-    copier_.RowsOut(yGm_[row * t_.cols], y, k, t_.cols);
-    outQueueY_.FreeTensor(y);
+    io_.outY.EnQue(y);
+    io_.inX.FreeTensor(x);
   }
 
   // ---- split rows -------------------------------------------------------------
 
   __aicore__ inline void InitChunks(TPipe* pipe) {
     const uint32_t chunkBytes = t_.chunkLength * sizeof(T);
-    pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
-    pipe->InitBuffer(outQueueY_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(io_.inX, kBufferNum, chunkBytes);
+    pipe->InitBuffer(io_.outY, kBufferNum, chunkBytes);
     pipe->InitBuffer(square_, t_.chunkLength * sizeof(float));
     if constexpr (!kIsFloat) {
       pipe->InitBuffer(inputF_, t_.chunkLength * sizeof(float));
@@ -136,11 +112,11 @@ class KernelRmsNorm {
     // Pass 1: sum of squares, chunk sums added in order.
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
-      LocalTensor<T> x = CopyInChunk(base + c, len);
+      LocalTensor<T> x = io_.ChunkIn(base + c, len);
       LocalTensor<float> part = SumOfSquares(InputAsFloat(x, len), sq, static_cast<int32_t>(len));
       PipeBarrier<PIPE_V>();
       Add(acc, acc, part, 1);
-      inQueueX_.FreeTensor(x);
+      io_.inX.FreeTensor(x);
     }
     PipeBarrier<PIPE_V>();
     float rstd = RowRstd(acc, t_.eps);
@@ -151,20 +127,20 @@ class KernelRmsNorm {
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
       uint64_t c = c0;
       uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c0, t_.chunkLength);
-      copier_.ShiftLastChunk(0, c, len);
+      io_.copier.ShiftLastChunk(0, c, len);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> w;
       if (t_.hasWeight) {
-        w = inQueueX_.template AllocTensor<T>();
-        copier_.In(w, wGm_[c], len);
-        inQueueX_.EnQue(w);
+        w = io_.inX.template AllocTensor<T>();
+        io_.copier.In(w, io_.wGm[c], len);
+        io_.inX.EnQue(w);
       }
-      LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-      copier_.In(x, xGm_[base + c], len);
-      inQueueX_.EnQue(x);
-      if (t_.hasWeight) w = inQueueX_.template DeQue<T>();
-      x = inQueueX_.template DeQue<T>();
-      LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+      LocalTensor<T> x = io_.inX.template AllocTensor<T>();
+      io_.copier.In(x, io_.xGm[base + c], len);
+      io_.inX.EnQue(x);
+      if (t_.hasWeight) w = io_.inX.template DeQue<T>();
+      x = io_.inX.template DeQue<T>();
+      LocalTensor<T> y = io_.outY.template AllocTensor<T>();
       LocalTensor<float> xf = InputAsFloat(x, len);
       PipeBarrier<PIPE_V>();
       if (scale != 1.0f) Muls(xf, xf, scale, n);
@@ -172,12 +148,12 @@ class KernelRmsNorm {
       if (t_.hasWeight) wf = op_ext_kernel::AsFloat(w, weightF_, len);
       PipeBarrier<PIPE_V>();
       op_ext_kernel::RmsNormOutput(y, xf, wf, rstd, sq, t_.hasWeight != 0, len);
-      outQueueY_.EnQue(y);
-      if (t_.hasWeight) inQueueX_.FreeTensor(w);
-      inQueueX_.FreeTensor(x);
-      y = outQueueY_.template DeQue<T>();
-      copier_.Out(yGm_[base + c], y, len);
-      outQueueY_.FreeTensor(y);
+      io_.outY.EnQue(y);
+      if (t_.hasWeight) io_.inX.FreeTensor(w);
+      io_.inX.FreeTensor(x);
+      y = io_.outY.template DeQue<T>();
+      io_.copier.Out(io_.yGm[base + c], y, len);
+      io_.outY.FreeTensor(y);
     }
   }
 
@@ -215,11 +191,11 @@ class KernelRmsNorm {
     float maxAbs = 0.0f;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
-      LocalTensor<T> x = CopyInChunk(base + c, len);
+      LocalTensor<T> x = io_.ChunkIn(base + c, len);
       const float m = op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), InputAsFloat(x, len), sq,
                                                work_.template Get<float>(), static_cast<int32_t>(len));
       maxAbs = op_ext_kernel::MaxOrNan(maxAbs, m);
-      inQueueX_.FreeTensor(x);
+      io_.inX.FreeTensor(x);
     }
     if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
     scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
@@ -227,7 +203,7 @@ class KernelRmsNorm {
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       const int32_t n = static_cast<int32_t>(len);
-      LocalTensor<T> x = CopyInChunk(base + c, len);
+      LocalTensor<T> x = io_.ChunkIn(base + c, len);
       LocalTensor<float> xf = InputAsFloat(x, len);
       PipeBarrier<PIPE_V>();
       Muls(xf, xf, scale, n);
@@ -235,34 +211,20 @@ class KernelRmsNorm {
       LocalTensor<float> part = SumOfSquares(xf, sq, n);
       PipeBarrier<PIPE_V>();
       Add(acc, acc, part, 1);
-      inQueueX_.FreeTensor(x);
+      io_.inX.FreeTensor(x);
     }
     PipeBarrier<PIPE_V>();
     rstd = RowRstd(acc, t_.eps * scale * scale);
   }
 
-  // A chunk of x, copied in and dequeued (the caller frees it).
-  __aicore__ inline LocalTensor<T> CopyInChunk(uint64_t offset, uint32_t len) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    copier_.In(x, xGm_[offset], len);
-    inQueueX_.EnQue(x);
-    return inQueueX_.template DeQue<T>();
-  }
-
   optiling::RmsNormCustomTilingData t_;
-  op_ext_kernel::CoreRows rows_;
-  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
-  TQue<TPosition::VECOUT, kBufferNum> outQueueY_;
+  op_ext_kernel::NormRowsIo<T> io_;
   TBuf<TPosition::VECCALC> weightF_;
   TBuf<TPosition::VECCALC> square_;
   TBuf<TPosition::VECCALC> inputF_;
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
   TBuf<TPosition::VECCALC> acc_;
-  op_ext_kernel::RowCopier<T> copier_;
-  GlobalTensor<T> xGm_;
-  GlobalTensor<T> wGm_;
-  GlobalTensor<T> yGm_;
 };
 
 template <typename T>

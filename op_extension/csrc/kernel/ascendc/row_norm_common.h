@@ -168,6 +168,60 @@ __aicore__ inline void RmsNormOutput(const AscendC::LocalTensor<T>& y, const Asc
   }
 }
 
+// What every forward row norm moves: x in, y out, the weight; the two queues, the
+// copier and this core's rows. Each kernel initialises the queues itself (in its UB
+// plan's order) and adds what only it moves (residual, bias).
+template <typename T>
+struct NormRowsIo {
+  // GM tensors, the rows of this core, and the copier (its stage first in the UB).
+  template <typename Tiling>
+  __aicore__ inline void Init(GM_ADDR x, GM_ADDR w, GM_ADDR y, const Tiling& t, AscendC::TPipe* pipe) {
+    rows = RowsOfCore(AscendC::GetBlockIdx(), t.rowsPerCore, t.bigCoreNum);
+    const uint64_t total = t.rows * t.cols;
+    xGm.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), ReadableLength<T>(total, t.tailMode));
+    yGm.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
+    if (t.hasWeight) wGm.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), ReadableLength<T>(t.cols, t.tailMode));
+    copier.Init(pipe, t.tailMode);
+  }
+
+  // A parameter row (weight or bias), once per core, through x's queue into a float row.
+  __aicore__ inline void LoadParamRow(const AscendC::GlobalTensor<T>& gm,
+                                      AscendC::TBuf<AscendC::TPosition::VECCALC>& dst, uint32_t cols,
+                                      uint32_t rowStride) {
+    LoadParamRowAsFloat(copier, inX, gm, dst.template Get<float>(), cols, rowStride);
+  }
+
+  // k whole rows of x from `row` on, enqueued.
+  __aicore__ inline void RowsIn(uint64_t row, uint32_t k, uint32_t cols) {
+    AscendC::LocalTensor<T> x = inX.template AllocTensor<T>();
+    copier.RowsIn(x, xGm[row * cols], k, cols);
+    inX.EnQue(x);
+  }
+
+  // The k rows of y the output queue holds, to GM from `row` on.
+  __aicore__ inline void RowsOut(uint64_t row, uint32_t k, uint32_t cols) {
+    AscendC::LocalTensor<T> y = outY.template DeQue<T>();
+    copier.RowsOut(yGm[row * cols], y, k, cols);
+    outY.FreeTensor(y);
+  }
+
+  // A chunk of x, copied in and dequeued (the caller frees it).
+  __aicore__ inline AscendC::LocalTensor<T> ChunkIn(uint64_t offset, uint32_t len) {
+    AscendC::LocalTensor<T> x = inX.template AllocTensor<T>();
+    copier.In(x, xGm[offset], len);
+    inX.EnQue(x);
+    return inX.template DeQue<T>();
+  }
+
+  AscendC::TQue<AscendC::TPosition::VECIN, kBufferNum> inX;  // x, and the parameter rows
+  AscendC::TQue<AscendC::TPosition::VECOUT, kBufferNum> outY;
+  RowCopier<T> copier;
+  AscendC::GlobalTensor<T> xGm;
+  AscendC::GlobalTensor<T> wGm;
+  AscendC::GlobalTensor<T> yGm;
+  CoreRows rows;
+};
+
 // ---- backward --------------------------------------------------------------------
 
 // gradInput's last steps: dx = (sum * rstd) (* scale, for a rescaled row), rounded
