@@ -49,35 +49,13 @@ class KernelLayerNormGrad {
     // The workspace: each row's (mean_s, rstd_s, s), in slots of a tile's rows.
     io_.Init(dy, x, w, dx, dw, workspace, uint64_t(t_.usedCoreNum) * t_.statTilesPerCore * t_.statPitch, t_, pipe);
     if (t_.hasBias) dbGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(db), t_.cols);
-    if (t_.pass == 0) {
-      if (t_.splitRow) {
-        InitChunks(pipe);
-      } else {
-        InitRows(pipe);
-      }
-    } else {
-      InitColumns(pipe);
-    }
+    op_ext_kernel::NormGradPasses::InitBuffers(*this, t_, pipe);
   }
 
-  __aicore__ inline void Process() {
-    if (t_.pass == 1) {
-      ProcessColumns();
-    } else if (t_.splitRow) {
-      for (uint64_t r = 0; r < io_.rows.count; ++r) ProcessSplitRow(r);
-    } else {
-      if (t_.hasWeight) io_.LoadWeightRow(t_.cols, t_.rowStride);
-      uint32_t tile = 0;
-      for (uint64_t r = 0; r < io_.rows.count; r += t_.rowsPerTile, ++tile) {
-        const uint32_t k = op_ext_kernel::TileRows(io_.rows.count, r, t_.rowsPerTile);
-        io_.RowsIn(io_.rows.first + r, k, t_.cols);
-        ComputeRows(k);
-        CopyOutRows(io_.rows.first + r, k, tile);
-      }
-    }
-  }
+  __aicore__ inline void Process() { op_ext_kernel::NormGradPasses::Process(*this, io_, t_); }
 
  private:
+  friend struct op_ext_kernel::NormGradPasses;
   static constexpr bool kIsFloat = IsSameType<T, float>::value;
 
   // ---- pass 0, whole rows ---------------------------------------------------------
@@ -96,6 +74,8 @@ class KernelLayerNormGrad {
     pipe->InitBuffer(stat_, 2 * op_ext_kernel::kBlockBytes);
     pipe->InitBuffer(statTile_, (kStatFloats * t_.rowsPerTile + 7) / 8 * 8 * sizeof(float));
   }
+
+  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) { io_.RowsIn(row, k, t_.cols); }
 
   __aicore__ inline void ComputeRows(uint32_t k) {
     LocalTensor<T> x = io_.inX.template DeQue<T>();

@@ -35,39 +35,17 @@ class KernelRmsNormGrad {
     t_ = tiling;
     // The workspace: each row's rstd (rstd_s * s), in slots of a tile's rows.
     io_.Init(dy, x, w, dx, dw, workspace, uint64_t(t_.usedCoreNum) * t_.rstdTilesPerCore * t_.rstdPitch, t_, pipe);
-    if (t_.pass == 0) {
-      if (t_.hasGradResidual) {
-        grGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gr),
-                              op_ext_kernel::ReadableLength<T>(t_.rows * t_.cols, t_.tailMode));
-      }
-      if (t_.splitRow) {
-        InitChunks(pipe);
-      } else {
-        InitRows(pipe);
-      }
-    } else {
-      InitColumns(pipe);
+    if (t_.pass == 0 && t_.hasGradResidual) {
+      grGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gr),
+                            op_ext_kernel::ReadableLength<T>(t_.rows * t_.cols, t_.tailMode));
     }
+    op_ext_kernel::NormGradPasses::InitBuffers(*this, t_, pipe);
   }
 
-  __aicore__ inline void Process() {
-    if (t_.pass == 1) {
-      ProcessColumns();
-    } else if (t_.splitRow) {
-      for (uint64_t r = 0; r < io_.rows.count; ++r) ProcessSplitRow(r);
-    } else {
-      if (t_.hasWeight) io_.LoadWeightRow(t_.cols, t_.rowStride);
-      uint32_t tile = 0;
-      for (uint64_t r = 0; r < io_.rows.count; r += t_.rowsPerTile, ++tile) {
-        const uint32_t k = op_ext_kernel::TileRows(io_.rows.count, r, t_.rowsPerTile);
-        CopyInRows(io_.rows.first + r, k);
-        ComputeRows(k);
-        CopyOutRows(io_.rows.first + r, k, tile);
-      }
-    }
-  }
+  __aicore__ inline void Process() { op_ext_kernel::NormGradPasses::Process(*this, io_, t_); }
 
  private:
+  friend struct op_ext_kernel::NormGradPasses;
   static constexpr bool kIsFloat = IsSameType<T, float>::value;
 
   // ---- pass 0, whole rows ---------------------------------------------------------

@@ -405,6 +405,44 @@ struct NormGradIo {
   CoreRows rows;
 };
 
+// The two passes of a norm backward over this core's share (row_norm_tiling.h,
+// <op>_grad_custom_tiling.h): pass 0 gradInput by rows, one at a time in chunks or
+// in whole-row tiles, each tile's statistics to the workspace; pass 1 the weight
+// (and bias) gradients by column chunks. The kernel, which makes this a friend,
+// provides InitRows / InitChunks / InitColumns(pipe) (its buffers after the
+// queues), ProcessSplitRow(local row), CopyInRows(row, k), ComputeRows(k),
+// CopyOutRows(row, k, tile) and ProcessColumns().
+struct NormGradPasses {
+  template <typename Kernel, typename Tiling>
+  __aicore__ static inline void InitBuffers(Kernel& kernel, const Tiling& t, AscendC::TPipe* pipe) {
+    if (t.pass != 0) {
+      kernel.InitColumns(pipe);
+    } else if (t.splitRow) {
+      kernel.InitChunks(pipe);
+    } else {
+      kernel.InitRows(pipe);
+    }
+  }
+
+  template <typename Kernel, typename T, typename Tiling>
+  __aicore__ static inline void Process(Kernel& kernel, NormGradIo<T>& io, const Tiling& t) {
+    if (t.pass == 1) {
+      kernel.ProcessColumns();
+    } else if (t.splitRow) {
+      for (uint64_t r = 0; r < io.rows.count; ++r) kernel.ProcessSplitRow(r);
+    } else {
+      if (t.hasWeight) io.LoadWeightRow(t.cols, t.rowStride);
+      uint32_t tile = 0;
+      for (uint64_t r = 0; r < io.rows.count; r += t.rowsPerTile, ++tile) {
+        const uint32_t k = TileRows(io.rows.count, r, t.rowsPerTile);
+        kernel.CopyInRows(io.rows.first + r, k);
+        kernel.ComputeRows(k);
+        kernel.CopyOutRows(io.rows.first + r, k, tile);
+      }
+    }
+  }
+};
+
 // The column chunks of this core in the backward's column pass, in order, each at
 // most chunkCols wide; the last shifted back to whole blocks where only whole
 // blocks move (RowCopier::ShiftLastChunk).
