@@ -73,25 +73,22 @@ class KernelLayerNorm {
     pipe->InitBuffer(stat_, op_ext_kernel::kBlockBytes);
   }
 
-  __aicore__ inline void Process() {
-    if (t_.splitRow) {
-      for (uint64_t r = 0; r < io_.rows.count; ++r) ProcessSplitRow(io_.rows.first + r);
-      return;
-    }
-    if (t_.hasWeight) io_.LoadParamRow(io_.wGm, weightF_, t_.cols, t_.rowStride);
-    if (t_.hasBias) io_.LoadParamRow(bGm_, biasF_, t_.cols, t_.rowStride);
-    for (uint64_t r = 0; r < io_.rows.count; r += t_.rowsPerTile) {
-      const uint32_t k = op_ext_kernel::TileRows(io_.rows.count, r, t_.rowsPerTile);
-      io_.RowsIn(io_.rows.first + r, k, t_.cols);
-      ComputeRows(k);
-      io_.RowsOut(io_.rows.first + r, k, t_.cols);
-    }
-  }
+  __aicore__ inline void Process() { op_ext_kernel::NormRowsPasses::Process(*this, io_, t_); }
 
  private:
+  friend struct op_ext_kernel::NormRowsPasses;
+
   static constexpr bool kIsFloat = IsSameType<T, float>::value;
 
   // ---- whole rows -----------------------------------------------------------
+
+  // The parameter rows, once per core, into float rows.
+  __aicore__ inline void LoadParams() {
+    if (t_.hasWeight) io_.LoadParamRow(io_.wGm, weightF_, t_.cols, t_.rowStride);
+    if (t_.hasBias) io_.LoadParamRow(bGm_, biasF_, t_.cols, t_.rowStride);
+  }
+
+  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) { io_.RowsIn(row, k, t_.cols); }
 
   __aicore__ inline void ComputeRows(uint32_t k) {
     LocalTensor<T> x = io_.inX.template DeQue<T>();
@@ -129,6 +126,8 @@ class KernelLayerNorm {
     io_.outY.EnQue(y);
     io_.inX.FreeTensor(x);
   }
+
+  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) { io_.RowsOut(row, k, t_.cols); }
 
   // ---- split rows -------------------------------------------------------------
 

@@ -56,6 +56,7 @@ class KernelLayerNormGrad {
 
  private:
   friend struct op_ext_kernel::NormGradPasses;
+
   static constexpr bool kIsFloat = IsSameType<T, float>::value;
 
   // ---- pass 0, whole rows ---------------------------------------------------------

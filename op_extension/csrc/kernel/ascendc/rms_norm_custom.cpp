@@ -36,21 +36,11 @@ class KernelRmsNorm {
     }
   }
 
-  __aicore__ inline void Process() {
-    if (t_.splitRow) {
-      for (uint64_t r = 0; r < io_.rows.count; ++r) ProcessSplitRow(io_.rows.first + r);
-      return;
-    }
-    if (t_.hasWeight) io_.LoadParamRow(io_.wGm, weightF_, t_.cols, t_.rowStride);
-    for (uint64_t r = 0; r < io_.rows.count; r += t_.rowsPerTile) {
-      const uint32_t k = op_ext_kernel::TileRows(io_.rows.count, r, t_.rowsPerTile);
-      io_.RowsIn(io_.rows.first + r, k, t_.cols);
-      ComputeRows(k);
-      io_.RowsOut(io_.rows.first + r, k, t_.cols);
-    }
-  }
+  __aicore__ inline void Process() { op_ext_kernel::NormRowsPasses::Process(*this, io_, t_); }
 
  private:
+  friend struct op_ext_kernel::NormRowsPasses;
+
   static constexpr bool kIsFloat = IsSameType<T, float>::value;
 
   // ---- whole rows -----------------------------------------------------------
@@ -65,6 +55,13 @@ class KernelRmsNorm {
     pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
     pipe->InitBuffer(stat_, op_ext_kernel::kBlockBytes);
   }
+
+  // The parameter rows, once per core, into float rows.
+  __aicore__ inline void LoadParams() {
+    if (t_.hasWeight) io_.LoadParamRow(io_.wGm, weightF_, t_.cols, t_.rowStride);
+  }
+
+  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) { io_.RowsIn(row, k, t_.cols); }
 
   __aicore__ inline void ComputeRows(uint32_t k) {
     LocalTensor<T> x = io_.inX.template DeQue<T>();
@@ -87,6 +84,8 @@ class KernelRmsNorm {
     io_.outY.EnQue(y);
     io_.inX.FreeTensor(x);
   }
+
+  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) { io_.RowsOut(row, k, t_.cols); }
 
   // ---- split rows -------------------------------------------------------------
 

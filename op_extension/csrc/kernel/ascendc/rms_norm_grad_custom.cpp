@@ -46,6 +46,7 @@ class KernelRmsNormGrad {
 
  private:
   friend struct op_ext_kernel::NormGradPasses;
+
   static constexpr bool kIsFloat = IsSameType<T, float>::value;
 
   // ---- pass 0, whole rows ---------------------------------------------------------

@@ -1,10 +1,16 @@
 // Pieces the row-norm kernels share (rms_norm, fused_add_rms_norm, layer_norm and
-// their backward): the split of rows over cores and tiles (host/tiling/row_tiling.h,
-// row_norm_tiling.h), the float copies of 16-bit rows, the per-row statistics on the
-// vector unit, the forward's RMS output, the backward's last gradInput steps, and the
-// backward's workspace statistics and column split. Each kernel keeps its own queues,
-// buffers and math; these helpers take the tensors they work on, so the UB plans of
-// the tilings stay the kernels' own.
+// their backward), so each kernel's .cpp keeps only its own math:
+//   * the split of rows over cores, tiles and chunks (host/tiling/row_tiling.h,
+//     row_norm_tiling.h) and the float copies of 16-bit rows;
+//   * the per-row statistics on the vector unit (sums, rstd by Sqrt then Div, the
+//     rescue of rows whose sum of squares overflows) and RMSNorm's output;
+//   * NormRowsIo: what every forward moves (x in, y out, the weight), and the walk
+//     over its rows (NormRowsPasses);
+//   * the backward's last gradInput steps, its workspace statistics, NormGradIo
+//     (x, dy in, gradInput out, the weight), the walk of its two passes
+//     (NormGradPasses) and its column chunks (ColumnChunks).
+// Queues and buffers are initialised by each kernel in the order of its UB plan
+// (host/tiling/<op>_tiling.h); the helpers take the tensors they work on.
 //
 // Every PipeBarrier<PIPE_V> below separates a vector instruction from an earlier
 // one whose output it reads (or whose input it overwrites): Ascend310P needs each
@@ -220,6 +226,28 @@ struct NormRowsIo {
   AscendC::GlobalTensor<T> wGm;
   AscendC::GlobalTensor<T> yGm;
   CoreRows rows;
+};
+
+// The walk of a forward row norm over this core's rows (row_tiling.h): split rows
+// one at a time, or whole rows in tiles of rowsPerTile after the parameter rows are
+// loaded once. The kernel, which makes this a friend, provides
+// ProcessSplitRow(row), LoadParams(), CopyInRows(row, k), ComputeRows(k) and
+// CopyOutRows(row, k).
+struct NormRowsPasses {
+  template <typename Kernel, typename T, typename Tiling>
+  __aicore__ static inline void Process(Kernel& kernel, const NormRowsIo<T>& io, const Tiling& t) {
+    if (t.splitRow) {
+      for (uint64_t r = 0; r < io.rows.count; ++r) kernel.ProcessSplitRow(io.rows.first + r);
+      return;
+    }
+    kernel.LoadParams();
+    for (uint64_t r = 0; r < io.rows.count; r += t.rowsPerTile) {
+      const uint32_t k = TileRows(io.rows.count, r, t.rowsPerTile);
+      kernel.CopyInRows(io.rows.first + r, k);
+      kernel.ComputeRows(k);
+      kernel.CopyOutRows(io.rows.first + r, k);
+    }
+  }
 };
 
 // ---- backward --------------------------------------------------------------------
