@@ -106,19 +106,8 @@ class KernelRmsNorm {
   __aicore__ inline void ProcessSplitRow(uint64_t row) {
     const uint64_t base = row * t_.cols;
     LocalTensor<float> sq = square_.template Get<float>();
-    LocalTensor<float> acc = acc_.template Get<float>();
-    Duplicate(acc, 0.0f, 8);
-    // Pass 1: sum of squares, chunk sums added in order.
-    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
-      LocalTensor<T> x = io_.ChunkIn(base + c, len);
-      LocalTensor<float> part = SumOfSquares(InputAsFloat(x, len), sq, static_cast<int32_t>(len));
-      PipeBarrier<PIPE_V>();
-      Add(acc, acc, part, 1);
-      io_.inX.FreeTensor(x);
-    }
-    PipeBarrier<PIPE_V>();
-    float rstd = RowRstd(acc, t_.eps);
+    // Pass 1: sum of squares.
+    float rstd = SplitRowRstd(base, 1.0f);
     float scale = 1.0f;
     if (rstd == 0.0f) RescaleSplitRow(base, rstd, scale);
     // Pass 2: output, chunk by chunk (the last one shifted back to whole blocks
@@ -186,7 +175,6 @@ class KernelRmsNorm {
   // The same for a split row: a pass for max|x|, a pass for the scaled sum of squares.
   __aicore__ inline void RescaleSplitRow(uint64_t base, float& rstd, float& scale) {
     LocalTensor<float> sq = square_.template Get<float>();
-    LocalTensor<float> acc = acc_.template Get<float>();
     float maxAbs = 0.0f;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
@@ -198,22 +186,31 @@ class KernelRmsNorm {
     }
     if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
     scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
+    rstd = SplitRowRstd(base, scale);
+  }
+
+  // rstd of a split row's x * s (s = 1: x itself): one read of the row, chunk sums
+  // of squares added in order.
+  __aicore__ inline float SplitRowRstd(uint64_t base, float s) {
+    LocalTensor<float> sq = square_.template Get<float>();
+    LocalTensor<float> acc = acc_.template Get<float>();
     Duplicate(acc, 0.0f, 8);
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> x = io_.ChunkIn(base + c, len);
       LocalTensor<float> xf = InputAsFloat(x, len);
-      PipeBarrier<PIPE_V>();
-      Muls(xf, xf, scale, n);
-      PipeBarrier<PIPE_V>();
+      if (s != 1.0f) {
+        PipeBarrier<PIPE_V>();
+        Muls(xf, xf, s, n);
+      }
       LocalTensor<float> part = SumOfSquares(xf, sq, n);
       PipeBarrier<PIPE_V>();
       Add(acc, acc, part, 1);
       io_.inX.FreeTensor(x);
     }
     PipeBarrier<PIPE_V>();
-    rstd = RowRstd(acc, t_.eps * scale * scale);
+    return RowRstd(acc, t_.eps * s * s);
   }
 
   optiling::RmsNormCustomTilingData t_;

@@ -163,27 +163,10 @@ class KernelRmsNormGrad {
 
   __aicore__ inline void ProcessSplitRow(uint64_t local) {
     const uint64_t row = io_.rows.first + local;
-    LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> acc = acc_.template Get<float>();
-    Duplicate(acc, 0.0f, 16);
-    // Pass 1: sums of x^2 and of g * x, chunk sums added in order.
-    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
-      LocalTensor<T> w, x, dy;
-      LocalTensor<float> xf, g;
-      LoadChunk(row, c, len, w, x, dy, xf, g);
-      PipeBarrier<PIPE_V>();
-      RowSums(xf, g, static_cast<int32_t>(len), stat);
-      PipeBarrier<PIPE_V>();
-      Add(acc, acc, stat, 1);
-      PipeBarrier<PIPE_V>();
-      Add(acc[8], acc[8], stat[8], 1);
-      ReleaseChunk(w, x, dy);
-    }
+    // Pass 1: sums of x^2 and of g * x.
     float rstd;
     float coeff;
-    PipeBarrier<PIPE_V>();
-    RstdAndCoeff(acc, t_.eps, rstd, coeff);
+    SplitRowRstdAndCoeff(row, 1.0f, rstd, coeff);
     float scale = 1.0f;
     if (rstd == 0.0f) RescaleSplitRow(row, rstd, coeff, scale);
     // Pass 2: gradInput chunk by chunk (the last one shifted back to whole blocks
@@ -296,7 +279,6 @@ class KernelRmsNormGrad {
   // of (x s)^2 and g * (x s) over another; rstd and coeff are then rstd_s and c2_s.
   __aicore__ inline void RescaleSplitRow(uint64_t row, float& rstd, float& coeff, float& scale) {
     LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> acc = acc_.template Get<float>();
     float maxAbs = 0.0f;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
@@ -311,14 +293,25 @@ class KernelRmsNormGrad {
     }
     if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
     const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+    SplitRowRstdAndCoeff(row, s, rstd, coeff);
+    scale = s;
+  }
+
+  // rstd and coeff of a split row's x * s (s = 1: x itself): one read of the row,
+  // the sums of (x s)^2 and g * (x s), chunk sums added in order.
+  __aicore__ inline void SplitRowRstdAndCoeff(uint64_t row, float s, float& rstd, float& coeff) {
+    LocalTensor<float> stat = stat_.template Get<float>();
+    LocalTensor<float> acc = acc_.template Get<float>();
     Duplicate(acc, 0.0f, 16);
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
       LoadChunk(row, c, len, w, x, dy, xf, g);
-      PipeBarrier<PIPE_V>();
-      Muls(xf, xf, s, static_cast<int32_t>(len));
+      if (s != 1.0f) {
+        PipeBarrier<PIPE_V>();
+        Muls(xf, xf, s, static_cast<int32_t>(len));
+      }
       PipeBarrier<PIPE_V>();
       RowSums(xf, g, static_cast<int32_t>(len), stat);
       PipeBarrier<PIPE_V>();
@@ -329,7 +322,6 @@ class KernelRmsNormGrad {
     }
     PipeBarrier<PIPE_V>();
     RstdAndCoeff(acc, t_.eps * s * s, rstd, coeff);
-    scale = s;
   }
 
   // ---- pass 1: gradWeight over columns ------------------------------------------------
