@@ -153,7 +153,8 @@ __aicore__ inline bool RescaleRmsRow(const AscendC::LocalTensor<float>& stat, co
 
 // RMSNorm's output of one row (or chunk): y = xf * rstd (* wf), rounded once to T.
 // For float, xf may be y's own row; for 16-bit, sq (count floats) holds the float
-// result before the Cast.
+// result before the Cast. The 16-bit path starts without a barrier, as the kernels
+// did: every caller's last vector write of xf (and of wf) is already behind one.
 template <typename T>
 __aicore__ inline void RmsNormOutput(const AscendC::LocalTensor<T>& y, const AscendC::LocalTensor<float>& xf,
                                      const AscendC::LocalTensor<float>& wf, float rstd,
