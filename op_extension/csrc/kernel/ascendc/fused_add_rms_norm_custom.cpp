@@ -17,6 +17,7 @@
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "row_norm_common.h"
 #include "fused_add_rms_norm_custom_tiling.h"
 
 namespace {
@@ -32,23 +33,15 @@ class KernelFusedAddRmsNorm {
   __aicore__ inline void Init(GM_ADDR x, GM_ADDR r, GM_ADDR w, GM_ADDR y, GM_ADDR z,
                               const optiling::FusedAddRmsNormCustomTilingData& tiling, TPipe* pipe) {
     t_ = tiling;
-    const uint64_t core = GetBlockIdx();
-    firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
-    rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
+    io_.Init(x, w, y, t_, pipe);
     const uint64_t total = t_.rows * t_.cols;
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
     rGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(r), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
-    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
     zGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(z), total);
-    if (t_.hasWeight) {
-      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode));
-    }
-    copier_.Init(pipe, t_.tailMode);
     const uint32_t tileElems = t_.splitRow ? t_.chunkLength : t_.rowsPerTile * t_.rowStride;
     const uint32_t rowElems = t_.splitRow ? t_.chunkLength : t_.rowStride;
-    pipe->InitBuffer(inQueueX_, kBufferNum, tileElems * sizeof(T));
+    pipe->InitBuffer(io_.inX, kBufferNum, tileElems * sizeof(T));
     pipe->InitBuffer(inQueueR_, kBufferNum, tileElems * sizeof(T));
-    pipe->InitBuffer(outQueueY_, kBufferNum, tileElems * sizeof(T));
+    pipe->InitBuffer(io_.outY, kBufferNum, tileElems * sizeof(T));
     pipe->InitBuffer(outQueueZ_, kBufferNum, tileElems * sizeof(T));
     pipe->InitBuffer(square_, rowElems * sizeof(float));
     if (!t_.splitRow || !kIsFloat) pipe->InitBuffer(weightF_, rowElems * sizeof(float));
@@ -57,43 +50,33 @@ class KernelFusedAddRmsNorm {
     pipe->InitBuffer(stat_, op_ext_kernel::kBlockBytes);
   }
 
-  __aicore__ inline void Process() {
-    if (t_.splitRow) {
-      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(firstRow_ + r);
-      return;
-    }
-    if (t_.hasWeight) LoadWeight();
-    for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile) {
-      const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
-      CopyInRows(firstRow_ + r, k);
-      ComputeRows(k);
-      CopyOutRows(firstRow_ + r, k);
-    }
-  }
+  __aicore__ inline void Process() { op_ext_kernel::NormRowsPasses::Process(*this, io_, t_); }
 
  private:
+  friend struct op_ext_kernel::NormRowsPasses;
+
   static constexpr bool kIsFloat = IsSameType<T, float>::value;
 
   // ---- whole rows -----------------------------------------------------------
 
-  // The weight row, once per core, through the input queue into a float row.
-  __aicore__ inline void LoadWeight() {
-    op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
+  // The parameter rows, once per core, into float rows.
+  __aicore__ inline void LoadParams() {
+    if (t_.hasWeight) io_.LoadParamRow(io_.wGm, weightF_, t_.cols, t_.rowStride);
   }
 
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    LocalTensor<T> x = io_.inX.template AllocTensor<T>();
     LocalTensor<T> r = inQueueR_.template AllocTensor<T>();
-    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
-    copier_.RowsIn(r, rGm_[row * t_.cols], k, t_.cols);
-    inQueueX_.EnQue(x);
+    io_.copier.RowsIn(x, io_.xGm[row * t_.cols], k, t_.cols);
+    io_.copier.RowsIn(r, rGm_[row * t_.cols], k, t_.cols);
+    io_.inX.EnQue(x);
     inQueueR_.EnQue(r);
   }
 
   __aicore__ inline void ComputeRows(uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template DeQue<T>();
+    LocalTensor<T> x = io_.inX.template DeQue<T>();
     LocalTensor<T> r = inQueueR_.template DeQue<T>();
-    LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+    LocalTensor<T> y = io_.outY.template AllocTensor<T>();
     LocalTensor<T> z = outQueueZ_.template AllocTensor<T>();
     LocalTensor<float> sq = square_.template Get<float>();
     LocalTensor<float> wf = weightF_.template Get<float>();
@@ -107,31 +90,26 @@ class KernelFusedAddRmsNorm {
         // z itself is residualOut: the scaled row goes to y's row (float) or in place
         // in the float copy (16-bit).
         LocalTensor<float> zs = kIsFloat ? y[at].template ReinterpretCast<float>() : zf;
-        const float maxAbs =
-            op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), zf, sq, work_.template Get<float>(), n);
-        if (maxAbs <= op_ext_kernel::kFloatMax) {
-          const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
-          PipeBarrier<PIPE_V>();
-          Muls(zs, zf, s, n);
-          rstd = RowRstd(SumOfSquares(zs, sq, n), t_.eps * s * s);
+        if (op_ext_kernel::RescaleRmsRow(stat_.template Get<float>(), work_.template Get<float>(), zs, zf, sq, n,
+                                         t_.invCols, t_.eps, rstd)) {
           zf = zs;
         }
       }
       PipeBarrier<PIPE_V>();
-      Normalize(y[at], zf, wf, rstd, sq, t_.hasWeight != 0, t_.cols);
+      op_ext_kernel::RmsNormOutput(y[at], zf, wf, rstd, sq, t_.hasWeight != 0, t_.cols);
     }
-    outQueueY_.EnQue(y);
+    io_.outY.EnQue(y);
     outQueueZ_.EnQue(z);
-    inQueueX_.FreeTensor(x);
+    io_.inX.FreeTensor(x);
     inQueueR_.FreeTensor(r);
   }
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> y = outQueueY_.template DeQue<T>();
+    LocalTensor<T> y = io_.outY.template DeQue<T>();
     LocalTensor<T> z = outQueueZ_.template DeQue<T>();
-    copier_.RowsOut(yGm_[row * t_.cols], y, k, t_.cols);
-    copier_.RowsOut(zGm_[row * t_.cols], z, k, t_.cols);
-    outQueueY_.FreeTensor(y);
+    io_.copier.RowsOut(io_.yGm[row * t_.cols], y, k, t_.cols);
+    io_.copier.RowsOut(zGm_[row * t_.cols], z, k, t_.cols);
+    io_.outY.FreeTensor(y);
     outQueueZ_.FreeTensor(z);
   }
 
@@ -146,9 +124,9 @@ class KernelFusedAddRmsNorm {
     // written after the pass, shifted back (WriteResidualChunk).
     bool deferredLast = false;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       CopyInChunk(base + c, len);
-      LocalTensor<T> x = inQueueX_.template DeQue<T>();
+      LocalTensor<T> x = io_.inX.template DeQue<T>();
       LocalTensor<T> r = inQueueR_.template DeQue<T>();
       LocalTensor<T> z = outQueueZ_.template AllocTensor<T>();
       LocalTensor<float> zf = AddResidual(z, x, r, sq, len);
@@ -157,14 +135,14 @@ class KernelFusedAddRmsNorm {
       // Chunk sums are added on the scalar unit in chunk order (one float per chunk).
       sumSq += op_ext_kernel::ReadScalarAfterVector(part);
       outQueueZ_.EnQue(z);
-      inQueueX_.FreeTensor(x);
+      io_.inX.FreeTensor(x);
       inQueueR_.FreeTensor(r);
       z = outQueueZ_.template DeQue<T>();
       uint64_t at = c;
       uint32_t whole = len;
-      copier_.ShiftLastChunk(0, at, whole);
+      io_.copier.ShiftLastChunk(0, at, whole);
       if (at == c) {
-        copier_.Out(zGm_[base + c], z, len);
+        io_.copier.Out(zGm_[base + c], z, len);
       } else {
         deferredLast = true;
       }
@@ -174,7 +152,7 @@ class KernelFusedAddRmsNorm {
       const uint32_t lastLen = t_.cols % t_.chunkLength;
       uint64_t at = t_.cols - lastLen;
       uint32_t whole = lastLen;
-      copier_.ShiftLastChunk(0, at, whole);
+      io_.copier.ShiftLastChunk(0, at, whole);
       WriteResidualChunk(base + at, whole);
     }
     float rstd = ScalarRstd(sumSq, t_.eps);
@@ -184,50 +162,43 @@ class KernelFusedAddRmsNorm {
     // shifted back to whole blocks where only whole blocks move).
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
       uint64_t c = c0;
-      uint32_t len = t_.cols - c0 < t_.chunkLength ? t_.cols - c0 : t_.chunkLength;
-      copier_.ShiftLastChunk(0, c, len);
+      uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c0, t_.chunkLength);
+      io_.copier.ShiftLastChunk(0, c, len);
       LocalTensor<T> w;
       if (t_.hasWeight) {
-        w = inQueueX_.template AllocTensor<T>();
-        copier_.In(w, wGm_[c], len);
-        inQueueX_.EnQue(w);
+        w = io_.inX.template AllocTensor<T>();
+        io_.copier.In(w, io_.wGm[c], len);
+        io_.inX.EnQue(w);
       }
       CopyInChunk(base + c, len);
-      if (t_.hasWeight) w = inQueueX_.template DeQue<T>();
-      LocalTensor<T> x = inQueueX_.template DeQue<T>();
+      if (t_.hasWeight) w = io_.inX.template DeQue<T>();
+      LocalTensor<T> x = io_.inX.template DeQue<T>();
       LocalTensor<T> r = inQueueR_.template DeQue<T>();
-      LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
-      // y holds z (in T) until Normalize overwrites it.
+      LocalTensor<T> y = io_.outY.template AllocTensor<T>();
+      // y holds z (in T) until the output overwrites it.
       LocalTensor<float> zf = AddResidual(y, x, r, sq, len);
       PipeBarrier<PIPE_V>();
       if (scale != 1.0f) Muls(zf, zf, scale, static_cast<int32_t>(len));
       LocalTensor<float> wf;
-      if (t_.hasWeight) {
-        if constexpr (kIsFloat) {
-          wf = w.template ReinterpretCast<float>();
-        } else {
-          wf = weightF_.template Get<float>();
-          Cast(wf, w, RoundMode::CAST_NONE, len);
-        }
-      }
+      if (t_.hasWeight) wf = op_ext_kernel::AsFloat(w, weightF_, len);
       PipeBarrier<PIPE_V>();
-      Normalize(y, zf, wf, rstd, sq, t_.hasWeight != 0, len);
-      outQueueY_.EnQue(y);
-      if (t_.hasWeight) inQueueX_.FreeTensor(w);
-      inQueueX_.FreeTensor(x);
+      op_ext_kernel::RmsNormOutput(y, zf, wf, rstd, sq, t_.hasWeight != 0, len);
+      io_.outY.EnQue(y);
+      if (t_.hasWeight) io_.inX.FreeTensor(w);
+      io_.inX.FreeTensor(x);
       inQueueR_.FreeTensor(r);
-      y = outQueueY_.template DeQue<T>();
-      copier_.Out(yGm_[base + c], y, len);
-      outQueueY_.FreeTensor(y);
+      y = io_.outY.template DeQue<T>();
+      io_.copier.Out(io_.yGm[base + c], y, len);
+      io_.outY.FreeTensor(y);
     }
   }
 
   __aicore__ inline void CopyInChunk(uint64_t offset, uint32_t len) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
+    LocalTensor<T> x = io_.inX.template AllocTensor<T>();
     LocalTensor<T> r = inQueueR_.template AllocTensor<T>();
-    copier_.In(x, xGm_[offset], len);
-    copier_.In(r, rGm_[offset], len);
-    inQueueX_.EnQue(x);
+    io_.copier.In(x, io_.xGm[offset], len);
+    io_.copier.In(r, rGm_[offset], len);
+    io_.inX.EnQue(x);
     inQueueR_.EnQue(r);
   }
 
@@ -236,15 +207,15 @@ class KernelFusedAddRmsNorm {
   // with the chunk before get the same values again).
   __aicore__ inline void WriteResidualChunk(uint64_t offset, uint32_t len) {
     CopyInChunk(offset, len);
-    LocalTensor<T> x = inQueueX_.template DeQue<T>();
+    LocalTensor<T> x = io_.inX.template DeQue<T>();
     LocalTensor<T> r = inQueueR_.template DeQue<T>();
     LocalTensor<T> z = outQueueZ_.template AllocTensor<T>();
     AddResidual(z, x, r, square_.template Get<float>(), len);
     outQueueZ_.EnQue(z);
-    inQueueX_.FreeTensor(x);
+    io_.inX.FreeTensor(x);
     inQueueR_.FreeTensor(r);
     z = outQueueZ_.template DeQue<T>();
-    copier_.Out(zGm_[offset], z, len);
+    io_.copier.Out(zGm_[offset], z, len);
     outQueueZ_.FreeTensor(z);
   }
 
@@ -273,58 +244,20 @@ class KernelFusedAddRmsNorm {
     }
   }
 
-  // y = zf * rstd (* wf), rounded to T. zf may alias y (float); sq is scratch.
-  __aicore__ inline void Normalize(const LocalTensor<T>& y, const LocalTensor<float>& zf,
-                                   const LocalTensor<float>& wf, float rstd, const LocalTensor<float>& sq,
-                                   bool hasWeight, uint32_t count) {
-    const int32_t n = static_cast<int32_t>(count);
-    if constexpr (kIsFloat) {
-      LocalTensor<float> yf = y.template ReinterpretCast<float>();
-      PipeBarrier<PIPE_V>();
-      Muls(yf, zf, rstd, n);
-      PipeBarrier<PIPE_V>();
-      if (hasWeight) Mul(yf, yf, wf, n);
-    } else {
-      PipeBarrier<PIPE_V>();
-      Muls(sq, zf, rstd, n);
-      PipeBarrier<PIPE_V>();
-      if (hasWeight) Mul(sq, sq, wf, n);
-      PipeBarrier<PIPE_V>();
-      Cast(y, sq, op_ext_kernel::NarrowRound<T>(), count);
-    }
-  }
-
   // stat[0] = sum of xf[i]^2 over n elements (sq is scratch).
   __aicore__ inline LocalTensor<float> SumOfSquares(const LocalTensor<float>& xf, const LocalTensor<float>& sq,
                                                     int32_t n) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> work = work_.template Get<float>();
-    PipeBarrier<PIPE_V>();
-    Mul(sq, xf, xf, n);
-    PipeBarrier<PIPE_V>();
-    ReduceSum(stat, sq, work, n);
-    return stat;
+    return op_ext_kernel::SumOfSquaresInto(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n);
   }
 
   // 1 / sqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
   __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq, float eps) {
-    PipeBarrier<PIPE_V>();
-    Muls(sumSq, sumSq, t_.invCols, 1);
-    PipeBarrier<PIPE_V>();
-    Adds(sumSq, sumSq, eps, 1);
-    PipeBarrier<PIPE_V>();
-    op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
-    return op_ext_kernel::ReadScalarAfterVector(sumSq);
+    return op_ext_kernel::RstdFromSumOfSquares(sumSq, t_.invCols, eps, work_.template Get<float>());
   }
 
-  // The same from a scalar sum: written to stat (S -> V ordered), then RowRstd.
+  // The same from a sum added up on the scalar unit.
   __aicore__ inline float ScalarRstd(float sumSq, float eps) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    stat.SetValue(0, sumSq);
-    event_t eventSV = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
-    SetFlag<HardEvent::S_V>(eventSV);
-    WaitFlag<HardEvent::S_V>(eventSV);
-    return RowRstd(stat, eps);
+    return RowRstd(op_ext_kernel::ScalarToVector(stat_.template Get<float>(), sumSq), eps);
   }
 
   // A split row whose sum of squares overflowed: max|z| over a pass, then the sum
@@ -336,12 +269,12 @@ class KernelFusedAddRmsNorm {
     float sumSq = 0.0f;
     for (int pass = 0; pass < 2; ++pass) {
       for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-        const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+        const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
         const int32_t n = static_cast<int32_t>(len);
         CopyInChunk(base + c, len);
-        LocalTensor<T> x = inQueueX_.template DeQue<T>();
+        LocalTensor<T> x = io_.inX.template DeQue<T>();
         LocalTensor<T> r = inQueueR_.template DeQue<T>();
-        LocalTensor<T> z = outQueueY_.template AllocTensor<T>();
+        LocalTensor<T> z = io_.outY.template AllocTensor<T>();
         LocalTensor<float> zf = AddResidual(z, x, r, sq, len);
         if (pass == 0) {
           PipeBarrier<PIPE_V>();
@@ -353,8 +286,8 @@ class KernelFusedAddRmsNorm {
           Muls(zf, zf, scale, n);
           sumSq += op_ext_kernel::ReadScalarAfterVector(SumOfSquares(zf, sq, n));
         }
-        outQueueY_.FreeTensor(z);
-        inQueueX_.FreeTensor(x);
+        io_.outY.FreeTensor(z);
+        io_.inX.FreeTensor(x);
         inQueueR_.FreeTensor(r);
       }
       if (pass == 0) {
@@ -366,22 +299,15 @@ class KernelFusedAddRmsNorm {
   }
 
   optiling::FusedAddRmsNormCustomTilingData t_;
-  uint64_t firstRow_ = 0;
-  uint64_t rowCount_ = 0;
-  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
+  op_ext_kernel::NormRowsIo<T> io_;
   TQue<TPosition::VECIN, kBufferNum> inQueueR_;
-  TQue<TPosition::VECOUT, kBufferNum> outQueueY_;
   TQue<TPosition::VECOUT, kBufferNum> outQueueZ_;
   TBuf<TPosition::VECCALC> weightF_;
   TBuf<TPosition::VECCALC> square_;
   TBuf<TPosition::VECCALC> sumF_;
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
-  op_ext_kernel::RowCopier<T> copier_;
-  GlobalTensor<T> xGm_;
   GlobalTensor<T> rGm_;
-  GlobalTensor<T> wGm_;
-  GlobalTensor<T> yGm_;
   GlobalTensor<T> zGm_;
 };
 

@@ -26,6 +26,7 @@
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "row_norm_common.h"
 #include "layer_norm_custom_tiling.h"
 
 namespace {
@@ -46,20 +47,14 @@ class KernelLayerNorm {
   __aicore__ inline void Init(GM_ADDR x, GM_ADDR w, GM_ADDR b, GM_ADDR y,
                               const optiling::LayerNormCustomTilingData& tiling, TPipe* pipe) {
     t_ = tiling;
-    const uint64_t core = GetBlockIdx();
-    firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
-    rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
-    const uint64_t total = t_.rows * t_.cols;
-    const uint64_t paramLength = op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode);
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
-    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
-    if (t_.hasWeight) wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), paramLength);
-    if (t_.hasBias) bGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(b), paramLength);
-    copier_.Init(pipe, t_.tailMode);
+    io_.Init(x, w, y, t_, pipe);
+    if (t_.hasBias) {
+      bGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(b), op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode));
+    }
     if (t_.splitRow) {
-      pipe->InitBuffer(inQueueX_, kBufferNum, t_.chunkLength * sizeof(T));
+      pipe->InitBuffer(io_.inX, kBufferNum, t_.chunkLength * sizeof(T));
       pipe->InitBuffer(inQueueWB_, kBufferNum, t_.chunkLength * sizeof(T));
-      pipe->InitBuffer(outQueueY_, kBufferNum, t_.chunkLength * sizeof(T));
+      pipe->InitBuffer(io_.outY, kBufferNum, t_.chunkLength * sizeof(T));
       pipe->InitBuffer(square_, t_.chunkLength * sizeof(float));
       if constexpr (!kIsFloat) {
         pipe->InitBuffer(inputF_, t_.chunkLength * sizeof(float));
@@ -67,8 +62,8 @@ class KernelLayerNorm {
       }
     } else {
       const uint32_t tileBytes = t_.rowsPerTile * t_.rowStride * sizeof(T);
-      pipe->InitBuffer(inQueueX_, kBufferNum, tileBytes);
-      pipe->InitBuffer(outQueueY_, kBufferNum, tileBytes);
+      pipe->InitBuffer(io_.inX, kBufferNum, tileBytes);
+      pipe->InitBuffer(io_.outY, kBufferNum, tileBytes);
       pipe->InitBuffer(weightF_, t_.rowStride * sizeof(float));
       pipe->InitBuffer(biasF_, t_.rowStride * sizeof(float));
       pipe->InitBuffer(square_, t_.rowStride * sizeof(float));
@@ -78,40 +73,26 @@ class KernelLayerNorm {
     pipe->InitBuffer(stat_, op_ext_kernel::kBlockBytes);
   }
 
-  __aicore__ inline void Process() {
-    if (t_.splitRow) {
-      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(firstRow_ + r);
-      return;
-    }
-    if (t_.hasWeight) LoadParam(wGm_, weightF_);
-    if (t_.hasBias) LoadParam(bGm_, biasF_);
-    for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile) {
-      const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
-      CopyInRows(firstRow_ + r, k);
-      ComputeRows(k);
-      CopyOutRows(firstRow_ + r, k);
-    }
-  }
+  __aicore__ inline void Process() { op_ext_kernel::NormRowsPasses::Process(*this, io_, t_); }
 
  private:
+  friend struct op_ext_kernel::NormRowsPasses;
+
   static constexpr bool kIsFloat = IsSameType<T, float>::value;
 
   // ---- whole rows -----------------------------------------------------------
 
-  // A parameter row (weight or bias), once per core, through the input queue into a float row.
-  __aicore__ inline void LoadParam(const GlobalTensor<T>& gm, TBuf<TPosition::VECCALC>& dst) {
-    op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, gm, dst.template Get<float>(), t_.cols, t_.rowStride);
+  // The parameter rows, once per core, into float rows.
+  __aicore__ inline void LoadParams() {
+    if (t_.hasWeight) io_.LoadParamRow(io_.wGm, weightF_, t_.cols, t_.rowStride);
+    if (t_.hasBias) io_.LoadParamRow(bGm_, biasF_, t_.cols, t_.rowStride);
   }
 
-  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
-    inQueueX_.EnQue(x);
-  }
+  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) { io_.RowsIn(row, k, t_.cols); }
 
   __aicore__ inline void ComputeRows(uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template DeQue<T>();
-    LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+    LocalTensor<T> x = io_.inX.template DeQue<T>();
+    LocalTensor<T> y = io_.outY.template AllocTensor<T>();
     LocalTensor<float> sq = square_.template Get<float>();
     LocalTensor<float> wf = weightF_.template Get<float>();
     LocalTensor<float> bf = biasF_.template Get<float>();
@@ -142,15 +123,11 @@ class KernelLayerNorm {
       PipeBarrier<PIPE_V>();
       if constexpr (!kIsFloat) Cast(y[at], out, op_ext_kernel::NarrowRound<T>(), t_.cols);
     }
-    outQueueY_.EnQue(y);
-    inQueueX_.FreeTensor(x);
+    io_.outY.EnQue(y);
+    io_.inX.FreeTensor(x);
   }
 
-  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> y = outQueueY_.template DeQue<T>();
-    copier_.RowsOut(yGm_[row * t_.cols], y, k, t_.cols);
-    outQueueY_.FreeTensor(y);
-  }
+  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) { io_.RowsOut(row, k, t_.cols); }
 
   // ---- split rows -------------------------------------------------------------
 
@@ -161,9 +138,9 @@ class KernelLayerNorm {
     float sum = 0.0f;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = ChunkLen(c);
-      LocalTensor<T> x = CopyInChunk(base + c, len);
+      LocalTensor<T> x = io_.ChunkIn(base + c, len);
       sum += ReadSum(InputAsFloat(x, len), static_cast<int32_t>(len));
-      inQueueX_.FreeTensor(x);
+      io_.inX.FreeTensor(x);
     }
     float mean = sum * t_.invCols;
     // Pass 2: the sum of squared centred values.
@@ -171,13 +148,13 @@ class KernelLayerNorm {
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = ChunkLen(c);
       const int32_t n = static_cast<int32_t>(len);
-      LocalTensor<T> x = CopyInChunk(base + c, len);
+      LocalTensor<T> x = io_.ChunkIn(base + c, len);
       PipeBarrier<PIPE_V>();
       Adds(sq, InputAsFloat(x, len), -mean, n);
       PipeBarrier<PIPE_V>();
       Mul(sq, sq, sq, n);
       sumSq += ReadSum(sq, n);
-      inQueueX_.FreeTensor(x);
+      io_.inX.FreeTensor(x);
     }
     float rstd = Rstd(ScalarToStat(sumSq), t_.eps);
     float scale = 1.0f;
@@ -190,13 +167,13 @@ class KernelLayerNorm {
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
       uint64_t c = c0;
       uint32_t len = ChunkLen(c0);
-      copier_.ShiftLastChunk(0, c, len);
+      io_.copier.ShiftLastChunk(0, c, len);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> w, b;
-      if (t_.hasWeight) w = CopyInParamChunk(wGm_[c], len);
+      if (t_.hasWeight) w = CopyInParamChunk(io_.wGm[c], len);
       if (t_.hasBias) b = CopyInParamChunk(bGm_[c], len);
-      LocalTensor<T> x = CopyInChunk(base + c, len);
-      LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+      LocalTensor<T> x = io_.ChunkIn(base + c, len);
+      LocalTensor<T> y = io_.outY.template AllocTensor<T>();
       if constexpr (kIsFloat) {
         if (scale != 1.0f) Muls(x, x, scale, n);
         PipeBarrier<PIPE_V>();
@@ -229,31 +206,23 @@ class KernelLayerNorm {
         PipeBarrier<PIPE_V>();
         Cast(y, xf, op_ext_kernel::NarrowRound<T>(), len);
       }
-      outQueueY_.EnQue(y);
+      io_.outY.EnQue(y);
       if (t_.hasWeight) inQueueWB_.FreeTensor(w);
       if (t_.hasBias) inQueueWB_.FreeTensor(b);
-      inQueueX_.FreeTensor(x);
-      y = outQueueY_.template DeQue<T>();
-      copier_.Out(yGm_[base + c], y, len);
-      outQueueY_.FreeTensor(y);
+      io_.inX.FreeTensor(x);
+      y = io_.outY.template DeQue<T>();
+      io_.copier.Out(io_.yGm[base + c], y, len);
+      io_.outY.FreeTensor(y);
     }
   }
 
   __aicore__ inline uint32_t ChunkLen(uint32_t c) const {
-    return t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
-  }
-
-  // A chunk of x, copied in and dequeued (the caller frees it).
-  __aicore__ inline LocalTensor<T> CopyInChunk(uint64_t offset, uint32_t len) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    copier_.In(x, xGm_[offset], len);
-    inQueueX_.EnQue(x);
-    return inQueueX_.template DeQue<T>();
+    return op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
   }
 
   __aicore__ inline LocalTensor<T> CopyInParamChunk(const GlobalTensor<T>& gm, uint32_t len) {
     LocalTensor<T> p = inQueueWB_.template AllocTensor<T>();
-    copier_.In(p, gm, len);
+    io_.copier.In(p, gm, len);
     inQueueWB_.EnQue(p);
     return inQueueWB_.template DeQue<T>();
   }
@@ -262,23 +231,12 @@ class KernelLayerNorm {
 
   // `count` elements in float: the tensor itself for float, else cast into inputF_.
   __aicore__ inline LocalTensor<float> InputAsFloat(const LocalTensor<T>& x, uint32_t count) {
-    if constexpr (kIsFloat) {
-      return x.template ReinterpretCast<float>();
-    } else {
-      LocalTensor<float> xf = inputF_.template Get<float>();
-      Cast(xf, x, RoundMode::CAST_NONE, count);
-      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
-      return xf;
-    }
+    return op_ext_kernel::AsFloat(x, inputF_, count);
   }
 
   // stat[0] = sum of src[0..n).
   __aicore__ inline LocalTensor<float> Sum(const LocalTensor<float>& src, int32_t n) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> work = work_.template Get<float>();
-    PipeBarrier<PIPE_V>();
-    ReduceSum(stat, src, work, n);
-    return stat;
+    return op_ext_kernel::SumInto(stat_.template Get<float>(), src, work_.template Get<float>(), n);
   }
 
   __aicore__ inline float ReadSum(const LocalTensor<float>& src, int32_t n) {
@@ -294,23 +252,12 @@ class KernelLayerNorm {
 
   // 1 / sqrt(sumSq / cols + eps) on the vector unit, from stat[0] = sumSq, read as a scalar.
   __aicore__ inline float Rstd(const LocalTensor<float>& sumSq, float eps) {
-    PipeBarrier<PIPE_V>();
-    Muls(sumSq, sumSq, t_.invCols, 1);
-    PipeBarrier<PIPE_V>();
-    Adds(sumSq, sumSq, eps, 1);
-    PipeBarrier<PIPE_V>();
-    op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
-    return op_ext_kernel::ReadScalarAfterVector(sumSq);
+    return op_ext_kernel::RstdFromSumOfSquares(sumSq, t_.invCols, eps, work_.template Get<float>());
   }
 
   // stat[0] = v, written by the scalar unit and ordered before the next vector instruction.
   __aicore__ inline LocalTensor<float> ScalarToStat(float v) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    stat.SetValue(0, v);
-    event_t eventSV = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
-    SetFlag<HardEvent::S_V>(eventSV);
-    WaitFlag<HardEvent::S_V>(eventSV);
-    return stat;
+    return op_ext_kernel::ScalarToVector(stat_.template Get<float>(), v);
   }
 
   // ---- careful statistics (see the top) -----------------------------------------
@@ -370,7 +317,7 @@ class KernelLayerNorm {
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
       const uint32_t len = ChunkLen(c);
       const int32_t n = static_cast<int32_t>(len);
-      LocalTensor<T> x = CopyInChunk(base + c, len);
+      LocalTensor<T> x = io_.ChunkIn(base + c, len);
       PipeBarrier<PIPE_V>();
       LocalTensor<float> xf = InputAsFloat(x, len);
       if (kind == kPassMaxAbs) {
@@ -385,28 +332,21 @@ class KernelLayerNorm {
         if (kind == kPassSumSq) Mul(sq, sq, sq, n);
         acc += ReadSum(sq, n);
       }
-      inQueueX_.FreeTensor(x);
+      io_.inX.FreeTensor(x);
     }
     return acc;
   }
 
   optiling::LayerNormCustomTilingData t_;
-  uint64_t firstRow_ = 0;
-  uint64_t rowCount_ = 0;
-  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
+  op_ext_kernel::NormRowsIo<T> io_;
   TQue<TPosition::VECIN, kBufferNum> inQueueWB_;
-  TQue<TPosition::VECOUT, kBufferNum> outQueueY_;
   TBuf<TPosition::VECCALC> weightF_;
   TBuf<TPosition::VECCALC> biasF_;
   TBuf<TPosition::VECCALC> square_;
   TBuf<TPosition::VECCALC> inputF_;
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
-  op_ext_kernel::RowCopier<T> copier_;
-  GlobalTensor<T> xGm_;
-  GlobalTensor<T> wGm_;
   GlobalTensor<T> bGm_;
-  GlobalTensor<T> yGm_;
 };
 
 template <typename T>

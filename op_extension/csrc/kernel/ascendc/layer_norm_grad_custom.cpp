@@ -18,11 +18,13 @@
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "row_norm_common.h"
 #include "layer_norm_grad_custom_tiling.h"
 
 namespace {
 
 using namespace AscendC;
+using op_ext_kernel::AsFloat;
 using op_ext_kernel::kBufferNum;
 
 // As layer_norm_custom.cpp: above this |mean| * rstd the mean is corrected.
@@ -44,99 +46,50 @@ class KernelLayerNormGrad {
   __aicore__ inline void Init(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR dx, GM_ADDR dw, GM_ADDR db,
                               GM_ADDR workspace, const optiling::LayerNormGradCustomTilingData& tiling, TPipe* pipe) {
     t_ = tiling;
-    const uint64_t total = t_.rows * t_.cols;
-    const uint64_t readable = op_ext_kernel::ReadableLength<T>(total, t_.tailMode);
-    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), readable);
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), readable);
-    copier_.Init(pipe, t_.tailMode);
-    if (t_.hasWeight) {
-      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode));
-      dwGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dw), t_.cols);
-      const uint64_t statFloats = uint64_t(t_.usedCoreNum) * t_.statTilesPerCore * t_.statPitch;
-      if (statFloats > 0) statGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(workspace), statFloats);
-    }
+    // The workspace: each row's (mean_s, rstd_s, s), in slots of a tile's rows.
+    io_.Init(dy, x, w, dx, dw, workspace, uint64_t(t_.usedCoreNum) * t_.statTilesPerCore * t_.statPitch, t_, pipe);
     if (t_.hasBias) dbGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(db), t_.cols);
-    if (t_.pass == 0) {
-      dxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx), total);
-      const uint64_t core = GetBlockIdx();
-      coreIdx_ = core;
-      firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
-      rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
-      if (t_.splitRow) {
-        InitChunks(pipe);
-      } else {
-        InitRows(pipe);
-      }
-    } else {
-      InitColumns(pipe);
-    }
+    op_ext_kernel::NormGradPasses::InitBuffers(*this, t_, pipe);
   }
 
-  __aicore__ inline void Process() {
-    if (t_.pass == 1) {
-      ProcessColumns();
-    } else if (t_.splitRow) {
-      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(r);
-    } else {
-      if (t_.hasWeight) {
-        op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
-      }
-      uint32_t tile = 0;
-      for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile, ++tile) {
-        const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
-        CopyInRows(firstRow_ + r, k);
-        ComputeRows(k);
-        CopyOutRows(firstRow_ + r, k, tile);
-      }
-    }
-  }
+  __aicore__ inline void Process() { op_ext_kernel::NormGradPasses::Process(*this, io_, t_); }
 
  private:
+  friend struct op_ext_kernel::NormGradPasses;
+
   static constexpr bool kIsFloat = IsSameType<T, float>::value;
 
   // ---- pass 0, whole rows ---------------------------------------------------------
 
   __aicore__ inline void InitRows(TPipe* pipe) {
     const uint32_t tileBytes = t_.rowsPerTile * t_.rowStride * sizeof(T);
-    pipe->InitBuffer(inQueueX_, kBufferNum, tileBytes);
-    pipe->InitBuffer(inQueueDy_, kBufferNum, tileBytes);
-    pipe->InitBuffer(outQueue_, kBufferNum, tileBytes);
-    pipe->InitBuffer(weightF_, t_.rowStride * sizeof(float));
+    io_.InitQueues(pipe, tileBytes);
+    pipe->InitBuffer(io_.wF, t_.rowStride * sizeof(float));
     pipe->InitBuffer(cen_, t_.rowStride * sizeof(float));
     pipe->InitBuffer(tmp_, t_.rowStride * sizeof(float));
     if constexpr (!kIsFloat) {
-      pipe->InitBuffer(inputF_, t_.rowStride * sizeof(float));
-      pipe->InitBuffer(gradF_, t_.rowStride * sizeof(float));
+      pipe->InitBuffer(io_.xF, t_.rowStride * sizeof(float));
+      pipe->InitBuffer(io_.gF, t_.rowStride * sizeof(float));
     }
     pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
     pipe->InitBuffer(stat_, 2 * op_ext_kernel::kBlockBytes);
     pipe->InitBuffer(statTile_, (kStatFloats * t_.rowsPerTile + 7) / 8 * 8 * sizeof(float));
   }
 
-  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
-    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
-    copier_.RowsIn(dy, dyGm_[row * t_.cols], k, t_.cols);
-    inQueueX_.EnQue(x);
-    inQueueDy_.EnQue(dy);
-  }
+  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) { io_.RowsIn(row, k, t_.cols); }
 
   __aicore__ inline void ComputeRows(uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template DeQue<T>();
-    LocalTensor<T> dy = inQueueDy_.template DeQue<T>();
-    LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
+    LocalTensor<T> x = io_.inX.template DeQue<T>();
+    LocalTensor<T> dy = io_.inDy.template DeQue<T>();
+    LocalTensor<T> dx = io_.out.template AllocTensor<T>();
     LocalTensor<float> statTile = statTile_.template Get<float>();
     LocalTensor<float> c = cen_.template Get<float>();
     LocalTensor<float> tmp = tmp_.template Get<float>();
     const int32_t n = static_cast<int32_t>(t_.cols);
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t at = j * t_.rowStride;
-      LocalTensor<float> xf = AsFloat(x[at], inputF_, t_.cols);
-      PipeBarrier<PIPE_V>();
-      LocalTensor<float> g = AsFloat(dy[at], gradF_, t_.cols);
-      PipeBarrier<PIPE_V>();
-      if (t_.hasWeight) Mul(g, g, weightF_.template Get<float>(), n);
+      LocalTensor<float> xf, g;
+      io_.RowAsFloat(x[at], dy[at], t_.cols, t_.hasWeight != 0, xf, g);
       float s = 1.0f;
       float eps = t_.eps;
       float mean = ScaledSum(xf, s, 0.0f, n) * t_.invCols;
@@ -172,43 +125,33 @@ class KernelLayerNormGrad {
         statTile.SetValue(kStatFloats * j + 3, 0.0f);
       }
     }
-    outQueue_.EnQue(dx);
-    inQueueX_.FreeTensor(x);
-    inQueueDy_.FreeTensor(dy);
+    io_.out.EnQue(dx);
+    io_.inX.FreeTensor(x);
+    io_.inDy.FreeTensor(dy);
   }
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k, uint32_t tile) {
-    LocalTensor<T> dx = outQueue_.template DeQue<T>();
-    copier_.RowsOut(dxGm_[row * t_.cols], dx, k, t_.cols);
-    outQueue_.FreeTensor(dx);
+    io_.RowsOut(row, k, t_.cols);
     if (t_.hasWeight) StoreStats(tile);
   }
 
   // The slot's statistics (scalar writes into statTile_) to their workspace slot.
   __aicore__ inline void StoreStats(uint32_t slot) {
-    event_t eventSMte3 = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_MTE3));
-    SetFlag<HardEvent::S_MTE3>(eventSMte3);
-    WaitFlag<HardEvent::S_MTE3>(eventSMte3);
-    const uint64_t at = (coreIdx_ * t_.statTilesPerCore + slot) * t_.statPitch;
-    DataCopy(statGm_[at], statTile_.template Get<float>(), t_.statPitch);
-    event_t eventMte3S = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE3_S));
-    SetFlag<HardEvent::MTE3_S>(eventMte3S);
-    WaitFlag<HardEvent::MTE3_S>(eventMte3S);
+    op_ext_kernel::StoreStatTile(io_.statGm, statTile_.template Get<float>(),
+                                 (io_.core * t_.statTilesPerCore + slot) * t_.statPitch, t_.statPitch);
   }
 
   // ---- pass 0, rows in chunks -------------------------------------------------------
 
   __aicore__ inline void InitChunks(TPipe* pipe) {
     const uint32_t chunkBytes = t_.chunkLength * sizeof(T);
-    pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
-    pipe->InitBuffer(inQueueDy_, kBufferNum, chunkBytes);
-    pipe->InitBuffer(outQueue_, kBufferNum, chunkBytes);
+    io_.InitQueues(pipe, chunkBytes);
     pipe->InitBuffer(cen_, t_.chunkLength * sizeof(float));
     pipe->InitBuffer(tmp_, t_.chunkLength * sizeof(float));
     if constexpr (!kIsFloat) {
-      pipe->InitBuffer(inputF_, t_.chunkLength * sizeof(float));
-      pipe->InitBuffer(gradF_, t_.chunkLength * sizeof(float));
-      pipe->InitBuffer(weightF_, t_.chunkLength * sizeof(float));
+      pipe->InitBuffer(io_.xF, t_.chunkLength * sizeof(float));
+      pipe->InitBuffer(io_.gF, t_.chunkLength * sizeof(float));
+      pipe->InitBuffer(io_.wF, t_.chunkLength * sizeof(float));
     }
     pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
     pipe->InitBuffer(stat_, 2 * op_ext_kernel::kBlockBytes);
@@ -216,7 +159,7 @@ class KernelLayerNormGrad {
   }
 
   __aicore__ inline uint32_t ChunkLen(uint32_t c) const {
-    return t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+    return op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
   }
 
   // Chunk [c, c + len) of row `row`: x in float, and (withGrad) g = dy * w in float.
@@ -224,37 +167,11 @@ class KernelLayerNormGrad {
   __aicore__ inline void LoadChunk(uint64_t row, uint32_t c, uint32_t len, bool withGrad, LocalTensor<T>& w,
                                    LocalTensor<T>& x, LocalTensor<T>& dy, LocalTensor<float>& xf,
                                    LocalTensor<float>& g) {
-    const uint64_t base = row * t_.cols + c;
-    const bool withWeight = withGrad && t_.hasWeight;
-    if (withWeight) {
-      w = inQueueX_.template AllocTensor<T>();
-      copier_.In(w, wGm_[c], len);
-      inQueueX_.EnQue(w);
-    }
-    x = inQueueX_.template AllocTensor<T>();
-    copier_.In(x, xGm_[base], len);
-    inQueueX_.EnQue(x);
-    if (withGrad) {
-      dy = inQueueDy_.template AllocTensor<T>();
-      copier_.In(dy, dyGm_[base], len);
-      inQueueDy_.EnQue(dy);
-    }
-    if (withWeight) w = inQueueX_.template DeQue<T>();
-    x = inQueueX_.template DeQue<T>();
-    xf = AsFloat(x, inputF_, len);
-    if (withGrad) {
-      dy = inQueueDy_.template DeQue<T>();
-      PipeBarrier<PIPE_V>();
-      g = AsFloat(dy, gradF_, len);
-      PipeBarrier<PIPE_V>();
-      if (withWeight) Mul(g, g, AsFloat(w, weightF_, len), static_cast<int32_t>(len));
-    }
+    io_.LoadChunk(row, t_.cols, c, len, withGrad, t_.hasWeight != 0, w, x, dy, xf, g);
   }
 
   __aicore__ inline void ReleaseChunk(bool withGrad, LocalTensor<T>& w, LocalTensor<T>& x, LocalTensor<T>& dy) {
-    if (withGrad && t_.hasWeight) inQueueX_.FreeTensor(w);
-    inQueueX_.FreeTensor(x);
-    if (withGrad) inQueueDy_.FreeTensor(dy);
+    io_.ReleaseChunk(withGrad, t_.hasWeight != 0, w, x, dy);
   }
 
   // sum over the row of x * s - m (chunk sums added in chunk order): one read of x.
@@ -312,7 +229,7 @@ class KernelLayerNormGrad {
   // A row in chunks: reads for the mean and the sums (more for careful statistics),
   // then one to write gradInput.
   __aicore__ inline void ProcessSplitRow(uint64_t local) {
-    const uint64_t row = firstRow_ + local;
+    const uint64_t row = io_.rows.first + local;
     float s = 1.0f;
     float eps = t_.eps;
     float mean = SplitSum(row, s, 0.0f) * t_.invCols;
@@ -343,7 +260,7 @@ class KernelLayerNormGrad {
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
       uint64_t shifted = c0;
       uint32_t len = ChunkLen(c0);
-      copier_.ShiftLastChunk(0, shifted, len);
+      io_.copier.ShiftLastChunk(0, shifted, len);
       const uint32_t c = static_cast<uint32_t>(shifted);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> w, x, dy;
@@ -352,14 +269,14 @@ class KernelLayerNormGrad {
       LoadChunk(row, c, len, true, w, x, dy, xf, g);
       PipeBarrier<PIPE_V>();
       Centre(cen, xf, s, mean, n);
-      LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
+      LocalTensor<T> dx = io_.out.template AllocTensor<T>();
       PipeBarrier<PIPE_V>();
       WriteGradInput(dx, cen, g, sums, rstd, s, n);
-      outQueue_.EnQue(dx);
+      io_.out.EnQue(dx);
       ReleaseChunk(true, w, x, dy);
-      dx = outQueue_.template DeQue<T>();
-      copier_.Out(dxGm_[row * t_.cols + c], dx, len);
-      outQueue_.FreeTensor(dx);
+      dx = io_.out.template DeQue<T>();
+      io_.copier.Out(io_.dxGm[row * t_.cols + c], dx, len);
+      io_.out.FreeTensor(dx);
     }
     if (t_.hasWeight) {
       LocalTensor<float> statTile = statTile_.template Get<float>();
@@ -414,29 +331,13 @@ class KernelLayerNormGrad {
   }
 
   __aicore__ inline float ReadSum(const LocalTensor<float>& src, int32_t n) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    PipeBarrier<PIPE_V>();
-    ReduceSum(stat, src, work_.template Get<float>(), n);
-    return op_ext_kernel::ReadScalarAfterVector(stat);
+    return op_ext_kernel::ReadSum(stat_.template Get<float>(), src, work_.template Get<float>(), n);
   }
 
   // 1 / sqrt(sumSq / cols + eps) on the vector unit (Sqrt, then Div), read as a scalar.
   __aicore__ inline float Rstd(float sumSq, float eps) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> one = stat[8];
-    stat.SetValue(0, sumSq);
-    event_t eventSV = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_V));
-    SetFlag<HardEvent::S_V>(eventSV);
-    WaitFlag<HardEvent::S_V>(eventSV);
-    Muls(stat, stat, t_.invCols, 1);
-    PipeBarrier<PIPE_V>();
-    Adds(stat, stat, eps, 1);
-    PipeBarrier<PIPE_V>();
-    Sqrt(stat, stat, 1);
-    Duplicate(one, 1.0f, 1);
-    PipeBarrier<PIPE_V>();
-    Div(stat, one, stat, 1);
-    return op_ext_kernel::ReadScalarAfterVector(stat);
+    LocalTensor<float> stat = op_ext_kernel::ScalarToVector(stat_.template Get<float>(), sumSq);
+    return op_ext_kernel::RstdFromSumOfSquares(stat, t_.invCols, eps, work_.template Get<float>());
   }
 
   __aicore__ static inline bool IsFinite(float v) {
@@ -465,90 +366,40 @@ class KernelLayerNormGrad {
     Muls(tmp, tmp, -meanGxhat, n);
     PipeBarrier<PIPE_V>();
     Add(tmp, tmp, g, n);
-    if constexpr (kIsFloat) {
-      if (s != 1.0f) {
-        PipeBarrier<PIPE_V>();
-        Muls(tmp, tmp, rstd, n);
-        PipeBarrier<PIPE_V>();
-        Muls(dx, tmp, s, n);  // last: the only step that may land on subnormals
-      } else {
-        PipeBarrier<PIPE_V>();
-        Muls(dx, tmp, rstd, n);
-      }
-    } else {
-      PipeBarrier<PIPE_V>();
-      Muls(tmp, tmp, rstd, n);
-      PipeBarrier<PIPE_V>();
-      if (s != 1.0f) Muls(tmp, tmp, s, n);
-      PipeBarrier<PIPE_V>();
-      op_ext_kernel::CastFromFloat(dx, tmp, static_cast<uint32_t>(n));
-    }
-  }
-
-  // `count` elements of `t` in float: `t` itself for float, else cast into `buf`.
-  __aicore__ inline LocalTensor<float> AsFloat(const LocalTensor<T>& t, TBuf<TPosition::VECCALC>& buf,
-                                               uint32_t count) {
-    if constexpr (kIsFloat) {
-      return t.template ReinterpretCast<float>();
-    } else {
-      LocalTensor<float> f = buf.template Get<float>();
-      Cast(f, t, RoundMode::CAST_NONE, count);
-      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
-      return f;
-    }
+    op_ext_kernel::GradInputOutput(dx, tmp, rstd, s, n);
   }
 
   // ---- pass 1: gradWeight and gradBias over columns -------------------------------------
 
   __aicore__ inline void InitColumns(TPipe* pipe) {
     const uint32_t chunkBytes = t_.dwChunkCols * sizeof(T);
-    pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
-    pipe->InitBuffer(inQueueDy_, kBufferNum, chunkBytes);
-    pipe->InitBuffer(outQueue_, kBufferNum, chunkBytes);
+    io_.InitQueues(pipe, chunkBytes);
     pipe->InitBuffer(accW_, t_.dwChunkCols * sizeof(float));
     pipe->InitBuffer(accB_, t_.dwChunkCols * sizeof(float));
     pipe->InitBuffer(tmp_, t_.dwChunkCols * sizeof(float));
     if constexpr (!kIsFloat) {
-      pipe->InitBuffer(inputF_, t_.dwChunkCols * sizeof(float));
-      pipe->InitBuffer(gradF_, t_.dwChunkCols * sizeof(float));
+      pipe->InitBuffer(io_.xF, t_.dwChunkCols * sizeof(float));
+      pipe->InitBuffer(io_.gF, t_.dwChunkCols * sizeof(float));
     }
   }
 
   // Workspace index of row r's statistics (layout in the tiling header).
   __aicore__ inline uint64_t StatIndex(uint64_t r) const {
-    const uint64_t per = t_.rowsPerCore;
-    const uint64_t big = t_.bigCoreNum;
     uint64_t core;
     uint64_t local;
-    if (r < big * (per + 1)) {
-      core = r / (per + 1);
-      local = r % (per + 1);
-    } else {
-      core = big + (r - big * (per + 1)) / per;
-      local = (r - big * (per + 1)) % per;
-    }
+    op_ext_kernel::RowOwner(r, t_.rowsPerCore, t_.bigCoreNum, core, local);
     return (core * t_.statTilesPerCore + local / t_.statRowsPerSlot) * t_.statPitch +
            (local % t_.statRowsPerSlot) * kStatFloats;
   }
 
   __aicore__ inline void ProcessColumns() {
-    const uint64_t core = GetBlockIdx();
-    const uint64_t blockElems = op_ext_kernel::BlockElems<T>();
-    const uint64_t firstBlock = core * t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? core : t_.dwBigCoreNum);
-    const uint64_t blocks = t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? 1 : 0);
-    const uint64_t begin = firstBlock * blockElems;
-    uint64_t end = begin + blocks * blockElems;
-    // The last core's columns run to the end (with only whole blocks moving, the
-    // tiling joins a last partial block to the one before it: ColumnUnits).
-    if (end > t_.cols || core + 1 == t_.dwUsedCoreNum) end = t_.cols;
+    op_ext_kernel::ColumnChunks<T> chunks;
+    chunks.Init(t_.cols, t_.dwBlocksPerCore, t_.dwBigCoreNum, t_.dwUsedCoreNum, t_.dwChunkCols);
     // The statistics below are scalar loads of what the row pass wrote by DMA.
-    op_ext_kernel::DropDataCacheBeforeReading(statGm_);
-    for (uint64_t c0 = begin; c0 < end; c0 += t_.dwChunkCols) {
-      uint64_t c = c0;
-      uint32_t width = static_cast<uint32_t>(end - c0 < t_.dwChunkCols ? end - c0 : t_.dwChunkCols);
-      copier_.ShiftLastChunk(begin, c, width);
-      SumColumnChunk(c, width);
-    }
+    op_ext_kernel::DropDataCacheBeforeReading(io_.statGm);
+    uint64_t c;
+    uint32_t width;
+    while (chunks.Next(io_.copier, c, width)) SumColumnChunk(c, width);
   }
 
   __aicore__ inline void SumColumnChunk(uint64_t col, uint32_t width) {
@@ -561,63 +412,48 @@ class KernelLayerNormGrad {
     for (uint64_t r = 0; r < t_.rows; ++r) {
       LocalTensor<T> x;
       if (t_.hasWeight) {
-        x = inQueueX_.template AllocTensor<T>();
-        copier_.In(x, xGm_[r * t_.cols + col], width);
-        inQueueX_.EnQue(x);
+        x = io_.inX.template AllocTensor<T>();
+        io_.copier.In(x, io_.xGm[r * t_.cols + col], width);
+        io_.inX.EnQue(x);
       }
-      LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
-      copier_.In(dy, dyGm_[r * t_.cols + col], width);
-      inQueueDy_.EnQue(dy);
-      dy = inQueueDy_.template DeQue<T>();
-      LocalTensor<float> dyf = AsFloat(dy, gradF_, width);
+      LocalTensor<T> dy = io_.inDy.template AllocTensor<T>();
+      io_.copier.In(dy, io_.dyGm[r * t_.cols + col], width);
+      io_.inDy.EnQue(dy);
+      dy = io_.inDy.template DeQue<T>();
+      LocalTensor<float> dyf = AsFloat(dy, io_.gF, width);
       if (t_.hasWeight) {
-        x = inQueueX_.template DeQue<T>();
+        x = io_.inX.template DeQue<T>();
         const uint64_t at = StatIndex(r);
-        const float mean = statGm_.GetValue(at);
-        const float rstd = statGm_.GetValue(at + 1);
-        const float s = statGm_.GetValue(at + 2);
-        Centre(tmp, AsFloat(x, inputF_, width), s, mean, n);
+        const float mean = io_.statGm.GetValue(at);
+        const float rstd = io_.statGm.GetValue(at + 1);
+        const float s = io_.statGm.GetValue(at + 2);
+        Centre(tmp, AsFloat(x, io_.xF, width), s, mean, n);
         PipeBarrier<PIPE_V>();
         Muls(tmp, tmp, rstd, n);  // xhat first: dy * (x - mean) may overflow
         PipeBarrier<PIPE_V>();
         Mul(tmp, tmp, dyf, n);
         PipeBarrier<PIPE_V>();
         Add(accW, accW, tmp, n);
-        inQueueX_.FreeTensor(x);
+        io_.inX.FreeTensor(x);
       }
       PipeBarrier<PIPE_V>();
       if (t_.hasBias) Add(accB, accB, dyf, n);
-      inQueueDy_.FreeTensor(dy);
+      io_.inDy.FreeTensor(dy);
     }
-    if (t_.hasWeight) op_ext_kernel::StoreFloatRow(copier_, outQueue_, dwGm_[col], accW, width);
-    if (t_.hasBias) op_ext_kernel::StoreFloatRow(copier_, outQueue_, dbGm_[col], accB, width);
+    if (t_.hasWeight) op_ext_kernel::StoreFloatRow(io_.copier, io_.out, io_.dwGm[col], accW, width);
+    if (t_.hasBias) op_ext_kernel::StoreFloatRow(io_.copier, io_.out, dbGm_[col], accB, width);
   }
 
   optiling::LayerNormGradCustomTilingData t_;
-  uint64_t coreIdx_ = 0;
-  uint64_t firstRow_ = 0;
-  uint64_t rowCount_ = 0;
-  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
-  TQue<TPosition::VECIN, kBufferNum> inQueueDy_;
-  TQue<TPosition::VECOUT, kBufferNum> outQueue_;
-  TBuf<TPosition::VECCALC> weightF_;
+  op_ext_kernel::NormGradIo<T> io_;
   TBuf<TPosition::VECCALC> cen_;
   TBuf<TPosition::VECCALC> tmp_;
-  TBuf<TPosition::VECCALC> inputF_;
-  TBuf<TPosition::VECCALC> gradF_;
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
   TBuf<TPosition::VECCALC> statTile_;
   TBuf<TPosition::VECCALC> accW_;
   TBuf<TPosition::VECCALC> accB_;
-  op_ext_kernel::RowCopier<T> copier_;
-  GlobalTensor<T> dyGm_;
-  GlobalTensor<T> xGm_;
-  GlobalTensor<T> wGm_;
-  GlobalTensor<T> dxGm_;
-  GlobalTensor<T> dwGm_;
   GlobalTensor<T> dbGm_;
-  GlobalTensor<float> statGm_;
 };
 
 template <typename T>

@@ -12,6 +12,7 @@
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "row_norm_common.h"
 #include "rms_norm_custom_tiling.h"
 
 namespace {
@@ -27,16 +28,7 @@ class KernelRmsNorm {
   __aicore__ inline void Init(GM_ADDR x, GM_ADDR w, GM_ADDR y, const optiling::RmsNormCustomTilingData& tiling,
                               TPipe* pipe) {
     t_ = tiling;
-    const uint64_t core = GetBlockIdx();
-    firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
-    rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
-    const uint64_t total = t_.rows * t_.cols;
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), op_ext_kernel::ReadableLength<T>(total, t_.tailMode));
-    yGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(y), total);
-    if (t_.hasWeight) {
-      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode));
-    }
-    copier_.Init(pipe, t_.tailMode);
+    io_.Init(x, w, y, t_, pipe);
     if (t_.splitRow) {
       InitChunks(pipe);
     } else {
@@ -44,29 +36,19 @@ class KernelRmsNorm {
     }
   }
 
-  __aicore__ inline void Process() {
-    if (t_.splitRow) {
-      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(firstRow_ + r);
-      return;
-    }
-    if (t_.hasWeight) LoadWeight();
-    for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile) {
-      const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
-      CopyInRows(firstRow_ + r, k);
-      ComputeRows(k);
-      CopyOutRows(firstRow_ + r, k);
-    }
-  }
+  __aicore__ inline void Process() { op_ext_kernel::NormRowsPasses::Process(*this, io_, t_); }
 
  private:
+  friend struct op_ext_kernel::NormRowsPasses;
+
   static constexpr bool kIsFloat = IsSameType<T, float>::value;
 
   // ---- whole rows -----------------------------------------------------------
 
   __aicore__ inline void InitRows(TPipe* pipe) {
     const uint32_t tileBytes = t_.rowsPerTile * t_.rowStride * sizeof(T);
-    pipe->InitBuffer(inQueueX_, kBufferNum, tileBytes);
-    pipe->InitBuffer(outQueueY_, kBufferNum, tileBytes);
+    pipe->InitBuffer(io_.inX, kBufferNum, tileBytes);
+    pipe->InitBuffer(io_.outY, kBufferNum, tileBytes);
     pipe->InitBuffer(weightF_, t_.rowStride * sizeof(float));
     pipe->InitBuffer(square_, t_.rowStride * sizeof(float));
     if constexpr (!kIsFloat) pipe->InitBuffer(inputF_, t_.rowStride * sizeof(float));
@@ -74,20 +56,16 @@ class KernelRmsNorm {
     pipe->InitBuffer(stat_, op_ext_kernel::kBlockBytes);
   }
 
-  // The weight row, once per core, through the input queue into a float row.
-  __aicore__ inline void LoadWeight() {
-    op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
+  // The parameter rows, once per core, into float rows.
+  __aicore__ inline void LoadParams() {
+    if (t_.hasWeight) io_.LoadParamRow(io_.wGm, weightF_, t_.cols, t_.rowStride);
   }
 
-  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
-    inQueueX_.EnQue(x);
-  }
+  __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) { io_.RowsIn(row, k, t_.cols); }
 
   __aicore__ inline void ComputeRows(uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template DeQue<T>();
-    LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+    LocalTensor<T> x = io_.inX.template DeQue<T>();
+    LocalTensor<T> y = io_.outY.template AllocTensor<T>();
     LocalTensor<float> sq = square_.template Get<float>();
     LocalTensor<float> wf = weightF_.template Get<float>();
     const int32_t n = static_cast<int32_t>(t_.cols);
@@ -101,36 +79,20 @@ class KernelRmsNorm {
         LocalTensor<float> xs = kIsFloat ? y[at].template ReinterpretCast<float>() : xf;
         if (RescaleRow(xs, xf, sq, n, rstd)) xf = xs;
       }
-      if constexpr (kIsFloat) {
-        LocalTensor<float> yrow = y[at].template ReinterpretCast<float>();
-        PipeBarrier<PIPE_V>();
-        Muls(yrow, xf, rstd, n);
-        PipeBarrier<PIPE_V>();
-        if (t_.hasWeight) Mul(yrow, yrow, wf, n);
-      } else {
-        Muls(sq, xf, rstd, n);
-        PipeBarrier<PIPE_V>();
-        if (t_.hasWeight) Mul(sq, sq, wf, n);
-        PipeBarrier<PIPE_V>();
-        Cast(y[at], sq, op_ext_kernel::NarrowRound<T>(), t_.cols);
-      }
+      op_ext_kernel::RmsNormOutput(y[at], xf, wf, rstd, sq, t_.hasWeight != 0, t_.cols);
     }
-    outQueueY_.EnQue(y);
-    inQueueX_.FreeTensor(x);
+    io_.outY.EnQue(y);
+    io_.inX.FreeTensor(x);
   }
 
-  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> y = outQueueY_.template DeQue<T>();
-    copier_.RowsOut(yGm_[row * t_.cols], y, k, t_.cols);
-    outQueueY_.FreeTensor(y);
-  }
+  __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k) { io_.RowsOut(row, k, t_.cols); }
 
   // ---- split rows -------------------------------------------------------------
 
   __aicore__ inline void InitChunks(TPipe* pipe) {
     const uint32_t chunkBytes = t_.chunkLength * sizeof(T);
-    pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
-    pipe->InitBuffer(outQueueY_, kBufferNum, chunkBytes);
+    pipe->InitBuffer(io_.inX, kBufferNum, chunkBytes);
+    pipe->InitBuffer(io_.outY, kBufferNum, chunkBytes);
     pipe->InitBuffer(square_, t_.chunkLength * sizeof(float));
     if constexpr (!kIsFloat) {
       pipe->InitBuffer(inputF_, t_.chunkLength * sizeof(float));
@@ -144,66 +106,42 @@ class KernelRmsNorm {
   __aicore__ inline void ProcessSplitRow(uint64_t row) {
     const uint64_t base = row * t_.cols;
     LocalTensor<float> sq = square_.template Get<float>();
-    LocalTensor<float> acc = acc_.template Get<float>();
-    Duplicate(acc, 0.0f, 8);
-    // Pass 1: sum of squares, chunk sums added in order.
-    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
-      LocalTensor<T> x = CopyInChunk(base + c, len);
-      LocalTensor<float> part = SumOfSquares(InputAsFloat(x, len), sq, static_cast<int32_t>(len));
-      PipeBarrier<PIPE_V>();
-      Add(acc, acc, part, 1);
-      inQueueX_.FreeTensor(x);
-    }
-    PipeBarrier<PIPE_V>();
-    float rstd = RowRstd(acc, t_.eps);
+    // Pass 1: sum of squares.
+    float rstd = SplitRowRstd(base, 1.0f);
     float scale = 1.0f;
     if (rstd == 0.0f) RescaleSplitRow(base, rstd, scale);
     // Pass 2: output, chunk by chunk (the last one shifted back to whole blocks
     // where only whole blocks move).
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
       uint64_t c = c0;
-      uint32_t len = t_.cols - c0 < t_.chunkLength ? t_.cols - c0 : t_.chunkLength;
-      copier_.ShiftLastChunk(0, c, len);
+      uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c0, t_.chunkLength);
+      io_.copier.ShiftLastChunk(0, c, len);
       const int32_t n = static_cast<int32_t>(len);
       LocalTensor<T> w;
       if (t_.hasWeight) {
-        w = inQueueX_.template AllocTensor<T>();
-        copier_.In(w, wGm_[c], len);
-        inQueueX_.EnQue(w);
+        w = io_.inX.template AllocTensor<T>();
+        io_.copier.In(w, io_.wGm[c], len);
+        io_.inX.EnQue(w);
       }
-      LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-      copier_.In(x, xGm_[base + c], len);
-      inQueueX_.EnQue(x);
-      if (t_.hasWeight) w = inQueueX_.template DeQue<T>();
-      x = inQueueX_.template DeQue<T>();
-      LocalTensor<T> y = outQueueY_.template AllocTensor<T>();
+      LocalTensor<T> x = io_.inX.template AllocTensor<T>();
+      io_.copier.In(x, io_.xGm[base + c], len);
+      io_.inX.EnQue(x);
+      if (t_.hasWeight) w = io_.inX.template DeQue<T>();
+      x = io_.inX.template DeQue<T>();
+      LocalTensor<T> y = io_.outY.template AllocTensor<T>();
       LocalTensor<float> xf = InputAsFloat(x, len);
       PipeBarrier<PIPE_V>();
       if (scale != 1.0f) Muls(xf, xf, scale, n);
-      if constexpr (kIsFloat) {
-        PipeBarrier<PIPE_V>();
-        Muls(y, xf, rstd, n);
-        PipeBarrier<PIPE_V>();
-        if (t_.hasWeight) Mul(y, y, w, n);
-      } else {
-        PipeBarrier<PIPE_V>();
-        Muls(sq, xf, rstd, n);
-        if (t_.hasWeight) {
-          LocalTensor<float> wf = weightF_.template Get<float>();
-          Cast(wf, w, RoundMode::CAST_NONE, len);
-          PipeBarrier<PIPE_V>();
-          Mul(sq, sq, wf, n);
-        }
-        PipeBarrier<PIPE_V>();
-        Cast(y, sq, op_ext_kernel::NarrowRound<T>(), len);
-      }
-      outQueueY_.EnQue(y);
-      if (t_.hasWeight) inQueueX_.FreeTensor(w);
-      inQueueX_.FreeTensor(x);
-      y = outQueueY_.template DeQue<T>();
-      copier_.Out(yGm_[base + c], y, len);
-      outQueueY_.FreeTensor(y);
+      LocalTensor<float> wf;
+      if (t_.hasWeight) wf = op_ext_kernel::AsFloat(w, weightF_, len);
+      PipeBarrier<PIPE_V>();
+      op_ext_kernel::RmsNormOutput(y, xf, wf, rstd, sq, t_.hasWeight != 0, len);
+      io_.outY.EnQue(y);
+      if (t_.hasWeight) io_.inX.FreeTensor(w);
+      io_.inX.FreeTensor(x);
+      y = io_.outY.template DeQue<T>();
+      io_.copier.Out(io_.yGm[base + c], y, len);
+      io_.outY.FreeTensor(y);
     }
   }
 
@@ -212,109 +150,77 @@ class KernelRmsNorm {
   // `count` elements of a row (or chunk) in float: the tensor itself for float,
   // else cast into inputF_.
   __aicore__ inline LocalTensor<float> InputAsFloat(const LocalTensor<T>& x, uint32_t count) {
-    if constexpr (kIsFloat) {
-      return x.template ReinterpretCast<float>();
-    } else {
-      LocalTensor<float> xf = inputF_.template Get<float>();
-      Cast(xf, x, RoundMode::CAST_NONE, count);
-      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
-      return xf;
-    }
+    return op_ext_kernel::AsFloat(x, inputF_, count);
   }
 
   // stat[0] = sum of xf[i]^2 over n elements (sq is scratch).
   __aicore__ inline LocalTensor<float> SumOfSquares(const LocalTensor<float>& xf, const LocalTensor<float>& sq,
                                                     int32_t n) {
-    LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> work = work_.template Get<float>();
-    PipeBarrier<PIPE_V>();
-    Mul(sq, xf, xf, n);
-    PipeBarrier<PIPE_V>();
-    ReduceSum(stat, sq, work, n);
-    return stat;
+    return op_ext_kernel::SumOfSquaresInto(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n);
   }
 
   // 1 / sqrt(sumSq / cols + eps), computed by the vector unit on sumSq[0], read as a scalar.
   __aicore__ inline float RowRstd(const LocalTensor<float>& sumSq, float eps) {
-    PipeBarrier<PIPE_V>();
-    Muls(sumSq, sumSq, t_.invCols, 1);
-    PipeBarrier<PIPE_V>();
-    Adds(sumSq, sumSq, eps, 1);
-    PipeBarrier<PIPE_V>();
-    op_ext_kernel::InvSqrt(sumSq, work_.template Get<float>());
-    return op_ext_kernel::ReadScalarAfterVector(sumSq);
+    return op_ext_kernel::RstdFromSumOfSquares(sumSq, t_.invCols, eps, work_.template Get<float>());
   }
 
   // A whole row whose sum of squares overflowed: xs = xf * s, rstd = rstd_s (the
   // output is xs * rstd_s). False (nothing changed) when some |x| is inf or NaN.
   __aicore__ inline bool RescaleRow(const LocalTensor<float>& xs, const LocalTensor<float>& xf,
                                     const LocalTensor<float>& sq, int32_t n, float& rstd) {
-    const float maxAbs =
-        op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n);
-    if (!(maxAbs <= op_ext_kernel::kFloatMax)) return false;
-    const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
-    PipeBarrier<PIPE_V>();
-    Muls(xs, xf, s, n);
-    rstd = RowRstd(SumOfSquares(xs, sq, n), t_.eps * s * s);
-    return true;
+    return op_ext_kernel::RescaleRmsRow(stat_.template Get<float>(), work_.template Get<float>(), xs, xf, sq, n,
+                                        t_.invCols, t_.eps, rstd);
   }
 
   // The same for a split row: a pass for max|x|, a pass for the scaled sum of squares.
   __aicore__ inline void RescaleSplitRow(uint64_t base, float& rstd, float& scale) {
     LocalTensor<float> sq = square_.template Get<float>();
-    LocalTensor<float> acc = acc_.template Get<float>();
     float maxAbs = 0.0f;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
-      LocalTensor<T> x = CopyInChunk(base + c, len);
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
+      LocalTensor<T> x = io_.ChunkIn(base + c, len);
       const float m = op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), InputAsFloat(x, len), sq,
                                                work_.template Get<float>(), static_cast<int32_t>(len));
       maxAbs = op_ext_kernel::MaxOrNan(maxAbs, m);
-      inQueueX_.FreeTensor(x);
+      io_.inX.FreeTensor(x);
     }
     if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
     scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
+    rstd = SplitRowRstd(base, scale);
+  }
+
+  // rstd of a split row's x * s (s = 1: x itself): one read of the row, chunk sums
+  // of squares added in order.
+  __aicore__ inline float SplitRowRstd(uint64_t base, float s) {
+    LocalTensor<float> sq = square_.template Get<float>();
+    LocalTensor<float> acc = acc_.template Get<float>();
     Duplicate(acc, 0.0f, 8);
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       const int32_t n = static_cast<int32_t>(len);
-      LocalTensor<T> x = CopyInChunk(base + c, len);
+      LocalTensor<T> x = io_.ChunkIn(base + c, len);
       LocalTensor<float> xf = InputAsFloat(x, len);
-      PipeBarrier<PIPE_V>();
-      Muls(xf, xf, scale, n);
-      PipeBarrier<PIPE_V>();
+      if (s != 1.0f) {
+        PipeBarrier<PIPE_V>();
+        Muls(xf, xf, s, n);
+      }
       LocalTensor<float> part = SumOfSquares(xf, sq, n);
       PipeBarrier<PIPE_V>();
       Add(acc, acc, part, 1);
-      inQueueX_.FreeTensor(x);
+      io_.inX.FreeTensor(x);
     }
     PipeBarrier<PIPE_V>();
-    rstd = RowRstd(acc, t_.eps * scale * scale);
-  }
-
-  // A chunk of x, copied in and dequeued (the caller frees it).
-  __aicore__ inline LocalTensor<T> CopyInChunk(uint64_t offset, uint32_t len) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    copier_.In(x, xGm_[offset], len);
-    inQueueX_.EnQue(x);
-    return inQueueX_.template DeQue<T>();
+    return RowRstd(acc, t_.eps * s * s);
   }
 
   optiling::RmsNormCustomTilingData t_;
-  uint64_t firstRow_ = 0;
-  uint64_t rowCount_ = 0;
-  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
-  TQue<TPosition::VECOUT, kBufferNum> outQueueY_;
+  op_ext_kernel::NormRowsIo<T> io_;
   TBuf<TPosition::VECCALC> weightF_;
   TBuf<TPosition::VECCALC> square_;
   TBuf<TPosition::VECCALC> inputF_;
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
   TBuf<TPosition::VECCALC> acc_;
-  op_ext_kernel::RowCopier<T> copier_;
-  GlobalTensor<T> xGm_;
-  GlobalTensor<T> wGm_;
-  GlobalTensor<T> yGm_;
 };
 
 template <typename T>

@@ -16,11 +16,13 @@
 #include "kernel_common.h"
 #include "kernel_operator.h"
 #include "kernel_tiling.h"
+#include "row_norm_common.h"
 #include "rms_norm_grad_custom_tiling.h"
 
 namespace {
 
 using namespace AscendC;
+using op_ext_kernel::AsFloat;
 using op_ext_kernel::kBufferNum;
 
 template <typename T>
@@ -31,67 +33,33 @@ class KernelRmsNormGrad {
   __aicore__ inline void Init(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR gr, GM_ADDR dx, GM_ADDR dw,
                               GM_ADDR workspace, const optiling::RmsNormGradCustomTilingData& tiling, TPipe* pipe) {
     t_ = tiling;
-    const uint64_t total = t_.rows * t_.cols;
-    const uint64_t readable = op_ext_kernel::ReadableLength<T>(total, t_.tailMode);
-    dyGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dy), readable);
-    xGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(x), readable);
-    copier_.Init(pipe, t_.tailMode);
-    if (t_.hasWeight) {
-      wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(w), op_ext_kernel::ReadableLength<T>(t_.cols, t_.tailMode));
-      dwGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dw), t_.cols);
-      const uint64_t rstdFloats = uint64_t(t_.usedCoreNum) * t_.rstdTilesPerCore * t_.rstdPitch;
-      if (rstdFloats > 0) rstdGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(workspace), rstdFloats);
+    // The workspace: each row's rstd (rstd_s * s), in slots of a tile's rows.
+    io_.Init(dy, x, w, dx, dw, workspace, uint64_t(t_.usedCoreNum) * t_.rstdTilesPerCore * t_.rstdPitch, t_, pipe);
+    if (t_.pass == 0 && t_.hasGradResidual) {
+      grGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gr),
+                            op_ext_kernel::ReadableLength<T>(t_.rows * t_.cols, t_.tailMode));
     }
-    if (t_.pass == 0) {
-      dxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx), total);
-      if (t_.hasGradResidual) grGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gr), readable);
-      const uint64_t core = GetBlockIdx();
-      coreIdx_ = core;
-      firstRow_ = core * t_.rowsPerCore + (core < t_.bigCoreNum ? core : t_.bigCoreNum);
-      rowCount_ = t_.rowsPerCore + (core < t_.bigCoreNum ? 1 : 0);
-      if (t_.splitRow) {
-        InitChunks(pipe);
-      } else {
-        InitRows(pipe);
-      }
-    } else {
-      InitColumns(pipe);
-    }
+    op_ext_kernel::NormGradPasses::InitBuffers(*this, t_, pipe);
   }
 
-  __aicore__ inline void Process() {
-    if (t_.pass == 1) {
-      ProcessColumns();
-    } else if (t_.splitRow) {
-      for (uint64_t r = 0; r < rowCount_; ++r) ProcessSplitRow(r);
-    } else {
-      if (t_.hasWeight) LoadWeight();
-      uint32_t tile = 0;
-      for (uint64_t r = 0; r < rowCount_; r += t_.rowsPerTile, ++tile) {
-        const uint32_t k = static_cast<uint32_t>(rowCount_ - r < t_.rowsPerTile ? rowCount_ - r : t_.rowsPerTile);
-        CopyInRows(firstRow_ + r, k);
-        ComputeRows(k);
-        CopyOutRows(firstRow_ + r, k, tile);
-      }
-    }
-  }
+  __aicore__ inline void Process() { op_ext_kernel::NormGradPasses::Process(*this, io_, t_); }
 
  private:
+  friend struct op_ext_kernel::NormGradPasses;
+
   static constexpr bool kIsFloat = IsSameType<T, float>::value;
 
   // ---- pass 0, whole rows ---------------------------------------------------------
 
   __aicore__ inline void InitRows(TPipe* pipe) {
     const uint32_t tileBytes = t_.rowsPerTile * t_.rowStride * sizeof(T);
-    pipe->InitBuffer(inQueueX_, kBufferNum, tileBytes);
-    pipe->InitBuffer(inQueueDy_, kBufferNum, tileBytes);
-    pipe->InitBuffer(outQueue_, kBufferNum, tileBytes);
+    io_.InitQueues(pipe, tileBytes);
     if (t_.hasGradResidual) pipe->InitBuffer(inQueueGr_, kBufferNum, tileBytes);
-    pipe->InitBuffer(weightF_, t_.rowStride * sizeof(float));
+    pipe->InitBuffer(io_.wF, t_.rowStride * sizeof(float));
     pipe->InitBuffer(tmp_, t_.rowStride * sizeof(float));
     if constexpr (!kIsFloat) {
-      pipe->InitBuffer(inputF_, t_.rowStride * sizeof(float));
-      pipe->InitBuffer(gradF_, t_.rowStride * sizeof(float));
+      pipe->InitBuffer(io_.xF, t_.rowStride * sizeof(float));
+      pipe->InitBuffer(io_.gF, t_.rowStride * sizeof(float));
     }
     pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
     pipe->InitBuffer(stat_, 2 * op_ext_kernel::kBlockBytes);
@@ -100,39 +68,27 @@ class KernelRmsNormGrad {
 
   __aicore__ inline uint32_t RstdPitch(uint32_t rows) const { return (rows + 7) / 8 * 8; }
 
-  __aicore__ inline void LoadWeight() {
-    op_ext_kernel::LoadParamRowAsFloat(copier_, inQueueX_, wGm_, weightF_.template Get<float>(), t_.cols, t_.rowStride);
-  }
-
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-    LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
-    copier_.RowsIn(x, xGm_[row * t_.cols], k, t_.cols);
-    copier_.RowsIn(dy, dyGm_[row * t_.cols], k, t_.cols);
-    inQueueX_.EnQue(x);
-    inQueueDy_.EnQue(dy);
+    io_.RowsIn(row, k, t_.cols);
     if (t_.hasGradResidual) {
       LocalTensor<T> gr = inQueueGr_.template AllocTensor<T>();
-      copier_.RowsIn(gr, grGm_[row * t_.cols], k, t_.cols);
+      io_.copier.RowsIn(gr, grGm_[row * t_.cols], k, t_.cols);
       inQueueGr_.EnQue(gr);
     }
   }
 
   __aicore__ inline void ComputeRows(uint32_t k) {
-    LocalTensor<T> x = inQueueX_.template DeQue<T>();
-    LocalTensor<T> dy = inQueueDy_.template DeQue<T>();
-    LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
+    LocalTensor<T> x = io_.inX.template DeQue<T>();
+    LocalTensor<T> dy = io_.inDy.template DeQue<T>();
+    LocalTensor<T> dx = io_.out.template AllocTensor<T>();
     LocalTensor<T> gr;
     if (t_.hasGradResidual) gr = inQueueGr_.template DeQue<T>();
     LocalTensor<float> rstdTile = rstd_.template Get<float>();
     const int32_t n = static_cast<int32_t>(t_.cols);
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t at = j * t_.rowStride;
-      LocalTensor<float> xf = AsFloat(x[at], inputF_, t_.cols);
-      PipeBarrier<PIPE_V>();
-      LocalTensor<float> g = AsFloat(dy[at], gradF_, t_.cols);
-      PipeBarrier<PIPE_V>();
-      if (t_.hasWeight) Mul(g, g, weightF_.template Get<float>(), n);
+      LocalTensor<float> xf, g;
+      io_.RowAsFloat(x[at], dy[at], t_.cols, t_.hasWeight != 0, xf, g);
       LocalTensor<float> stat = stat_.template Get<float>();
       PipeBarrier<PIPE_V>();
       RowSums(xf, g, n, stat);
@@ -159,44 +115,34 @@ class KernelRmsNormGrad {
       WriteGradInput(dx[at], xf, g, rstd, coeff, scale, n, t_.hasGradResidual ? gr[at] : gr);
       if (t_.hasWeight) rstdTile.SetValue(j, rstd * scale);
     }
-    outQueue_.EnQue(dx);
-    inQueueX_.FreeTensor(x);
-    inQueueDy_.FreeTensor(dy);
+    io_.out.EnQue(dx);
+    io_.inX.FreeTensor(x);
+    io_.inDy.FreeTensor(dy);
     if (t_.hasGradResidual) inQueueGr_.FreeTensor(gr);
   }
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k, uint32_t tile) {
-    LocalTensor<T> dx = outQueue_.template DeQue<T>();
-    copier_.RowsOut(dxGm_[row * t_.cols], dx, k, t_.cols);
-    outQueue_.FreeTensor(dx);
+    io_.RowsOut(row, k, t_.cols);
     if (t_.hasWeight) StoreRstd(tile);
   }
 
   // The tile's rstd values (scalar writes into rstd_) to their workspace slot.
   __aicore__ inline void StoreRstd(uint32_t slot) {
-    event_t eventSMte3 = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::S_MTE3));
-    SetFlag<HardEvent::S_MTE3>(eventSMte3);
-    WaitFlag<HardEvent::S_MTE3>(eventSMte3);
-    const uint64_t at = (coreIdx_ * t_.rstdTilesPerCore + slot) * t_.rstdPitch;
-    DataCopy(rstdGm_[at], rstd_.template Get<float>(), t_.rstdPitch);
-    event_t eventMte3S = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::MTE3_S));
-    SetFlag<HardEvent::MTE3_S>(eventMte3S);
-    WaitFlag<HardEvent::MTE3_S>(eventMte3S);
+    op_ext_kernel::StoreStatTile(io_.statGm, rstd_.template Get<float>(),
+                                 (io_.core * t_.rstdTilesPerCore + slot) * t_.rstdPitch, t_.rstdPitch);
   }
 
   // ---- pass 0, rows in chunks -------------------------------------------------------
 
   __aicore__ inline void InitChunks(TPipe* pipe) {
     const uint32_t chunkBytes = t_.chunkLength * sizeof(T);
-    pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
-    pipe->InitBuffer(inQueueDy_, kBufferNum, chunkBytes);
-    pipe->InitBuffer(outQueue_, kBufferNum, chunkBytes);
+    io_.InitQueues(pipe, chunkBytes);
     if (t_.hasGradResidual) pipe->InitBuffer(inQueueGr_, kBufferNum, chunkBytes);
     pipe->InitBuffer(tmp_, t_.chunkLength * sizeof(float));
     if constexpr (!kIsFloat) {
-      pipe->InitBuffer(inputF_, t_.chunkLength * sizeof(float));
-      pipe->InitBuffer(gradF_, t_.chunkLength * sizeof(float));
-      pipe->InitBuffer(weightF_, t_.chunkLength * sizeof(float));
+      pipe->InitBuffer(io_.xF, t_.chunkLength * sizeof(float));
+      pipe->InitBuffer(io_.gF, t_.chunkLength * sizeof(float));
+      pipe->InitBuffer(io_.wF, t_.chunkLength * sizeof(float));
     }
     pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
     pipe->InitBuffer(stat_, 2 * op_ext_kernel::kBlockBytes);
@@ -204,69 +150,31 @@ class KernelRmsNormGrad {
     pipe->InitBuffer(rstd_, op_ext_kernel::kBlockBytes);
   }
 
-  // Loads chunk [c, c + len) of row `row`: x and g = dy * w, both in float.
-  // The caller frees x and dy (and w, if any) afterwards with ReleaseChunk.
+  // Chunk [c, c + len) of row `row`: x and g = dy * w, both in float. The caller
+  // frees it with ReleaseChunk.
   __aicore__ inline void LoadChunk(uint64_t row, uint32_t c, uint32_t len, LocalTensor<T>& w, LocalTensor<T>& x,
                                    LocalTensor<T>& dy, LocalTensor<float>& xf, LocalTensor<float>& g) {
-    const uint64_t base = row * t_.cols + c;
-    if (t_.hasWeight) {
-      w = inQueueX_.template AllocTensor<T>();
-      copier_.In(w, wGm_[c], len);
-      inQueueX_.EnQue(w);
-    }
-    x = inQueueX_.template AllocTensor<T>();
-    dy = inQueueDy_.template AllocTensor<T>();
-    copier_.In(x, xGm_[base], len);
-    copier_.In(dy, dyGm_[base], len);
-    inQueueX_.EnQue(x);
-    inQueueDy_.EnQue(dy);
-    if (t_.hasWeight) w = inQueueX_.template DeQue<T>();
-    x = inQueueX_.template DeQue<T>();
-    dy = inQueueDy_.template DeQue<T>();
-    xf = AsFloat(x, inputF_, len);
-    PipeBarrier<PIPE_V>();
-    g = AsFloat(dy, gradF_, len);
-    PipeBarrier<PIPE_V>();
-    if (t_.hasWeight) Mul(g, g, AsFloat(w, weightF_, len), static_cast<int32_t>(len));
+    io_.LoadChunk(row, t_.cols, c, len, true, t_.hasWeight != 0, w, x, dy, xf, g);
   }
 
   __aicore__ inline void ReleaseChunk(LocalTensor<T>& w, LocalTensor<T>& x, LocalTensor<T>& dy) {
-    if (t_.hasWeight) inQueueX_.FreeTensor(w);
-    inQueueX_.FreeTensor(x);
-    inQueueDy_.FreeTensor(dy);
+    io_.ReleaseChunk(true, t_.hasWeight != 0, w, x, dy);
   }
 
   __aicore__ inline void ProcessSplitRow(uint64_t local) {
-    const uint64_t row = firstRow_ + local;
-    LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> acc = acc_.template Get<float>();
-    Duplicate(acc, 0.0f, 16);
-    // Pass 1: sums of x^2 and of g * x, chunk sums added in order.
-    for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
-      LocalTensor<T> w, x, dy;
-      LocalTensor<float> xf, g;
-      LoadChunk(row, c, len, w, x, dy, xf, g);
-      PipeBarrier<PIPE_V>();
-      RowSums(xf, g, static_cast<int32_t>(len), stat);
-      PipeBarrier<PIPE_V>();
-      Add(acc, acc, stat, 1);
-      PipeBarrier<PIPE_V>();
-      Add(acc[8], acc[8], stat[8], 1);
-      ReleaseChunk(w, x, dy);
-    }
+    const uint64_t row = io_.rows.first + local;
+    // Pass 1: sums of x^2 and of g * x.
     float rstd;
     float coeff;
-    PipeBarrier<PIPE_V>();
-    RstdAndCoeff(acc, t_.eps, rstd, coeff);
+    SplitRowRstdAndCoeff(row, 1.0f, rstd, coeff);
     float scale = 1.0f;
     if (rstd == 0.0f) RescaleSplitRow(row, rstd, coeff, scale);
     // Pass 2: gradInput chunk by chunk (the last one shifted back to whole blocks
     // where only whole blocks move).
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
       uint64_t shifted = c0;
-      uint32_t len = t_.cols - c0 < t_.chunkLength ? t_.cols - c0 : t_.chunkLength;
-      copier_.ShiftLastChunk(0, shifted, len);
+      uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c0, t_.chunkLength);
+      io_.copier.ShiftLastChunk(0, shifted, len);
       const uint32_t c = static_cast<uint32_t>(shifted);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
@@ -274,21 +182,21 @@ class KernelRmsNormGrad {
       LocalTensor<T> gr;
       if (t_.hasGradResidual) {
         gr = inQueueGr_.template AllocTensor<T>();
-        copier_.In(gr, grGm_[row * t_.cols + c], len);
+        io_.copier.In(gr, grGm_[row * t_.cols + c], len);
         inQueueGr_.EnQue(gr);
         gr = inQueueGr_.template DeQue<T>();
       }
-      LocalTensor<T> dx = outQueue_.template AllocTensor<T>();
+      LocalTensor<T> dx = io_.out.template AllocTensor<T>();
       PipeBarrier<PIPE_V>();
       if (scale != 1.0f) Muls(xf, xf, scale, static_cast<int32_t>(len));
       PipeBarrier<PIPE_V>();
       WriteGradInput(dx, xf, g, rstd, coeff, scale, static_cast<int32_t>(len), gr);
-      outQueue_.EnQue(dx);
+      io_.out.EnQue(dx);
       ReleaseChunk(w, x, dy);
       if (t_.hasGradResidual) inQueueGr_.FreeTensor(gr);
-      dx = outQueue_.template DeQue<T>();
-      copier_.Out(dxGm_[row * t_.cols + c], dx, len);
-      outQueue_.FreeTensor(dx);
+      dx = io_.out.template DeQue<T>();
+      io_.copier.Out(io_.dxGm[row * t_.cols + c], dx, len);
+      io_.out.FreeTensor(dx);
     }
     if (t_.hasWeight) {
       rstd_.template Get<float>().SetValue(0, rstd * scale);
@@ -350,31 +258,19 @@ class KernelRmsNormGrad {
     Muls(tmp, xf, -coeff, n);
     PipeBarrier<PIPE_V>();
     Add(tmp, tmp, g, n);
+    if (!t_.hasGradResidual) {
+      op_ext_kernel::GradInputOutput(dx, tmp, rstd, scale, n);
+      return;
+    }
+    PipeBarrier<PIPE_V>();
+    Muls(tmp, tmp, rstd, n);
+    PipeBarrier<PIPE_V>();
+    if (scale != 1.0f) Muls(tmp, tmp, scale, n);
+    PipeBarrier<PIPE_V>();
     if constexpr (kIsFloat) {
-      if (t_.hasGradResidual) {
-        PipeBarrier<PIPE_V>();
-        Muls(tmp, tmp, rstd, n);
-        PipeBarrier<PIPE_V>();
-        if (scale != 1.0f) Muls(tmp, tmp, scale, n);
-        PipeBarrier<PIPE_V>();
-        Add(dx, tmp, gr, n);
-      } else if (scale != 1.0f) {
-        PipeBarrier<PIPE_V>();
-        Muls(tmp, tmp, rstd, n);
-        PipeBarrier<PIPE_V>();
-        Muls(dx, tmp, scale, n);  // last: the only step that may land on subnormals
-      } else {
-        PipeBarrier<PIPE_V>();
-        Muls(dx, tmp, rstd, n);
-      }
+      Add(dx, tmp, gr, n);
     } else {
-      PipeBarrier<PIPE_V>();
-      Muls(tmp, tmp, rstd, n);
-      PipeBarrier<PIPE_V>();
-      if (scale != 1.0f) Muls(tmp, tmp, scale, n);
-      PipeBarrier<PIPE_V>();
-      if (t_.hasGradResidual) Add(tmp, tmp, AsFloat(gr, inputF_, static_cast<uint32_t>(n)), n);
-      PipeBarrier<PIPE_V>();
+      Add(tmp, tmp, AsFloat(gr, io_.xF, static_cast<uint32_t>(n)), n);
       op_ext_kernel::CastFromFloat(dx, tmp, static_cast<uint32_t>(n));
     }
   }
@@ -383,10 +279,9 @@ class KernelRmsNormGrad {
   // of (x s)^2 and g * (x s) over another; rstd and coeff are then rstd_s and c2_s.
   __aicore__ inline void RescaleSplitRow(uint64_t row, float& rstd, float& coeff, float& scale) {
     LocalTensor<float> stat = stat_.template Get<float>();
-    LocalTensor<float> acc = acc_.template Get<float>();
     float maxAbs = 0.0f;
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
       LoadChunk(row, c, len, w, x, dy, xf, g);
@@ -398,14 +293,25 @@ class KernelRmsNormGrad {
     }
     if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
     const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+    SplitRowRstdAndCoeff(row, s, rstd, coeff);
+    scale = s;
+  }
+
+  // rstd and coeff of a split row's x * s (s = 1: x itself): one read of the row,
+  // the sums of (x s)^2 and g * (x s), chunk sums added in order.
+  __aicore__ inline void SplitRowRstdAndCoeff(uint64_t row, float s, float& rstd, float& coeff) {
+    LocalTensor<float> stat = stat_.template Get<float>();
+    LocalTensor<float> acc = acc_.template Get<float>();
     Duplicate(acc, 0.0f, 16);
     for (uint32_t c = 0; c < t_.cols; c += t_.chunkLength) {
-      const uint32_t len = t_.cols - c < t_.chunkLength ? t_.cols - c : t_.chunkLength;
+      const uint32_t len = op_ext_kernel::ChunkLength(t_.cols, c, t_.chunkLength);
       LocalTensor<T> w, x, dy;
       LocalTensor<float> xf, g;
       LoadChunk(row, c, len, w, x, dy, xf, g);
-      PipeBarrier<PIPE_V>();
-      Muls(xf, xf, s, static_cast<int32_t>(len));
+      if (s != 1.0f) {
+        PipeBarrier<PIPE_V>();
+        Muls(xf, xf, s, static_cast<int32_t>(len));
+      }
       PipeBarrier<PIPE_V>();
       RowSums(xf, g, static_cast<int32_t>(len), stat);
       PipeBarrier<PIPE_V>();
@@ -416,71 +322,37 @@ class KernelRmsNormGrad {
     }
     PipeBarrier<PIPE_V>();
     RstdAndCoeff(acc, t_.eps * s * s, rstd, coeff);
-    scale = s;
-  }
-
-  // `count` elements of `t` in float: `t` itself for float, else cast into `buf`.
-  __aicore__ inline LocalTensor<float> AsFloat(const LocalTensor<T>& t, TBuf<TPosition::VECCALC>& buf,
-                                               uint32_t count) {
-    if constexpr (kIsFloat) {
-      return t.template ReinterpretCast<float>();
-    } else {
-      LocalTensor<float> f = buf.template Get<float>();
-      Cast(f, t, RoundMode::CAST_NONE, count);
-      PipeBarrier<PIPE_V>();  // the caller computes on the float copy next
-      return f;
-    }
   }
 
   // ---- pass 1: gradWeight over columns ------------------------------------------------
 
   __aicore__ inline void InitColumns(TPipe* pipe) {
     const uint32_t chunkBytes = t_.dwChunkCols * sizeof(T);
-    pipe->InitBuffer(inQueueX_, kBufferNum, chunkBytes);
-    pipe->InitBuffer(inQueueDy_, kBufferNum, chunkBytes);
-    pipe->InitBuffer(outQueue_, kBufferNum, chunkBytes);
+    io_.InitQueues(pipe, chunkBytes);
     pipe->InitBuffer(acc_, t_.dwChunkCols * sizeof(float));
     pipe->InitBuffer(tmp_, t_.dwChunkCols * sizeof(float));
     if constexpr (!kIsFloat) {
-      pipe->InitBuffer(inputF_, t_.dwChunkCols * sizeof(float));
-      pipe->InitBuffer(gradF_, t_.dwChunkCols * sizeof(float));
+      pipe->InitBuffer(io_.xF, t_.dwChunkCols * sizeof(float));
+      pipe->InitBuffer(io_.gF, t_.dwChunkCols * sizeof(float));
     }
   }
 
   // Workspace index of row r's rstd (layout in the tiling header).
   __aicore__ inline uint64_t RstdIndex(uint64_t r) const {
-    const uint64_t per = t_.rowsPerCore;
-    const uint64_t big = t_.bigCoreNum;
     uint64_t core;
     uint64_t local;
-    if (r < big * (per + 1)) {
-      core = r / (per + 1);
-      local = r % (per + 1);
-    } else {
-      core = big + (r - big * (per + 1)) / per;
-      local = (r - big * (per + 1)) % per;
-    }
+    op_ext_kernel::RowOwner(r, t_.rowsPerCore, t_.bigCoreNum, core, local);
     return (core * t_.rstdTilesPerCore + local / t_.rstdRowsPerSlot) * t_.rstdPitch + local % t_.rstdRowsPerSlot;
   }
 
   __aicore__ inline void ProcessColumns() {
-    const uint64_t core = GetBlockIdx();
-    const uint64_t blockElems = op_ext_kernel::BlockElems<T>();
-    const uint64_t firstBlock = core * t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? core : t_.dwBigCoreNum);
-    const uint64_t blocks = t_.dwBlocksPerCore + (core < t_.dwBigCoreNum ? 1 : 0);
-    const uint64_t begin = firstBlock * blockElems;
-    uint64_t end = begin + blocks * blockElems;
-    // The last core's columns run to the end (with only whole blocks moving, the
-    // tiling joins a last partial block to the one before it: ColumnUnits).
-    if (end > t_.cols || core + 1 == t_.dwUsedCoreNum) end = t_.cols;
+    op_ext_kernel::ColumnChunks<T> chunks;
+    chunks.Init(t_.cols, t_.dwBlocksPerCore, t_.dwBigCoreNum, t_.dwUsedCoreNum, t_.dwChunkCols);
     // The statistics below are scalar loads of what the row pass wrote by DMA.
-    op_ext_kernel::DropDataCacheBeforeReading(rstdGm_);
-    for (uint64_t c0 = begin; c0 < end; c0 += t_.dwChunkCols) {
-      uint64_t c = c0;
-      uint32_t width = static_cast<uint32_t>(end - c0 < t_.dwChunkCols ? end - c0 : t_.dwChunkCols);
-      copier_.ShiftLastChunk(begin, c, width);
-      SumColumnChunk(c, width);
-    }
+    op_ext_kernel::DropDataCacheBeforeReading(io_.statGm);
+    uint64_t c;
+    uint32_t width;
+    while (chunks.Next(io_.copier, c, width)) SumColumnChunk(c, width);
   }
 
   __aicore__ inline void SumColumnChunk(uint64_t col, uint32_t width) {
@@ -489,52 +361,37 @@ class KernelRmsNormGrad {
     LocalTensor<float> tmp = tmp_.template Get<float>();
     Duplicate(acc, 0.0f, n);
     for (uint64_t r = 0; r < t_.rows; ++r) {
-      LocalTensor<T> x = inQueueX_.template AllocTensor<T>();
-      LocalTensor<T> dy = inQueueDy_.template AllocTensor<T>();
-      copier_.In(x, xGm_[r * t_.cols + col], width);
-      copier_.In(dy, dyGm_[r * t_.cols + col], width);
-      inQueueX_.EnQue(x);
-      inQueueDy_.EnQue(dy);
-      x = inQueueX_.template DeQue<T>();
-      dy = inQueueDy_.template DeQue<T>();
-      const float rstd = rstdGm_.GetValue(RstdIndex(r));
+      LocalTensor<T> x = io_.inX.template AllocTensor<T>();
+      LocalTensor<T> dy = io_.inDy.template AllocTensor<T>();
+      io_.copier.In(x, io_.xGm[r * t_.cols + col], width);
+      io_.copier.In(dy, io_.dyGm[r * t_.cols + col], width);
+      io_.inX.EnQue(x);
+      io_.inDy.EnQue(dy);
+      x = io_.inX.template DeQue<T>();
+      dy = io_.inDy.template DeQue<T>();
+      const float rstd = io_.statGm.GetValue(RstdIndex(r));
       PipeBarrier<PIPE_V>();
-      Muls(tmp, AsFloat(x, inputF_, width), rstd, n);  // x * rstd first: dy * x may overflow
+      Muls(tmp, AsFloat(x, io_.xF, width), rstd, n);  // x * rstd first: dy * x may overflow
       PipeBarrier<PIPE_V>();
-      Mul(tmp, tmp, AsFloat(dy, gradF_, width), n);
+      Mul(tmp, tmp, AsFloat(dy, io_.gF, width), n);
       PipeBarrier<PIPE_V>();
       Add(acc, acc, tmp, n);
-      inQueueX_.FreeTensor(x);
-      inQueueDy_.FreeTensor(dy);
+      io_.inX.FreeTensor(x);
+      io_.inDy.FreeTensor(dy);
     }
     PipeBarrier<PIPE_V>();
-    op_ext_kernel::StoreFloatRow(copier_, outQueue_, dwGm_[col], acc, width);
+    op_ext_kernel::StoreFloatRow(io_.copier, io_.out, io_.dwGm[col], acc, width);
   }
 
   optiling::RmsNormGradCustomTilingData t_;
-  uint64_t coreIdx_ = 0;
-  uint64_t firstRow_ = 0;
-  uint64_t rowCount_ = 0;
-  TQue<TPosition::VECIN, kBufferNum> inQueueX_;
-  TQue<TPosition::VECIN, kBufferNum> inQueueDy_;
+  op_ext_kernel::NormGradIo<T> io_;
   TQue<TPosition::VECIN, kBufferNum> inQueueGr_;
-  TQue<TPosition::VECOUT, kBufferNum> outQueue_;
-  TBuf<TPosition::VECCALC> weightF_;
   TBuf<TPosition::VECCALC> tmp_;
-  TBuf<TPosition::VECCALC> inputF_;
-  TBuf<TPosition::VECCALC> gradF_;
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
   TBuf<TPosition::VECCALC> acc_;
   TBuf<TPosition::VECCALC> rstd_;
-  op_ext_kernel::RowCopier<T> copier_;
-  GlobalTensor<T> dyGm_;
-  GlobalTensor<T> xGm_;
-  GlobalTensor<T> wGm_;
   GlobalTensor<T> grGm_;
-  GlobalTensor<T> dxGm_;
-  GlobalTensor<T> dwGm_;
-  GlobalTensor<float> rstdGm_;
 };
 
 template <typename T>
