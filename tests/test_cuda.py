@@ -201,12 +201,14 @@ def test_odd_sizes_against_reference(op, cols):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("cols", [16384, 20001, 65536])
+@pytest.mark.parametrize("cols", [16384, 20001, 40000, 65536])
 @pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm", "layer_norm", "softmax"])
 def test_long_rows_against_reference(op, cols, dtype):
-    """Rows too long for the shared-memory row cache (16384+ float32 columns;
-    backward caches two rows) re-read global memory; 20001 also takes the
-    one-element path. Forward and backward against torch in float32."""
+    """Rows around and past the shared-memory row cache (128 KiB, opted into past
+    the 48 KiB default: 16384 float32 columns fit forward and backward, 20001 fit
+    forward only (the backward caches two rows), 40000 and 65536 re-read global
+    memory); 20001 also takes the one-element path. Forward and backward against
+    torch in float32."""
     rows = 3
     x = _randn(rows, cols, dtype=dtype, scale=2).requires_grad_()
     if op == "rms_norm":
