@@ -302,6 +302,26 @@ def test_weight_gradients_bit_identical_in_any_block_order(op, dtype):
                       name)
 
 
+def _check_norm_forward_against_float64(op, x, w, b):
+    """The forward norm `op` of float32 rows x (weight w, and bias b for LayerNorm;
+    fused_add_rms_norm with a zero residual, whose residual_out must be x) on the
+    harness: finite, and within 1e-5 of float64 torch."""
+    cols = x.shape[-1]
+    x64, w64, b64 = x.double(), w.double(), b.double()
+    if op == "layer_norm":
+        got = cuda_sim.run(op, x, [cols], w, b, 1e-5)
+        expected = F.layer_norm(x64, [cols], w64, b64, 1e-5)
+    elif op == "rms_norm":
+        got = cuda_sim.run(op, x, [cols], w, 1e-6)
+        expected = F.rms_norm(x64, [cols], w64, 1e-6)
+    else:
+        got, residual_out = cuda_sim.run(op, x, torch.zeros_like(x), [cols], w, 1e-6)
+        assert torch.equal(residual_out, x)
+        expected = F.rms_norm(x64, [cols], w64, 1e-6)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm", "layer_norm"])
 def test_forward_norms_take_rows_in_steps(op):
     """The forward norms take up to 4 rows at a time (a step), with at most 256
@@ -317,20 +337,7 @@ def test_forward_norms_take_rows_in_steps(op):
     x[1030] = 1000.1  # a float sum of 24 of them is off by ulps: LayerNorm's mean is refined
     x = x.float()
     w, b = torch.randn(cols).float(), torch.randn(cols).float()
-    x64, w64, b64 = x.double(), w.double(), b.double()
-    if op == "layer_norm":
-        got = cuda_sim.run(op, x, [cols], w, b, 1e-5)
-        expected = F.layer_norm(x64, [cols], w64, b64, 1e-5)
-    elif op == "rms_norm":
-        got = cuda_sim.run(op, x, [cols], w, 1e-6)
-        expected = F.rms_norm(x64, [cols], w64, 1e-6)
-    else:
-        residual = torch.zeros_like(x)
-        got, residual_out = cuda_sim.run(op, x, residual, [cols], w, 1e-6)
-        assert torch.equal(residual_out, x)
-        expected = F.rms_norm(x64, [cols], w64, 1e-6)
-    assert torch.isfinite(got).all()
-    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+    _check_norm_forward_against_float64(op, x, w, b)
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm", "layer_norm"])
@@ -346,18 +353,7 @@ def test_forward_norms_take_uncached_rows_in_steps(op):
     x[2] = 1000.1
     x = x.float()
     w, b = torch.randn(cols).float(), torch.randn(cols).float()
-    x64, w64, b64 = x.double(), w.double(), b.double()
-    if op == "layer_norm":
-        got = cuda_sim.run(op, x, [cols], w, b, 1e-5)
-        expected = F.layer_norm(x64, [cols], w64, b64, 1e-5)
-    elif op == "rms_norm":
-        got = cuda_sim.run(op, x, [cols], w, 1e-6)
-        expected = F.rms_norm(x64, [cols], w64, 1e-6)
-    else:
-        got, _ = cuda_sim.run(op, x, torch.zeros_like(x), [cols], w, 1e-6)
-        expected = F.rms_norm(x64, [cols], w64, 1e-6)
-    assert torch.isfinite(got).all()
-    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+    _check_norm_forward_against_float64(op, x, w, b)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])

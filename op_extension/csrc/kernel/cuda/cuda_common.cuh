@@ -28,6 +28,19 @@ namespace detail {
 inline constexpr size_t kDefaultDynamicSharedBytes = 48 * 1024;
 inline constexpr int kMaxDevices = 64;
 
+#ifndef OP_EXT_CUDA_SIM
+// The current device, as an index into the per-device tables below; -1 where it
+// cannot be read or is past them (then nothing is cached for it).
+inline int current_device_slot() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+#endif
+
 // The current device's opt-in maximum, read once per device (48 KiB where it
 // cannot be read).
 inline size_t max_dynamic_shared_optin() {
@@ -35,11 +48,8 @@ inline size_t max_dynamic_shared_optin() {
   return ::cuda_sim::max_dynamic_shared_optin();
 #else
   static std::atomic<int> read_bytes[kMaxDevices];  // 0: not read yet
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
-    (void)cudaGetLastError();
-    return kDefaultDynamicSharedBytes;
-  }
+  const int device = current_device_slot();
+  if (device < 0) return kDefaultDynamicSharedBytes;
   int bytes = read_bytes[device].load(std::memory_order_relaxed);
   if (bytes == 0) {
     if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
@@ -63,11 +73,7 @@ void allow_dynamic_shared(size_t bytes) {
   ::cuda_sim::allow_dynamic_shared(::cuda_sim::detail::kernel_name<Kernel>().c_str(), bytes);
 #else
   static std::atomic<size_t> allowed[kMaxDevices];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
-    (void)cudaGetLastError();
-    device = -1;
-  }
+  const int device = current_device_slot();
   if (device >= 0 && bytes <= allowed[device].load(std::memory_order_relaxed)) return;
   // A failure shows as the launch's error, which the glue checks.
   if (cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
