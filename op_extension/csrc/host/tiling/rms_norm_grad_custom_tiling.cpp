@@ -4,6 +4,7 @@
 #include <string>
 
 #include "elementwise_tiling.h"
+#include "row_norm_tiling.h"
 #include "tiling_util.h"
 
 namespace op_ext::ascend {
@@ -41,22 +42,8 @@ optiling::RmsNormGradCustomTilingData PlanRmsNormGrad(const char* op, uint64_t r
       [&](uint64_t chunk) { return RmsNormGradUbBytesChunk(dtype, chunk, gradResidual); });
   optiling::RmsNormGradCustomTilingData t;
   t.set_pass(0);
-  t.set_rows(plan.rows);
-  t.set_rowsPerCore(plan.rowsPerCore);
-  t.set_bigCoreNum(plan.bigCoreNum);
-  t.set_usedCoreNum(plan.usedCoreNum);
-  t.set_cols(plan.cols);
-  t.set_rowStride(plan.rowStride);
-  t.set_splitRow(plan.splitRow);
-  t.set_rowsPerTile(plan.rowsPerTile);
-  t.set_chunkLength(plan.chunkLength);
-  t.set_reduceWorkLength(uint32_t(ReduceWorkFloats(plan.splitRow ? plan.chunkLength : cols)));
-  t.set_hasWeight(hasWeight ? 1 : 0);
+  SetRowNormFields(t, plan, cols, dtype, hasWeight, eps, soc);
   t.set_hasGradResidual(gradResidual ? 1 : 0);
-  t.set_dataType(dtype);
-  t.set_tailMode(RowTailMode(soc));
-  t.set_eps(float(eps));
-  t.set_invCols(cols == 0 ? 0.0f : float(1.0 / double(cols)));
   const uint64_t maxRowsPerCore = plan.rowsPerCore + (plan.bigCoreNum ? 1 : 0);
   t.set_rstdRowsPerSlot(plan.splitRow ? 1 : std::max<uint32_t>(1, plan.rowsPerTile));
   t.set_rstdPitch(uint32_t(RoundUp(t.rstdRowsPerSlot, 8)));

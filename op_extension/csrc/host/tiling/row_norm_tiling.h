@@ -48,15 +48,12 @@ struct RowNormUbPlan {
   }
 };
 
-// The op's TilingData with the OP_EXT_ROW_NORM_TILING_FIELDS set: the row split
-// (PlanRows, with the kernel's UB plan) and the norm's constants.
+// The fields every row norm's TilingData has, forward or backward, whatever
+// their order in it: the row split (PlanRows' plan), ReduceSum's work size and
+// the norm's constants.
 template <typename TilingData>
-TilingData ComputeRowNormTiling(const char* op, uint64_t rows, uint64_t cols, uint32_t dtype, bool hasWeight,
-                                double eps, const SocSpec& soc, const RowNormUbPlan& ub) {
-  const RowPlan plan = PlanRows(
-      op, rows, cols, dtype, soc, [&](uint64_t k, uint64_t stride) { return ub.rows(dtype, k, stride, cols); },
-      [&](uint64_t chunk) { return ub.chunk(dtype, chunk); });
-  TilingData t;
+void SetRowNormFields(TilingData& t, const RowPlan& plan, uint64_t cols, uint32_t dtype, bool hasWeight, double eps,
+                      const SocSpec& soc) {
   t.set_rows(plan.rows);
   t.set_rowsPerCore(plan.rowsPerCore);
   t.set_bigCoreNum(plan.bigCoreNum);
@@ -72,6 +69,18 @@ TilingData ComputeRowNormTiling(const char* op, uint64_t rows, uint64_t cols, ui
   t.set_tailMode(RowTailMode(soc));
   t.set_eps(float(eps));
   t.set_invCols(cols == 0 ? 0.0f : float(1.0 / double(cols)));
+}
+
+// The op's TilingData with the OP_EXT_ROW_NORM_TILING_FIELDS set: the row split
+// (PlanRows, with the kernel's UB plan) and the norm's constants.
+template <typename TilingData>
+TilingData ComputeRowNormTiling(const char* op, uint64_t rows, uint64_t cols, uint32_t dtype, bool hasWeight,
+                                double eps, const SocSpec& soc, const RowNormUbPlan& ub) {
+  const RowPlan plan = PlanRows(
+      op, rows, cols, dtype, soc, [&](uint64_t k, uint64_t stride) { return ub.rows(dtype, k, stride, cols); },
+      [&](uint64_t chunk) { return ub.chunk(dtype, chunk); });
+  TilingData t;
+  SetRowNormFields(t, plan, cols, dtype, hasWeight, eps, soc);
   return t;
 }
 
