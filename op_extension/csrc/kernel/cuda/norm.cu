@@ -119,9 +119,7 @@ void launch_held(const RowLaunch& launch, int64_t cols, const Run& run) {
 // variance), and a weight too long to hold is read once per step of up to
 // kMaxStepRows rows.
 
-inline constexpr int kMaxStepRows = 4;
-template <int kHeld>
-inline constexpr int kStepRows = kMaxStepRows;  // the same held or not (no spills on sm_90)
+inline constexpr int kMaxStepRows = 4;  // held or not (no spills on sm_90)
 inline constexpr int64_t kMaxHeldBlocks = 256;
 
 // Slices per thread a forward norm holds: its weight's (and bias's) packs, in
@@ -138,20 +136,20 @@ struct ForwardRows {
   size_t cache_bytes;
 };
 
-// The step of a forward row launch: as many rows (up to max_step_rows) as the
-// row cache holds, or, when not even one fits, max_step_rows uncached rows, so
+// The step of a forward row launch: as many rows (up to kMaxStepRows) as the
+// row cache holds, or, when not even one fits, kMaxStepRows uncached rows, so
 // that a weight too long to hold is still read once per step, not per row.
 template <typename T>
-ForwardRows plan_forward_rows(int64_t rows, int64_t cols, int max_step_rows) {
+ForwardRows plan_forward_rows(int64_t rows, int64_t cols) {
   const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
   ForwardRows f{1, false, 0};
   const size_t cache_bytes = row_cache_bytes();
   if (row_bytes > cache_bytes) {
-    f.step_rows = static_cast<int>(std::min<int64_t>(max_step_rows, std::max<int64_t>(rows, 1)));
+    f.step_rows = static_cast<int>(std::min<int64_t>(kMaxStepRows, std::max<int64_t>(rows, 1)));
     return f;
   }
   const int64_t fit = static_cast<int64_t>(cache_bytes / row_bytes);
-  f.step_rows = static_cast<int>(std::min<int64_t>({fit, int64_t{max_step_rows}, std::max<int64_t>(rows, 1)}));
+  f.step_rows = static_cast<int>(std::min<int64_t>({fit, int64_t{kMaxStepRows}, std::max<int64_t>(rows, 1)}));
   f.cached = true;
   f.cache_bytes = row_bytes * static_cast<size_t>(f.step_rows);
   return f;
@@ -216,11 +214,11 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       return fused ? static_cast<const T*>(a.residual_out) + (row0 + r) * cols
                    : static_cast<const T*>(a.input) + (row0 + r) * cols;
     };
-    Acc sum_sq[kStepRows<kHeld>] = {};
+    Acc sum_sq[kMaxStepRows] = {};
     for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
       const int64_t j = v * kVec;
 #pragma unroll
-      for (int r = 0; r < kStepRows<kHeld>; ++r) {
+      for (int r = 0; r < kMaxStepRows; ++r) {
         if (r > 0 && r >= nrows) break;
         const int64_t offset = (row0 + r) * cols + j;
         Pack<T, kVec> pack;
@@ -246,9 +244,9 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     block_reduce(sum_sq, SumOp{});
     // y = (x * scale) * rstd; scale is 1 unless the row's squares overflowed
     // (a test on reduced values: the same for every thread of the block).
-    Acc scale[kStepRows<kHeld>], rstd[kStepRows<kHeld>];
+    Acc scale[kMaxStepRows], rstd[kMaxStepRows];
 #pragma unroll
-    for (int r = 0; r < kStepRows<kHeld>; ++r) {
+    for (int r = 0; r < kMaxStepRows; ++r) {
       if (r > 0 && r >= nrows) break;  // a step has a row: row 0 needs no test
       scale[r] = Acc(1);
       Acc eps_scaled = eps;
@@ -266,7 +264,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       const int64_t j = v * kVec;
       const Pack<T, kVec> w = weight.pack(i, v);
 #pragma unroll
-      for (int r = 0; r < kStepRows<kHeld>; ++r) {
+      for (int r = 0; r < kMaxStepRows; ++r) {
         if (r > 0 && r >= nrows) break;
         Acc out[kVec];
         load_acc<kVec>(src(r) + j, out);
@@ -299,7 +297,7 @@ void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
                        (!fused || (is_aligned16(a.residual) && is_aligned16(a.residual_out)));
   launch_forward<T, 1>(a.cols, aligned, [&](auto vec, auto held, int threads) {
     constexpr int kHeld = decltype(held)::value;
-    const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols, kStepRows<kHeld>);
+    const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols);
     launch_kernel<rms_norm_forward_kernel<T, decltype(vec)::value, kHeld>>(
         forward_grid(a.rows, step.step_rows, kHeld > 0), threads, step.cache_bytes, stream, a, step);
   });
@@ -533,11 +531,11 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     const auto src = [&](int r) -> const T* {
       return step.cached ? cache + r * cols : static_cast<const T*>(a.input) + (row0 + r) * cols;
     };
-    Acc mean[kStepRows<kHeld>] = {};
+    Acc mean[kMaxStepRows] = {};
     for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
       const int64_t j = v * kVec;
 #pragma unroll
-      for (int r = 0; r < kStepRows<kHeld>; ++r) {
+      for (int r = 0; r < kMaxStepRows; ++r) {
         if (r > 0 && r >= nrows) break;
         const Pack<T, kVec> pack = load_pack<kVec>(static_cast<const T*>(a.input) + (row0 + r) * cols + j);
         if (step.cached) store_pack<kVec>(cache + r * cols + j, pack);
@@ -551,12 +549,12 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     // Two-pass variance: no cancellation for rows with a large mean. (An uncached
     // row is read three times: a one-pass variance (Welford per thread, combined
     // about the row's mean) made every variant spill on sm_90.)
-    Acc var[kStepRows<kHeld>] = {};
+    Acc var[kMaxStepRows] = {};
 #pragma unroll
-    for (int r = 0; r < kStepRows<kHeld>; ++r) mean[r] /= n;
+    for (int r = 0; r < kMaxStepRows; ++r) mean[r] /= n;
     for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
 #pragma unroll
-      for (int r = 0; r < kStepRows<kHeld>; ++r) {
+      for (int r = 0; r < kMaxStepRows; ++r) {
         if (r > 0 && r >= nrows) break;
         Acc xv[kVec];
         load_acc<kVec>(src(r) + v * kVec, xv);
@@ -567,9 +565,9 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     block_reduce(var, SumOp{});
     // Mean and variance are those of x * scale; scale is 1 unless they
     // overflowed. Both tests are on reduced values: uniform over the block.
-    Acc scale[kStepRows<kHeld>], rstd[kStepRows<kHeld>];
+    Acc scale[kMaxStepRows], rstd[kMaxStepRows];
 #pragma unroll
-    for (int r = 0; r < kStepRows<kHeld>; ++r) {
+    for (int r = 0; r < kMaxStepRows; ++r) {
       if (r > 0 && r >= nrows) break;  // a step has a row: row 0 needs no test
       scale[r] = Acc(1);
       Acc eps_scaled = eps;
@@ -594,7 +592,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       if (weight.base != nullptr) w = weight.pack(i, v);
       if (bias.base != nullptr) b = bias.pack(i, v);
 #pragma unroll
-      for (int r = 0; r < kStepRows<kHeld>; ++r) {
+      for (int r = 0; r < kMaxStepRows; ++r) {
         if (r > 0 && r >= nrows) break;
         Acc out[kVec];
         load_acc<kVec>(src(r) + j, out);
@@ -618,7 +616,7 @@ void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
                        (a.bias == nullptr || is_aligned16(a.bias));
   launch_forward<T, 2>(a.cols, aligned, [&](auto vec, auto held, int threads) {
     constexpr int kHeld = decltype(held)::value;
-    const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols, kStepRows<kHeld>);
+    const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols);
     launch_kernel<layer_norm_forward_kernel<T, decltype(vec)::value, kHeld>>(
         forward_grid(a.rows, step.step_rows, kHeld > 0), threads, step.cache_bytes, stream, a, step);
   });
