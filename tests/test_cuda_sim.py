@@ -356,6 +356,51 @@ def test_forward_norms_take_uncached_rows_in_steps(op):
     _check_norm_forward_against_float64(op, x, w, b)
 
 
+@pytest.mark.parametrize("extra", [8, 9], ids=["packs", "odd"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
+def test_layer_norm_of_uncached_rows_takes_mean_and_variance_in_one_pass(dtype, extra):
+    """Rows past the row cache take their mean and variance in one pass (each
+    thread folds in a pack at a time, the block combines the threads' counts,
+    means and squared deviations), on rows hard for a variance: a large mean
+    over a unit spread (refined, as a cached row would be), a mean
+    14 standard deviations out (just short of refining: the one-pass variance is
+    used as is; E[x^2] - mean^2 in float came out 2e-5 off there in a
+    simulation, past the tolerance), a ramp (its spread is all between packs and between threads),
+    a constant row (variance 0: the output is exactly the bias, no NaN) and one
+    outlier; on the 128-bit path (its packs not a multiple of the block) and
+    the scalar one (an odd row); 5 rows: a step of 4 and one of 1. Against
+    float64 torch on the same inputs, where float's own rounding of a mean of
+    1e4 (a few ulp of it, carried by rstd) is the only slack added."""
+    torch.manual_seed(2)
+    cols = _row_cache_bytes() // dtype.itemsize + extra
+    spread = 200.0 if dtype == torch.bfloat16 else 1.0  # bfloat16's spacing at 1e4 is 64
+    noise = torch.randn(5, cols, dtype=torch.float64)
+    x = torch.stack([1e4 + spread * noise[0],
+                     14.0 + noise[1],
+                     torch.linspace(-3, 3, cols, dtype=torch.float64) + 0.01 * noise[2],
+                     torch.full((cols,), 0.5, dtype=torch.float64),
+                     noise[4]])
+    x[4, cols // 3] = 1e4
+    x = x.to(dtype)
+    w = (1.0 + 0.2 * torch.randn(cols, dtype=torch.float64)).to(dtype)
+    b = torch.randn(cols, dtype=torch.float64).to(dtype)
+    got = cuda_sim.run("layer_norm", x, [cols], w, b, 1e-5)
+    x64 = x.double()
+    expected = F.layer_norm(x64, [cols], w.double(), b.double(), 1e-5)
+    assert torch.isfinite(got).all()
+    assert torch.equal(got[3], b), "a constant row's output is its bias"
+    tol = tolerance(dtype, "layer_norm", "forward")
+    if dtype == torch.float32:
+        tol = {"atol": 1e-5, "rtol": 1e-5}
+    # |mean| * eps * rstd * |w|: the mean's own rounding in the accumulator type
+    acc_eps = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
+    rstd = torch.rsqrt(x64.var(-1, unbiased=False) + 1e-5)
+    slack = 4 * acc_eps * x64.mean(-1).abs() * rstd * w.double().abs().max()
+    for r in range(x.shape[0]):
+        torch.testing.assert_close(got[r].double(), expected[r], rtol=tol["rtol"], atol=tol["atol"] + slack[r].item(),
+                                   msg=lambda m, r=r: f"row {r}: {m}")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 def test_softmax_of_uncached_rows_takes_max_and_sum_in_one_pass(dtype):
     """Rows past the row cache take the max and the sum in one pass, each thread

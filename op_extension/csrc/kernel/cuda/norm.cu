@@ -512,6 +512,67 @@ __device__ __forceinline__ bool mean_needs_refining(Acc mean, Acc var, Acc eps) 
   return mean * mean > Acc(256) * (var + eps);
 }
 
+// The mean and the sum of squared deviations (M2) of each of a step's rows
+// (row r at rows + r * cols), read once from global memory: rows too long for
+// the row cache, whose only other read is then the output pass. Not
+// E[x^2] - mean^2, which loses every digit of a row whose mean is large
+// against its spread. Each thread folds in one pack at a time with Chan et
+// al.'s pairwise update: the pack's own mean and M2 from its registers, then
+// (after k packs of kVec elements, the new one weighing 1 / (k + 1))
+//   delta = mean_pack - mean,  mean += delta / (k + 1),
+//   M2 += M2_pack + delta^2 * k * kVec / (k + 1),
+// one division per pack for all the step's rows, the count kept as k. The block
+// then combines the threads' (n_t, mean_t, M2_t) about the row's mean:
+//   mean = sum(n_t * mean_t) / n,  M2 = sum(M2_t + n_t * (mean_t - mean)^2),
+// two sums (block_reduce), each thread's term its own. A large mean against the spread
+// makes mean_t - mean lose digits only where mean_needs_refining then
+// recomputes both (|mean| > 16 x the standard deviation). Non-finite results
+// (a row past float's range) take the rescaled path as before.
+template <int kVec, typename T>
+__device__ __forceinline__ void uncached_row_moments(const T* rows, int64_t cols, int64_t accesses, int nrows,
+                                                     acc_t<T> (&mean)[kMaxStepRows],
+                                                     acc_t<T> (&m2)[kMaxStepRows]) {
+  using Acc = acc_t<T>;
+  Acc packs = Acc(0);  // k: this thread's packs so far (exact below 2^24)
+  for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+    const Acc weight = Acc(1) / (packs + Acc(1));
+    const Acc cross = packs * weight * Acc(kVec);
+    packs += Acc(1);
+#pragma unroll
+    for (int r = 0; r < kMaxStepRows; ++r) {
+      if (r > 0 && r >= nrows) break;
+      Acc xv[kVec];
+      load_acc<kVec>(rows + r * cols + v * kVec, xv);
+      Acc sum = Acc(0);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) sum += xv[e];
+      const Acc pack_mean = sum * (Acc(1) / Acc(kVec));  // kVec a power of two: exact
+      Acc pack_m2 = Acc(0);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) pack_m2 += (xv[e] - pack_mean) * (xv[e] - pack_mean);
+      const Acc delta = pack_mean - mean[r];
+      mean[r] += delta * weight;
+      // (delta * cross) * delta: 0 for the first pack (cross 0) even where
+      // delta^2 would overflow.
+      m2[r] += pack_m2 + (delta * cross) * delta;
+    }
+  }
+  const Acc count = packs * Acc(kVec);  // n_t
+  Acc sum[kMaxStepRows];
+#pragma unroll
+  for (int r = 0; r < kMaxStepRows; ++r) sum[r] = count * mean[r];
+  block_reduce(sum, SumOp{});
+  const Acc n = static_cast<Acc>(cols);
+#pragma unroll
+  for (int r = 0; r < kMaxStepRows; ++r) {
+    const Acc row_mean = sum[r] / n;
+    const Acc d = mean[r] - row_mean;
+    m2[r] += (count * d) * d;  // a thread without packs adds 0 (count 0)
+    mean[r] = row_mean;
+  }
+  block_reduce(m2, SumOp{});
+}
+
 template <typename T, int kVec, int kHeld>
 __global__ void __launch_bounds__(kMaxRowThreads)
     layer_norm_forward_kernel(LayerNormArgs a, ForwardRows step) {
@@ -531,38 +592,44 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     const auto src = [&](int r) -> const T* {
       return step.cached ? cache + r * cols : static_cast<const T*>(a.input) + (row0 + r) * cols;
     };
+    // The row's mean, and var: its sum of squared deviations from the mean.
     Acc mean[kMaxStepRows] = {};
-    for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
-      const int64_t j = v * kVec;
-#pragma unroll
-      for (int r = 0; r < kMaxStepRows; ++r) {
-        if (r > 0 && r >= nrows) break;
-        const Pack<T, kVec> pack = load_pack<kVec>(static_cast<const T*>(a.input) + (row0 + r) * cols + j);
-        if (step.cached) store_pack<kVec>(cache + r * cols + j, pack);
-        Acc xv[kVec];
-        widen(pack, xv);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) mean[r] += xv[e];
-      }
-    });
-    block_reduce(mean, SumOp{});
-    // Two-pass variance: no cancellation for rows with a large mean. (An uncached
-    // row is read three times: a one-pass variance (Welford per thread, combined
-    // about the row's mean) made every variant spill on sm_90.)
     Acc var[kMaxStepRows] = {};
+    if (kHeld == 0 && !step.cached) {
+      // Only the kernels of rows too long to hold take this branch: a held row
+      // (at most 32 KiB) always fits the cache (at least 44 KiB).
+      uncached_row_moments<kVec>(static_cast<const T*>(a.input) + row0 * cols, cols, accesses, nrows, mean, var);
+    } else {
+      for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
+        const int64_t j = v * kVec;
 #pragma unroll
-    for (int r = 0; r < kMaxStepRows; ++r) mean[r] /= n;
-    for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
+        for (int r = 0; r < kMaxStepRows; ++r) {
+          if (r > 0 && r >= nrows) break;
+          const Pack<T, kVec> pack = load_pack<kVec>(static_cast<const T*>(a.input) + (row0 + r) * cols + j);
+          if (step.cached) store_pack<kVec>(cache + r * cols + j, pack);
+          Acc xv[kVec];
+          widen(pack, xv);
 #pragma unroll
-      for (int r = 0; r < kMaxStepRows; ++r) {
-        if (r > 0 && r >= nrows) break;
-        Acc xv[kVec];
-        load_acc<kVec>(src(r) + v * kVec, xv);
+          for (int e = 0; e < kVec; ++e) mean[r] += xv[e];
+        }
+      });
+      block_reduce(mean, SumOp{});
+      // Two-pass variance, the row read back from the cache: no cancellation
+      // for rows with a large mean.
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) var[r] += (xv[e] - mean[r]) * (xv[e] - mean[r]);
-      }
-    });
-    block_reduce(var, SumOp{});
+      for (int r = 0; r < kMaxStepRows; ++r) mean[r] /= n;
+      for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
+#pragma unroll
+        for (int r = 0; r < kMaxStepRows; ++r) {
+          if (r > 0 && r >= nrows) break;
+          Acc xv[kVec];
+          load_acc<kVec>(src(r) + v * kVec, xv);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) var[r] += (xv[e] - mean[r]) * (xv[e] - mean[r]);
+        }
+      });
+      block_reduce(var, SumOp{});
+    }
     // Mean and variance are those of x * scale; scale is 1 unless they
     // overflowed. Both tests are on reduced values: uniform over the block.
     Acc scale[kMaxStepRows], rstd[kMaxStepRows];
