@@ -2,7 +2,8 @@
 // forward and backward. Rows are [rows, cols] with cols = prod(normalized_shape);
 // launch layout, row cache and reductions: row_common.cuh. The math, and the
 // order of its operations, follow the CPU kernels (kernel/cpu/norm.cpp):
-// statistics in float (double for double), LayerNorm's variance in two passes.
+// statistics in float (double for double), LayerNorm's variance in two passes
+// over a cached row (one, combined from per-thread moments, over a longer one).
 //
 // Weight and bias gradients are sums over rows. The rows are cut into at most
 // kMaxGroups contiguous groups (a function of the row count only); the block of
@@ -115,9 +116,9 @@ void launch_held(const RowLaunch& launch, int64_t cols, const Run& run) {
 // bias) once, into registers, for all the rows of its block: the weight is
 // read once per block, not once per row. The step's rows are kept in the row
 // cache (row r at cache + r * cols) when they fit; otherwise they are read again
-// from global memory (RMSNorm: twice, LayerNorm: three times, for its two-pass
-// variance), and a weight too long to hold is read once per step of up to
-// kMaxStepRows rows.
+// from global memory: twice, a statistics pass (LayerNorm's mean and variance
+// together: uncached_row_moments) and the output pass; and a weight too long
+// to hold is read once per step of up to kMaxStepRows rows.
 
 inline constexpr int kMaxStepRows = 4;  // held or not (no spills on sm_90)
 inline constexpr int64_t kMaxHeldBlocks = 256;
