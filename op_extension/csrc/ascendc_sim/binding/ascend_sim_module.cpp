@@ -164,6 +164,7 @@ void Configure(const std::string& soc, std::optional<int64_t> ubSize, std::optio
     throw std::invalid_argument("ascend_sim: unknown soc '" + soc + "' (known: " + names + ")");
   }
   auto& dev = ascendc_sim::Device().spec;
+  const ascendc_sim::DeviceSpec before = dev;
   dev.socName = spec->socVersion;
   dev.coreNum = spec->vectorCoreNum;
   dev.ubSize = spec->ubSize;
@@ -190,6 +191,12 @@ void Configure(const std::string& soc, std::optional<int64_t> ubSize, std::optio
   if (coreNum.has_value()) {
     TORCH_CHECK(*coreNum >= 1 && *coreNum <= 256, "ascend_sim: core_num must be in [1, 256], got ", *coreNum);
     dev.coreNum = uint32_t(*coreNum);
+  }
+  // Every op call configures the device; the cores' data caches carry lines
+  // from one call to the next (core.h, DcacheCarryOver) unless the device
+  // changed, whose cores then hold nothing yet.
+  if (dev.socName != before.socName || dev.coreNum != before.coreNum || dev.ubSize != before.ubSize) {
+    ascendc_sim::ClearCarriedDcache();
   }
 }
 

@@ -409,6 +409,63 @@ void DcacheDmaReadsDirty(GM_ADDR src, GM_ADDR dst) {
   DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(b.dst);
 }
 
+// ---- The data cache across launches and cores (issue 28) ----------------------
+// Three launches over the same buffers (the runner's `fill` and `rewrite`, then
+// the kernel): block `fillBlock` reads dst[0] with GetValue, leaving dst's first
+// line in its core's cache; a second kernel DataCopies 2 * src over dst; then
+// block 0 reads dst[1]. The devkit does not say that a kernel starts with an
+// empty data cache, and the runtime may place block 0 on the core that ran the
+// first kernel's block 1: without `invalidate` the last load may return i, not 2 i.
+template <int64_t kBlock>
+void ScalarReadDst0(GM_ADDR src, GM_ADDR dst) {
+  if (GetBlockIdx() != kBlock) return;
+  Buffers b = Bind(src, dst);
+  (void)b.dst.GetValue(0);
+}
+
+void DoubleSrcIntoDst(GM_ADDR src, GM_ADDR dst) {
+  if (GetBlockIdx() != 0) return;
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  t = HandOver(que, t);
+  Muls(t, t, 2.0f, kCount);
+  t = HandOver(que, t);
+  DataCopy(b.dst, t, kCount);
+  que.FreeTensor(t);
+}
+
+void ScalarReadDst1(GM_ADDR src, GM_ADDR dst, bool invalidate) {
+  if (GetBlockIdx() != 0) return;
+  Buffers b = Bind(src, dst);
+  if (invalidate) DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(b.dst);
+  const float v = b.dst.GetValue(1);  // MISTAKE without `invalidate`: the line an earlier kernel left
+  (void)v;
+}
+
+void DcacheCarriedStaleRead(GM_ADDR src, GM_ADDR dst) { ScalarReadDst1(src, dst, false); }
+void DcacheCarriedInvalidateBeforeRead(GM_ADDR src, GM_ADDR dst) { ScalarReadDst1(src, dst, true); }
+
+// One launch: core 0 writes dst (2 * src), core 1 DataCopies dst into its UB.
+// MISTAKE: nothing orders the two cores (no kernel here synchronises cores), so
+// core 1 may read dst before or after core 0's write.
+void CrossCoreReadAfterWrite(GM_ADDR src, GM_ADDR dst) {
+  if (GetBlockIdx() == 0) {
+    DoubleSrcIntoDst(src, dst);
+    return;
+  }
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.dst, kCount);
+  que.FreeTensor(t);
+}
+
 // ---- The order between pipes (issue 28) ---------------------------------------
 // Each copies src to dst doubled; `ordered` false leaves out the one line that
 // orders two pipes (MISTAKE), true is the control.
@@ -705,6 +762,12 @@ OP_EXT_MISUSE_KERNEL(misuse_dcache_clean_entire, DcacheCleanEntire)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_stale_read, DcacheStaleRead)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_invalidate_before_read, DcacheInvalidateBeforeRead)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_dma_reads_dirty, DcacheDmaReadsDirty)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_fill_on_block0, ScalarReadDst0<0>)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_fill_on_block1, ScalarReadDst0<1>)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_double_src_into_dst, DoubleSrcIntoDst)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_carried_stale_read, DcacheCarriedStaleRead)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_carried_invalidate_before_read, DcacheCarriedInvalidateBeforeRead)
+OP_EXT_MISUSE_KERNEL(misuse_cross_core_read_after_write, CrossCoreReadAfterWrite)
 OP_EXT_MISUSE_KERNEL(misuse_pipe_mte2_v, PipeMte2ToV)
 OP_EXT_MISUSE_KERNEL(misuse_pipe_mte2_v_ordered, PipeMte2ToVOrdered)
 OP_EXT_MISUSE_KERNEL(misuse_pipe_v_mte3, PipeVToMte3)
@@ -744,6 +807,11 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
     bool rstd = false;  // dst[i] must be 1 / sqrt(i + 1)
     uint32_t doubledFirst = 0, doubledCount = 0;  // dst[first, first + count) must be 2 * i
     bool maxAndSum = false;  // dst[0] must be max(0..99) = 99 and dst[1] their sum, 4950
+    // Launched before `kernel` over the same buffers, in this order (issue 28's
+    // data cache across launches): `fill` leaves a line in a core's cache,
+    // `rewrite` changes GM under it.
+    Kernel fill = nullptr;
+    Kernel rewrite = nullptr;
   };
   static const Entry kEntries[] = {
       {"clean", misuse_clean},
@@ -778,6 +846,15 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
       {"dcache_stale_read", misuse_dcache_stale_read},
       {"dcache_invalidate_before_read", misuse_dcache_invalidate_before_read},
       {"dcache_dma_reads_dirty", misuse_dcache_dma_reads_dirty},
+      // Block 1 of the first kernel fills the line and block 0 of the last reads
+      // it (a block may run on any core); the control also has block 0 fill it.
+      {"dcache_carried_stale_read", misuse_dcache_carried_stale_read, false, 0, 0, false,
+       misuse_dcache_fill_on_block1, misuse_dcache_double_src_into_dst},
+      {"dcache_carried_stale_read_same_block", misuse_dcache_carried_stale_read, false, 0, 0, false,
+       misuse_dcache_fill_on_block0, misuse_dcache_double_src_into_dst},
+      {"dcache_carried_invalidate_before_read", misuse_dcache_carried_invalidate_before_read, false, 0, kCount,
+       false, misuse_dcache_fill_on_block1, misuse_dcache_double_src_into_dst},
+      {"cross_core_read_after_write", misuse_cross_core_read_after_write},
       {"pipe_mte2_v", misuse_pipe_mte2_v},
       {"pipe_mte2_v_ordered", misuse_pipe_mte2_v_ordered, false, 0, kCount},
       {"pipe_v_mte3", misuse_pipe_v_mte3},
@@ -820,9 +897,19 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
   for (uint32_t i = 0; i < kCount; ++i) host[i] = float(i);
   aclrtMemcpy(src, sizeof(host), host, sizeof(host), ACL_MEMCPY_HOST_TO_DEVICE);
   aclrtMemcpy(dst, sizeof(host), host, sizeof(host), ACL_MEMCPY_HOST_TO_DEVICE);
-  aclError err = ascendc_sim::LaunchKernel(name, 2, [&]() {
-    kernel(static_cast<GM_ADDR>(src), static_cast<GM_ADDR>(dst));
-  });
+  aclError err = ACL_SUCCESS;
+  const std::string fillName = std::string(name) + ".fill", rewriteName = std::string(name) + ".rewrite";
+  for (const auto& [before, beforeName] : {std::pair{entry->fill, &fillName}, std::pair{entry->rewrite, &rewriteName}}) {
+    if (before == nullptr || err != ACL_SUCCESS) continue;
+    err = ascendc_sim::LaunchKernel(beforeName->c_str(), 2, [&]() {
+      before(static_cast<GM_ADDR>(src), static_cast<GM_ADDR>(dst));
+    });
+  }
+  if (err == ACL_SUCCESS) {
+    err = ascendc_sim::LaunchKernel(name, 2, [&]() {
+      kernel(static_cast<GM_ADDR>(src), static_cast<GM_ADDR>(dst));
+    });
+  }
   if (err == ACL_SUCCESS) {
     float out[kCount];
     aclrtMemcpy(out, sizeof(out), dst, sizeof(out), ACL_MEMCPY_DEVICE_TO_HOST);

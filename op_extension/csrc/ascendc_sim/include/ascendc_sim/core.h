@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <iterator>
 #include <map>
@@ -76,14 +77,34 @@ struct GmRegion {
 // `valid` bytes hold what GM held when the line was filled (or what SetValue
 // stored since: `dirty`); `stale` bytes are valid bytes that a DMA write
 // (DataCopy / DataCopyPad to GM) changed in GM since, without the cache
-// knowing. Bit i of a mask is byte i of the line.
+// knowing; `carriedStale` bytes are valid bytes that a copy of the line an
+// earlier kernel left in a core's cache holds with another value than GM
+// (`carriedFrom` names that kernel). Bit i of a mask is byte i of the line.
 inline constexpr uint32_t kDcacheLineBytes = 64;
 struct DcacheLine {
   uint8_t data[kDcacheLineBytes] = {};
   uint64_t valid = 0;
   uint64_t dirty = 0;
   uint64_t stale = 0;
+  uint64_t carriedStale = 0;
+  std::string carriedFrom;
 };
+
+// A line a core's data cache still holds when its block ends, kept for the
+// launches after it (core.h, DcacheCarryOver): which core, which launch and
+// block filled it, and the bytes it holds.
+struct CarriedDcacheLine {
+  uint32_t core = 0;
+  uint64_t launch = 0;
+  int64_t block = 0;
+  uint64_t valid = 0;
+  uint8_t data[kDcacheLineBytes] = {};
+};
+// Lines kept per core between launches. The devkit gives no DCache size for
+// the AI cores of Atlas A2 or Atlas inference; 2048 lines (128 KiB) is at least
+// what any core has, so the simulator forgets no line hardware could still hold
+// (the SIMT pages of Ascend 950 give its Data Cache 32-128 KiB).
+inline constexpr size_t kDcacheCarriedLinesPerCore = 2048;
 
 // The pipes of a vector core whose order the simulator checks (pipes.h): S
 // (scalar), V (vector), MTE2 (GM -> UB), MTE3 (UB -> GM).
@@ -137,9 +158,18 @@ struct CoreState {
   uint32_t ubUsed = 0;             // bytes handed out by TPipe::InitBuffer
   int livePipes = 0;
   std::vector<std::string> leaks;  // resources found alive when their owner died
-  // The core's DCache, by line address (a multiple of 64). It lives for the
-  // core's run: lines start uncached, and what is still dirty at the end is lost.
+  // The core's DCache as this block filled it, by line address (a multiple of
+  // 64): what is still dirty at the block's end is lost; what is clean is
+  // carried into later launches (DeviceState::carriedDcache).
   std::map<uintptr_t, DcacheLine> dcache;
+  // The launch (DeviceState::launches) and the physical core running the block.
+  uint64_t launch = 0;
+  uint32_t physicalCore = 0;
+  // Bytes of carried lines this block dropped (DataCacheCleanAndInvalid) before
+  // filling them again: by line address, one bit a byte; all of them once it
+  // dropped the entire cache.
+  std::map<uintptr_t, uint64_t> dcacheDropped;
+  bool dcacheDroppedAll = false;
   PipeState pipes;
 };
 
@@ -147,6 +177,18 @@ struct DeviceState {
   DeviceSpec spec;
   std::map<uintptr_t, GmRegion> gm;  // by begin address
   CoreState* core = nullptr;         // set while a kernel runs
+  // Kernel launches so far, and the kernel of each (launchKernels[n - 1]).
+  uint64_t launches = 0;
+  std::vector<std::string> launchKernels;
+  // The lines cores' data caches hold between launches, by line address: one
+  // entry per core holding it (DcacheCarryOver). The devkit does not say that
+  // a kernel starts with an empty cache on Atlas A2 or Atlas inference, so a
+  // later kernel's scalar load may meet them (DcacheFill).
+  std::map<uintptr_t, std::vector<CarriedDcacheLine>> carriedDcache;
+  // Per core, the lines it carries in the order it filled them (the oldest is
+  // forgotten past kDcacheCarriedLinesPerCore), and how many it carries.
+  std::vector<std::deque<std::pair<uintptr_t, uint64_t>>> carriedOrder;
+  std::vector<size_t> carriedCount;
 };
 
 inline DeviceState& Device() {
@@ -318,6 +360,13 @@ inline std::string GmRangeName(uintptr_t begin, uintptr_t end) {
 // Fills byte `addr`'s line on a miss, as hardware does: every byte of the line
 // that lies in the readable part of the registered buffer holding `addr` (bytes
 // outside any buffer are never cached, so never reported).
+//
+// The block may run on any core, and a core may still hold the line from an
+// earlier kernel (DcacheCarryOver): a fill meets such a copy unless this block
+// dropped those bytes first. Bytes where a carried copy differs from GM are
+// marked `carriedStale`, and reading them fails (DcacheRead): hardware would
+// return the old bytes. Copies from blocks of the same launch are left out;
+// those blocks run beside this one, on other cores.
 inline DcacheLine& DcacheFill(CoreState& core, uintptr_t addr) {
   const uintptr_t lineAddr = DcacheLineOf(addr);
   DcacheLine& line = core.dcache[lineAddr];
@@ -325,14 +374,35 @@ inline DcacheLine& DcacheFill(CoreState& core, uintptr_t addr) {
   if (r == nullptr) return line;
   const uintptr_t lo = std::max<uintptr_t>(lineAddr, r->begin);
   const uintptr_t hi = std::min<uintptr_t>(lineAddr + kDcacheLineBytes, r->begin + r->readableBytes);
+  uint64_t filled = 0;
   for (uintptr_t a = lo; a < hi; ++a) {
     const uint64_t bit = uint64_t(1) << (a - lineAddr);
     if (line.valid & bit) continue;
     line.data[a - lineAddr] = *reinterpret_cast<const uint8_t*>(a);
     line.valid |= bit;
+    filled |= bit;
+  }
+  if (filled == 0 || core.dcacheDroppedAll) return line;
+  auto carried = Device().carriedDcache.find(lineAddr);
+  if (carried == Device().carriedDcache.end()) return line;
+  auto dropped = core.dcacheDropped.find(lineAddr);
+  const uint64_t live = filled & ~(dropped == core.dcacheDropped.end() ? 0 : dropped->second);
+  for (const CarriedDcacheLine& copy : carried->second) {
+    if (copy.launch >= core.launch) continue;
+    for (uint32_t b = 0; b < kDcacheLineBytes; ++b) {
+      const uint64_t bit = uint64_t(1) << b;
+      if ((live & copy.valid & bit) && copy.data[b] != line.data[b] && !(line.carriedStale & bit)) {
+        line.carriedStale |= bit;
+        const auto& names = Device().launchKernels;
+        line.carriedFrom = Str("kernel ", copy.launch <= names.size() ? names[copy.launch - 1] : "?", " (launch ",
+                               copy.launch, ", block ", copy.block, ", core ", copy.core, ")");
+      }
+    }
   }
   return line;
 }
+
+inline void CheckNotWrittenByOtherCore(const void* p, uint64_t bytes, const std::string& what);
 
 // A scalar load (GlobalTensor::GetValue) of [p, p + bytes), already bounds-checked.
 inline void DcacheRead(void* out, const void* p, uint64_t bytes, const std::string& what) {
@@ -342,6 +412,7 @@ inline void DcacheRead(void* out, const void* p, uint64_t bytes, const std::stri
     std::memcpy(out, p, bytes);
     return;
   }
+  CheckNotWrittenByOtherCore(p, bytes, what);
   auto* o = static_cast<uint8_t*>(out);
   for (uint64_t i = 0; i < bytes; ++i) {
     const uintptr_t a = addr + i;
@@ -355,6 +426,15 @@ inline void DcacheRead(void* out, const void* p, uint64_t bytes, const std::stri
                " before a DMA write (DataCopy to GM) changed it, and no DataCacheCleanAndInvalid dropped it "
                "in between: on hardware this load returns the old bytes (rule: data cache, "
                "DataCacheCleanAndInvalid page)"));
+    }
+    if (line.carriedStale & bit) {
+      Fail(Str(what, ": stale read of ", GmRangeName(addr, addr + bytes), ": ", line.carriedFrom,
+               " left line ", GmRangeName(DcacheLineOf(a), DcacheLineOf(a) + kDcacheLineBytes),
+               " in a core's data cache, GM has changed since (another kernel, core or the host wrote it), and this "
+               "block dropped no cache line there (DataCacheCleanAndInvalid) before its scalar load: the devkit does "
+               "not say a kernel starts with an empty data cache on this SoC, so on hardware this load may return "
+               "the old bytes (rule: data cache across launches, DataCacheCleanAndInvalid page: \"读取GM的数据，但该"
+               "数据可能在外部被其余核修改\")"));
     }
     o[i] = line.data[a - DcacheLineOf(a)];
   }
@@ -378,6 +458,7 @@ inline void DcacheWrite(void* p, const void* src, uint64_t bytes) {
     line.valid |= bit;
     line.dirty |= bit;
     line.stale &= ~bit;
+    line.carriedStale &= ~bit;
   }
 }
 
@@ -392,6 +473,7 @@ inline void DcacheCleanRange(uintptr_t lineAddr, DcacheLine& line, uint32_t from
   line.valid &= ~mask;
   line.dirty &= ~mask;
   line.stale &= ~mask;
+  line.carriedStale &= ~mask;
 }
 
 // DataCacheCleanAndInvalid. SINGLE_CACHE_LINE acts on the line holding `addr`
@@ -404,9 +486,13 @@ inline void DcacheCleanAndInvalidate(const void* addr, bool entire) {
   if (entire) {
     for (auto& [lineAddr, line] : core.dcache) DcacheCleanRange(lineAddr, line, 0, kDcacheLineBytes, what);
     core.dcache.clear();
+    core.dcacheDroppedAll = true;
     return;
   }
   const auto a = reinterpret_cast<uintptr_t>(addr);
+  // A copy an earlier kernel left on this core loses the same bytes.
+  const uint32_t from = uint32_t(a - DcacheLineOf(a));
+  core.dcacheDropped[DcacheLineOf(a)] |= ~uint64_t(0) << from;
   auto it = core.dcache.find(DcacheLineOf(a));
   if (it == core.dcache.end()) return;
   DcacheCleanRange(it->first, it->second, uint32_t(a - it->first), kDcacheLineBytes, what);
@@ -508,6 +594,116 @@ inline void WriteGm(void* dst, const void* src, uint64_t bytes, const std::strin
 
 inline void ResetGmWriters() {
   for (auto& [begin, region] : Device().gm) region.writer.clear();
+}
+
+// A read (scalar or DMA) of [p, p + bytes) by the current core, of bytes another
+// core wrote in this launch: the cores run concurrently and no kernel here
+// synchronises them (the simulator provides no SyncAll), so what the read sees
+// depends on timing; through the data cache it may also see an older line.
+inline void CheckNotWrittenByOtherCore(const void* p, uint64_t bytes, const std::string& what) {
+  const CoreState* core = Device().core;
+  if (core == nullptr) return;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  GmRegion* r = GmRegionAtOrBelow(addr);
+  if (r == nullptr || r->writer.empty() || addr >= r->begin + r->bytes) return;
+  const uint64_t off = addr - r->begin, end = std::min<uint64_t>(off + bytes, r->bytes);
+  for (uint64_t i = off; i < end; ++i) {
+    const int16_t w = r->writer[i];
+    if (w >= 0 && w != core->blockIdx) {
+      Fail(Str(what, ": core ", core->blockIdx, " reads byte ", i, " of GM buffer '", r->name, "' that core ", w,
+               " wrote in the same launch: the cores run concurrently, so the read may see the byte before or after "
+               "that write (a race between cores on hardware; through the data cache, also an older line)"));
+    }
+  }
+}
+
+// Forgets every line carried between launches (a new SoC, or after a failed
+// launch, whose state later kernels must not inherit).
+inline void ClearCarriedDcache() {
+  DeviceState& dev = Device();
+  dev.carriedDcache.clear();
+  dev.carriedOrder.clear();
+  dev.carriedCount.clear();
+}
+
+// At the end of a block that ran clean: the lines it left in its core's data
+// cache stay there for later launches, replacing the core's older copies; the
+// bytes it dropped are gone from them; past kDcacheCarriedLinesPerCore lines
+// the core forgets its oldest.
+inline void DcacheCarryOver(const CoreState& core) {
+  DeviceState& dev = Device();
+  const uint32_t pc = core.physicalCore;
+  if (dev.carriedOrder.size() <= pc) {
+    dev.carriedOrder.resize(pc + 1);
+    dev.carriedCount.resize(pc + 1, 0);
+  }
+  auto forget = [&](std::map<uintptr_t, std::vector<CarriedDcacheLine>>::iterator it, uint64_t keep) {
+    auto& copies = it->second;
+    for (auto c = copies.begin(); c != copies.end(); ++c) {
+      if (c->core != pc) continue;
+      c->valid &= keep;
+      if (c->valid == 0) {
+        copies.erase(c);
+        --dev.carriedCount[pc];
+      }
+      break;
+    }
+    if (copies.empty()) dev.carriedDcache.erase(it);
+  };
+  if (core.dcacheDroppedAll) {
+    for (auto it = dev.carriedDcache.begin(); it != dev.carriedDcache.end();) forget(it++, 0);
+  } else {
+    for (const auto& [lineAddr, mask] : core.dcacheDropped) {
+      auto it = dev.carriedDcache.find(lineAddr);
+      if (it != dev.carriedDcache.end()) forget(it, ~mask);
+    }
+  }
+  for (const auto& [lineAddr, line] : core.dcache) {
+    if (line.valid == 0) continue;
+    auto& copies = dev.carriedDcache[lineAddr];
+    CarriedDcacheLine* mine = nullptr;
+    for (auto& c : copies) mine = c.core == pc ? &c : mine;
+    if (mine == nullptr) {
+      copies.push_back(CarriedDcacheLine{});
+      mine = &copies.back();
+      mine->core = pc;
+      ++dev.carriedCount[pc];
+    }
+    // The bytes this block filled replace the old copy's; the rest stay.
+    for (uint32_t b = 0; b < kDcacheLineBytes; ++b) {
+      if (line.valid >> b & 1) mine->data[b] = line.data[b];
+    }
+    mine->valid |= line.valid;
+    mine->launch = core.launch;
+    mine->block = core.blockIdx;
+    dev.carriedOrder[pc].emplace_back(lineAddr, core.launch);
+  }
+  auto& order = dev.carriedOrder[pc];
+  while (dev.carriedCount[pc] > kDcacheCarriedLinesPerCore && !order.empty()) {
+    const auto [lineAddr, launch] = order.front();
+    order.pop_front();
+    auto it = dev.carriedDcache.find(lineAddr);
+    if (it == dev.carriedDcache.end()) continue;
+    for (const auto& c : it->second) {
+      if (c.core == pc && c.launch == launch) {  // not refilled since
+        forget(it, 0);
+        break;
+      }
+    }
+  }
+  // Entries of lines dropped or refilled since stay in `order` until they reach
+  // its front; keep it from growing without bound.
+  if (order.size() > 4 * kDcacheCarriedLinesPerCore) {
+    std::deque<std::pair<uintptr_t, uint64_t>> live;
+    for (const auto& [lineAddr, launch] : order) {
+      auto it = dev.carriedDcache.find(lineAddr);
+      if (it == dev.carriedDcache.end()) continue;
+      for (const auto& c : it->second) {
+        if (c.core == pc && c.launch == launch) live.emplace_back(lineAddr, launch);
+      }
+    }
+    order.swap(live);
+  }
 }
 
 }  // namespace ascendc_sim
