@@ -423,8 +423,10 @@ void ScalarReadDst0(GM_ADDR src, GM_ADDR dst) {
   (void)b.dst.GetValue(0);
 }
 
+// Block kBlock alone writes dst = 2 * src.
+template <int64_t kBlock>
 void DoubleSrcIntoDst(GM_ADDR src, GM_ADDR dst) {
-  if (GetBlockIdx() != 0) return;
+  if (GetBlockIdx() != kBlock) return;
   Buffers b = Bind(src, dst);
   TPipe pipe;
   TQue<TPosition::VECIN, 1> que;
@@ -449,14 +451,10 @@ void ScalarReadDst1(GM_ADDR src, GM_ADDR dst, bool invalidate) {
 void DcacheCarriedStaleRead(GM_ADDR src, GM_ADDR dst) { ScalarReadDst1(src, dst, false); }
 void DcacheCarriedInvalidateBeforeRead(GM_ADDR src, GM_ADDR dst) { ScalarReadDst1(src, dst, true); }
 
-// One launch: core 0 writes dst (2 * src), core 1 DataCopies dst into its UB.
-// MISTAKE: nothing orders the two cores (no kernel here synchronises cores), so
-// core 1 may read dst before or after core 0's write.
-void CrossCoreReadAfterWrite(GM_ADDR src, GM_ADDR dst) {
-  if (GetBlockIdx() == 0) {
-    DoubleSrcIntoDst(src, dst);
-    return;
-  }
+// Block kBlock alone DataCopies dst into its UB.
+template <int64_t kBlock>
+void ReadDstOn(GM_ADDR src, GM_ADDR dst) {
+  if (GetBlockIdx() != kBlock) return;
   Buffers b = Bind(src, dst);
   TPipe pipe;
   TQue<TPosition::VECIN, 1> que;
@@ -464,6 +462,20 @@ void CrossCoreReadAfterWrite(GM_ADDR src, GM_ADDR dst) {
   LocalTensor<float> t = que.AllocTensor<float>();
   DataCopy(t, b.dst, kCount);
   que.FreeTensor(t);
+}
+
+// One launch, one core writing dst (2 * src) and the other DataCopying dst into
+// its UB. MISTAKE: nothing orders the two cores (no kernel here synchronises
+// cores), so the read may see dst before or after the write. The simulator runs
+// block 0 first: it must catch the write after the read as well as the read
+// after the write.
+void CrossCoreReadAfterWrite(GM_ADDR src, GM_ADDR dst) {
+  DoubleSrcIntoDst<0>(src, dst);
+  ReadDstOn<1>(src, dst);
+}
+void CrossCoreWriteAfterRead(GM_ADDR src, GM_ADDR dst) {
+  ReadDstOn<0>(src, dst);
+  DoubleSrcIntoDst<1>(src, dst);
 }
 
 // ---- The order between pipes (issue 28) ---------------------------------------
@@ -764,10 +776,11 @@ OP_EXT_MISUSE_KERNEL(misuse_dcache_invalidate_before_read, DcacheInvalidateBefor
 OP_EXT_MISUSE_KERNEL(misuse_dcache_dma_reads_dirty, DcacheDmaReadsDirty)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_fill_on_block0, ScalarReadDst0<0>)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_fill_on_block1, ScalarReadDst0<1>)
-OP_EXT_MISUSE_KERNEL(misuse_dcache_double_src_into_dst, DoubleSrcIntoDst)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_double_src_into_dst, DoubleSrcIntoDst<0>)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_carried_stale_read, DcacheCarriedStaleRead)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_carried_invalidate_before_read, DcacheCarriedInvalidateBeforeRead)
 OP_EXT_MISUSE_KERNEL(misuse_cross_core_read_after_write, CrossCoreReadAfterWrite)
+OP_EXT_MISUSE_KERNEL(misuse_cross_core_write_after_read, CrossCoreWriteAfterRead)
 OP_EXT_MISUSE_KERNEL(misuse_pipe_mte2_v, PipeMte2ToV)
 OP_EXT_MISUSE_KERNEL(misuse_pipe_mte2_v_ordered, PipeMte2ToVOrdered)
 OP_EXT_MISUSE_KERNEL(misuse_pipe_v_mte3, PipeVToMte3)
@@ -855,6 +868,7 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
       {"dcache_carried_invalidate_before_read", misuse_dcache_carried_invalidate_before_read, false, 0, kCount,
        false, misuse_dcache_fill_on_block1, misuse_dcache_double_src_into_dst},
       {"cross_core_read_after_write", misuse_cross_core_read_after_write},
+      {"cross_core_write_after_read", misuse_cross_core_write_after_read},
       {"pipe_mte2_v", misuse_pipe_mte2_v},
       {"pipe_mte2_v_ordered", misuse_pipe_mte2_v_ordered, false, 0, kCount},
       {"pipe_v_mte3", misuse_pipe_v_mte3},

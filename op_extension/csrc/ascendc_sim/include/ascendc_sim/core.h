@@ -69,9 +69,12 @@ struct GmRegion {
   uint64_t readableBytes = 0;
   std::string name;
   int refs = 1;  // registrations of this same buffer (several tensors may share a storage)
-  // Race detection within one launch: which core last wrote each byte (-1: none).
+  // Race detection within one launch: which core last wrote each byte (-1:
+  // none), and which core read it (-1: none; kSeveralReaders: more than one).
   std::vector<int16_t> writer;
+  std::vector<int16_t> reader;
 };
+inline constexpr int16_t kSeveralReaders = -2;
 
 // One 64-byte line of the scalar unit's Data Cache (DCache), byte by byte:
 // `valid` bytes hold what GM held when the line was filled (or what SetValue
@@ -578,12 +581,20 @@ inline void WriteGm(void* dst, const void* src, uint64_t bytes, const std::strin
     const uint64_t off = reinterpret_cast<uintptr_t>(dst) - r.begin;
     const auto* s = static_cast<const uint8_t*>(src);
     const auto* d = static_cast<const uint8_t*>(dst);
+    const bool read = !r.reader.empty();
     for (uint64_t i = 0; i < bytes; ++i) {
       const int16_t w = r.writer[off + i];
       if (w >= 0 && w != core->blockIdx && d[i] != s[i]) {
         Fail(Str(what, ": core ", core->blockIdx, " overwrites byte ", off + i, " of GM buffer '",
                  r.name, "' that core ", w,
                  " wrote with a different value in the same launch (a race between cores on hardware)"));
+      }
+      const int16_t seen = read ? r.reader[off + i] : int16_t(-1);
+      if (seen != -1 && seen != core->blockIdx && d[i] != s[i]) {
+        Fail(Str(what, ": core ", core->blockIdx, " changes byte ", off + i, " of GM buffer '", r.name, "' that ",
+                 seen == kSeveralReaders ? std::string("other cores") : Str("core ", seen),
+                 " read in the same launch: the cores run concurrently, so that read may see the byte before or "
+                 "after this write (a race between cores on hardware)"));
       }
       r.writer[off + i] = int16_t(core->blockIdx);
     }
@@ -593,20 +604,31 @@ inline void WriteGm(void* dst, const void* src, uint64_t bytes, const std::strin
 }
 
 inline void ResetGmWriters() {
-  for (auto& [begin, region] : Device().gm) region.writer.clear();
+  for (auto& [begin, region] : Device().gm) {
+    region.writer.clear();
+    region.reader.clear();
+  }
 }
 
 // A read (scalar or DMA) of [p, p + bytes) by the current core, of bytes another
 // core wrote in this launch: the cores run concurrently and no kernel here
 // synchronises them (the simulator provides no SyncAll), so what the read sees
 // depends on timing; through the data cache it may also see an older line.
+// The read is recorded, for a later core that would change those bytes (WriteGm).
 inline void CheckNotWrittenByOtherCore(const void* p, uint64_t bytes, const std::string& what) {
   const CoreState* core = Device().core;
   if (core == nullptr) return;
   const auto addr = reinterpret_cast<uintptr_t>(p);
   GmRegion* r = GmRegionAtOrBelow(addr);
-  if (r == nullptr || r->writer.empty() || addr >= r->begin + r->bytes) return;
+  if (r == nullptr || addr >= r->begin + r->bytes) return;
   const uint64_t off = addr - r->begin, end = std::min<uint64_t>(off + bytes, r->bytes);
+  if (r->reader.empty()) r->reader.assign(r->bytes, int16_t(-1));
+  const auto me = int16_t(core->blockIdx);
+  for (uint64_t i = off; i < end; ++i) {
+    int16_t& seen = r->reader[i];
+    seen = (seen == -1 || seen == me) ? me : kSeveralReaders;
+  }
+  if (r->writer.empty()) return;
   for (uint64_t i = off; i < end; ++i) {
     const int16_t w = r->writer[i];
     if (w >= 0 && w != core->blockIdx) {
