@@ -580,6 +580,12 @@ MISUSE = [
     ("dcache_dma_reads_dirty", r"DataCopy\(GM->UB\): reads GM buffer 'aclrtMalloc buffer' bytes \[0, 4\), which "
                                r"GlobalTensor::SetValue stored into the core's data cache and no "
                                r"DataCacheCleanAndInvalid wrote back yet"),
+    # A clean writes its line back whole (64-byte granularity): two cores storing
+    # into one line put each other's bytes back (core 0's write-back of the
+    # whole line, then core 1's with its own element changed).
+    ("dcache_cores_share_line", r"core 1 of 2\): DataCacheCleanAndInvalid \(write-back of the data cache\): core 1 "
+                                r"overwrites byte \d+ of GM buffer 'aclrtMalloc buffer' that core 0 wrote with a "
+                                r"different value in the same launch"),
     # A line an earlier kernel left in a core's data cache, GM rewritten since by
     # another kernel: block 0's scalar load may meet it wherever it runs -- here
     # the line was filled by block 1, then (same_block) by block 0 itself.
@@ -626,7 +632,8 @@ def test_data_cache_misuse_is_reported_on_310p(name, message):
 
 @pytest.mark.parametrize("soc", ["Ascend910B", "Ascend310P"])
 @pytest.mark.parametrize("name", ["dcache_clean_every_line", "dcache_clean_every_line_long", "dcache_clean_entire",
-                                  "dcache_invalidate_before_read", "dcache_carried_invalidate_before_read"])
+                                  "dcache_invalidate_before_read", "dcache_carried_invalidate_before_read",
+                                  "dcache_cores_own_lines"])
 def test_data_cache_used_correctly_is_not_reported(name, soc):
     # The controls: a clean at the run's start and at every 64-byte boundary
     # inside it (what WriteShortTensor does now) brings every store to GM -- the
@@ -635,7 +642,8 @@ def test_data_cache_used_correctly_is_not_reported(name, soc):
     # address in the middle of the run, writes back all three lines it touches;
     # an invalidate between the DMA
     # write and the scalar read makes the read fetch GM again, within a kernel
-    # and across kernels (the harness checks the read kernel leaves dst = 2 i).
+    # and across kernels (the harness checks the read kernel leaves dst = 2 i);
+    # two cores storing into lines of their own both reach GM (dst[16] = 32).
     ascend_sim._run_misuse(name, soc=soc)
 
 

@@ -409,6 +409,19 @@ void DcacheDmaReadsDirty(GM_ADDR src, GM_ADDR dst) {
   DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(b.dst);
 }
 
+// Each block b stores dst[b * kStride] = 2 * src[b * kStride] with SetValue and
+// cleans from that element. A line is written back whole, so two blocks whose
+// stores share a line (kStride 1) each put the other's element back to its old
+// value: which one lands depends on timing. MISTAKE with kStride 1; the control
+// (kStride 16: a line each) must leave dst[16] = 32.
+template <uint32_t kStride>
+void StoreOnePerCore(GM_ADDR src, GM_ADDR dst) {
+  Buffers b = Bind(src, dst);
+  const uint32_t at = static_cast<uint32_t>(GetBlockIdx()) * kStride;
+  b.dst.SetValue(at, 2.0f * b.src.GetValue(at));
+  DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(b.dst[at]);
+}
+
 // ---- The data cache across launches and cores (issue 28) ----------------------
 // Three launches over the same buffers (the runner's `fill` and `rewrite`, then
 // the kernel): block `fillBlock` reads dst[0] with GetValue, leaving dst's first
@@ -779,6 +792,8 @@ OP_EXT_MISUSE_KERNEL(misuse_dcache_fill_on_block1, ScalarReadDst0<1>)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_double_src_into_dst, DoubleSrcIntoDst<0>)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_carried_stale_read, DcacheCarriedStaleRead)
 OP_EXT_MISUSE_KERNEL(misuse_dcache_carried_invalidate_before_read, DcacheCarriedInvalidateBeforeRead)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_cores_share_line, StoreOnePerCore<1>)
+OP_EXT_MISUSE_KERNEL(misuse_dcache_cores_own_lines, StoreOnePerCore<16>)
 OP_EXT_MISUSE_KERNEL(misuse_cross_core_read_after_write, CrossCoreReadAfterWrite)
 OP_EXT_MISUSE_KERNEL(misuse_cross_core_write_after_read, CrossCoreWriteAfterRead)
 OP_EXT_MISUSE_KERNEL(misuse_pipe_mte2_v, PipeMte2ToV)
@@ -867,6 +882,8 @@ extern "C" aclError op_ext_sim_run_misuse_kernel(const char* name) {
        misuse_dcache_fill_on_block0, misuse_dcache_double_src_into_dst},
       {"dcache_carried_invalidate_before_read", misuse_dcache_carried_invalidate_before_read, false, 0, kCount,
        false, misuse_dcache_fill_on_block1, misuse_dcache_double_src_into_dst},
+      {"dcache_cores_share_line", misuse_dcache_cores_share_line},
+      {"dcache_cores_own_lines", misuse_dcache_cores_own_lines, false, 16, 1},
       {"cross_core_read_after_write", misuse_cross_core_read_after_write},
       {"cross_core_write_after_read", misuse_cross_core_write_after_read},
       {"pipe_mte2_v", misuse_pipe_mte2_v},

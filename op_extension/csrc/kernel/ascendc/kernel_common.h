@@ -159,6 +159,14 @@ __aicore__ inline uint64_t ReadableLength(uint64_t totalLength, uint32_t tailMod
 // writes such a tensor (the tiling uses one core below kMinBytesPerCore), as the
 // SetValue page asks of cores sharing a cache line. The values come from the
 // vector unit: V->S event before the scalar unit reads them.
+//
+// The cache writes a line back whole (64-byte granularity: the
+// ReadGmByPassDCache page), the bytes around the stores included, so the lines
+// must hold what GM holds now when the stores land in them. A line an earlier
+// kernel left cached may not: a clean issued mid-line leaves the line's bytes
+// before it cached, and the devkit does not say a kernel starts with an empty
+// cache. So the whole cache is dropped first (ENTIRE_DATA_CACHE) and the stores'
+// write-allocate reads GM. This path only writes tensors under one block.
 constexpr uint64_t kDataCacheLineBytes = 64;
 
 // Before scalar loads (GetValue) of GM that a DMA wrote, into a workspace earlier
@@ -178,6 +186,7 @@ __aicore__ inline void WriteShortTensor(const AscendC::GlobalTensor<T>& dst, con
   event_t eventVS = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(AscendC::HardEvent::V_S));
   AscendC::SetFlag<AscendC::HardEvent::V_S>(eventVS);
   AscendC::WaitFlag<AscendC::HardEvent::V_S>(eventVS);
+  AscendC::DataCacheCleanAndInvalid<T, AscendC::CacheLine::ENTIRE_DATA_CACHE>(dst);
   for (uint32_t i = 0; i < n; ++i) dst.SetValue(i, src.GetValue(i));
   // GM addresses of elements are multiples of sizeof(T), so every line boundary
   // falls on an element.

@@ -467,12 +467,41 @@ inline void DcacheWrite(void* p, const void* src, uint64_t bytes) {
 
 inline void WriteGm(void* dst, const void* src, uint64_t bytes, const std::string& what);
 
-// Writes back the dirty bytes of [begin, end) of `line` and drops those bytes.
+// Writes back bytes [from, to) of `line` when any of them is dirty, then drops
+// them. The cache writes back whole, not byte by byte: reads and writes through
+// it move 64-byte lines (ReadGmByPassDCache / WriteGmByPassDCache pages: "经过
+// DCache的读写将以64B为粒度"; DataCacheCleanAndInvalid page, example 3: cores
+// storing into one line overwrite each other at random). So the clean bytes go
+// back with the dirty ones, as the core cached them: a byte another core
+// changed in this launch is overwritten with its old value (WriteGm reports the
+// race), and one that changed in GM since the core cached it (a DMA write, an
+// earlier kernel) would be put back to its old value (reported here). Bytes in
+// the allocator's padding behind a buffer (cached, never written) are left out.
 inline void DcacheCleanRange(uintptr_t lineAddr, DcacheLine& line, uint32_t from, uint32_t to, const char* what) {
-  ForEachByteRun(line.dirty, from, to, [&](uint32_t b, uint32_t e) {
-    WriteGm(reinterpret_cast<void*>(lineAddr + b), line.data + b, e - b, what);
-  });
   const uint64_t mask = (to - from >= 64) ? ~uint64_t(0) : ((uint64_t(1) << (to - from)) - 1) << from;
+  if (line.dirty & mask) {
+    const uint64_t undone = (line.stale | line.carriedStale) & line.valid & ~line.dirty & mask;
+    ForEachByteRun(undone, from, to, [&](uint32_t b, uint32_t e) {
+      Fail(Str(what, ": writes back line ", GmRangeName(lineAddr, lineAddr + kDcacheLineBytes),
+               " for the GlobalTensor::SetValue stores in it, and with them ", GmRangeName(lineAddr + b, lineAddr + e),
+               ", which GM changed after the core cached them (",
+               (line.stale >> b & 1) ? "a DMA write of this core" : line.carriedFrom.c_str(),
+               "): the line goes back whole, so those bytes get their old value again (rule: data cache "
+               "write-back granularity, ReadGmByPassDCache page)"));
+    });
+    ForEachByteRun(line.valid, from, to, [&](uint32_t b, uint32_t e) {
+      for (uintptr_t a = lineAddr + b, end = lineAddr + e; a < end;) {
+        const GmRegion* r = GmRegionAtOrBelow(a);
+        if (r == nullptr || a >= r->begin + r->bytes) {
+          ++a;  // padding: readable, so cached, but no buffer's bytes
+          continue;
+        }
+        const uintptr_t stop = std::min<uintptr_t>(end, r->begin + r->bytes);
+        WriteGm(reinterpret_cast<void*>(a), line.data + (a - lineAddr), stop - a, what);
+        a = stop;
+      }
+    });
+  }
   line.valid &= ~mask;
   line.dirty &= ~mask;
   line.stale &= ~mask;
