@@ -36,6 +36,11 @@ piece (module attribute)   collected by                        default (absent m
                            setup, composite, bytes moved)
 ``NATIVE = {op: f}``       ``op_extension.tune`` (torch's own  none: the tuner times the op's kernels and
                            op, one of the implementations)     its composite only
+``EXTRA_FAKE = {op: f}``   ``_fake``: the fake kernel of an    none
+                           op of the family that has no
+                           prototype (its schema and kernels
+                           registered by the op's own C++
+                           files), keyed by its name
 =========================  ==================================  =============================================
 
 ``op`` keys are the op's own name and its backward op's. ``TOLERANCES`` is
@@ -85,13 +90,13 @@ from types import ModuleType
 from .. import _built
 from .._protos import OpProto, load_protos
 
-__all__ = ["MODULES", "PIECES", "OpDefError", "forward_name", "module", "piece", "validate"]
+__all__ = ["MODULES", "PIECES", "OpDefError", "extra_ops", "forward_name", "module", "piece", "validate"]
 
 # The module attributes an op module may define; an UPPER_CASE name close to one
 # (REFERENCE, TOLERANCE, ...) is refused, so that a misspelt piece is not
 # silently ignored.
 PIECES = ("FAKE", "REFERENCES", "TOLERANCES", "TRANSFORM", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS", "SHARDING",
-          "BENCH", "NATIVE")
+          "BENCH", "NATIVE", "EXTRA_FAKE")
 _KEYED = ("FAKE", "REFERENCES", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS", "SHARDING", "NATIVE")
 
 
@@ -149,6 +154,10 @@ def validate(mod: ModuleType, name: str, protos: dict[str, OpProto] | None = Non
         if stray:
             raise OpDefError(f"{where}: {attr} has entries for {stray}, which are not ops of this module "
                              f"(its ops: {', '.join(sorted(own))})")
+    extra = getattr(mod, "EXTRA_FAKE", {})
+    if not isinstance(extra, dict) or set(extra) & set(protos):
+        raise OpDefError(f"{where}: EXTRA_FAKE must be a dict of ops without a prototype, got "
+                         f"{sorted(set(extra) & set(protos)) if isinstance(extra, dict) else type(extra).__name__}")
     for dtype, entries in getattr(mod, "TOLERANCES", {}).items():
         for key in entries:
             if key not in (f"{name}.forward", f"{name}.backward"):
@@ -174,3 +183,10 @@ def _import_op_modules(protos: dict[str, OpProto]) -> dict[str, ModuleType]:
 # The built ops' only: an unbuilt prototype's module would reach for a
 # torch.ops.custom.<op> that is not there, or has another schema.
 MODULES: dict[str, ModuleType] = _import_op_modules(_built.BUILT)
+
+
+def extra_ops() -> set[str]:
+    """The ops without a prototype that the built op modules declare (EXTRA_FAKE):
+    registered by their op's own C++ files, outside what the prototypes derive
+    (no functional API, reference or debug hooks)."""
+    return {name for mod in MODULES.values() for name in getattr(mod, "EXTRA_FAKE", {})}

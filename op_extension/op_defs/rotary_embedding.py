@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from op_extension.toolkit import LIKE_DENSE_SOURCE, FakeRule, check_same_shape, eager, fast_path, placements
+from op_extension._protos import load_protos
+from op_extension.toolkit import (LIKE_DENSE_SOURCE, FakeRule, check_dtype, check_same, check_same_shape, eager, fast_path,
+                                  placements)
 
 _custom = torch.ops.custom
 
@@ -71,6 +73,30 @@ FAKE = {
     "rotary_embedding": FakeRule(check=_check, layout=LIKE_DENSE_SOURCE),
     "rotary_embedding_backward": FakeRule(check=_check_backward, layout=LIKE_DENSE_SOURCE),
 }
+
+
+# The dtypes of rotary_embedding's prototype, which the C++ check takes too.
+_DTYPES = tuple(getattr(torch, d) for d in load_protos()["rotary_embedding"].dtypes)
+
+
+def _table_backward_fake(grad_q_embed, grad_k_embed, q, k, cos, unsqueeze_dim=1, cos_grad=True, sin_grad=True):
+    # custom::rotary_embedding_table_backward (no prototype: csrc/torch_ext/ops/rotary_embedding.h),
+    # with check_rotary_table's checks and messages: each wanted table gradient
+    # row-major in cos's shape, an unwanted one an empty [0] placeholder.
+    op = "rotary_embedding_table_backward"
+    torch._check_value(cos_grad or sin_grad, lambda: f"custom::{op}: cos_grad and sin_grad are both false: "
+                       "nothing to compute")
+    check_dtype(op, q, "q", _DTYPES)
+    for t, name in ((k, "k"), (cos, "cos"), (grad_q_embed, "grad_q_embed"), (grad_k_embed, "grad_k_embed")):
+        check_same(op, q, "q", t, name)
+    _check_rotary(op, q, "q", k, "k", cos, cos, unsqueeze_dim)
+    check_same_shape(op, q, "q", grad_q_embed, "grad_q_embed")
+    check_same_shape(op, k, "k", grad_k_embed, "grad_k_embed")
+    return (cos.new_empty(cos.shape) if cos_grad else cos.new_empty((0,)),
+            cos.new_empty(cos.shape) if sin_grad else cos.new_empty((0,)))
+
+
+EXTRA_FAKE = {"rotary_embedding_table_backward": _table_backward_fake}
 
 
 # ---- references ----------------------------------------------------------------------

@@ -176,6 +176,227 @@ void launch_rotary_embedding(const RotaryEmbeddingArgs& a, cudaStream_t stream) 
   }
 }
 
+// ---- the gradients of cos and sin ------------------------------------------------------
+//
+// grad_cos and grad_sin (kernel/cpu/rotary_embedding.h) in one launch that reads
+// q, k and their output gradients once each and writes each wanted table row
+// once. A block owns one table row at a time (the blocks walk the rows in a
+// grid-stride loop): threadIdx.x walks the row's pairs, as in the rotation, and
+// threadIdx.y splits the rows summed into it (the heads, and the batch when cos
+// has batch 1) -- row b goes to thread row b % blockDim.y, which adds its rows in
+// increasing b, q's before k's. The thread rows' partial sums then meet in
+// shared memory, where thread t adds column t's partials in thread-row order
+// and writes the column. So every sum's order depends on the sizes only (no
+// atomics), and the bits never change with timing or block order.
+// A head dim with more pairs than a block's threads (h > 128 packs) leaves one
+// thread row: each thread then writes its own sums, pack by pack.
+// The leading dims are read by their strides (the glue passes q and k as they
+// are: attention's [batch, heads, seq, dim] views of [batch, seq, heads, dim]
+// memory included), so no copy is made; each of the four tensors' rows is
+// contiguous. 128-bit accesses when every row start is 16-byte aligned.
+
+inline constexpr int kTableThreads = 256;
+// Blocks per launch at most (a few waves of an H100 or H200, as for the rotation);
+// past that the table rows loop.
+inline constexpr int64_t kTableMaxBlocks = 2048;
+
+using cpu::RotaryTableGradArgs;
+using cpu::RotaryTableSource;
+
+// One of q, k as the kernel walks it: its leading dims split into those cos spans
+// ("outer": they pick the table row) and those it broadcasts over ("bcast": the
+// rows summed into one table row), size-1 dims dropped; strides in elements.
+// The bcast dims by increasing stride of x, so that consecutive rows of a thread
+// row's loop are near in memory (the heads of one position, in attention's layout).
+struct TableSplit {
+  const void* x = nullptr;
+  const void* grad = nullptr;
+  int n_outer = 0, n_bcast = 0;
+  int64_t outer_size[kMaxDims], outer_cos[kMaxDims], outer_x[kMaxDims], outer_g[kMaxDims];
+  int64_t bcast_size[kMaxDims], bcast_x[kMaxDims], bcast_g[kMaxDims];
+  int64_t bcast = 1;  // rows per table row: the product of bcast_size
+};
+
+TableSplit split_table_source(const RotaryTableSource& s) {
+  TableSplit sp;
+  sp.x = s.x;
+  sp.grad = s.grad;
+  int bcast_dims[kMaxDims];
+  for (int d = 0; d < s.ndim; ++d) {
+    if (s.sizes[d] == 1) continue;
+    if (s.cos_row_strides[d] != 0) {
+      sp.outer_size[sp.n_outer] = s.sizes[d];
+      sp.outer_cos[sp.n_outer] = s.cos_row_strides[d];
+      sp.outer_x[sp.n_outer] = s.x_strides[d];
+      sp.outer_g[sp.n_outer++] = s.grad_strides[d];
+    } else {
+      bcast_dims[sp.n_bcast++] = d;
+      sp.bcast *= s.sizes[d];
+    }
+  }
+  std::stable_sort(bcast_dims, bcast_dims + sp.n_bcast,
+                   [&](int i, int j) { return s.x_strides[i] < s.x_strides[j]; });
+  for (int i = 0; i < sp.n_bcast; ++i) {
+    const int d = bcast_dims[i];
+    sp.bcast_size[i] = s.sizes[d];
+    sp.bcast_x[i] = s.x_strides[d];
+    sp.bcast_g[i] = s.grad_strides[d];
+  }
+  return sp;
+}
+
+// Adds source `sp`'s rows of table row o to the thread's sums of pack p:
+// c1/c2 the first and second halves of grad_cos, s1/s2 of grad_sin.
+template <typename T, int kVec>
+__device__ __forceinline__ void add_table_rows(const TableSplit& sp, int64_t o, int64_t p, int64_t pairs,
+                                               acc_t<T> (&c1)[kVec], acc_t<T> (&c2)[kVec],
+                                               acc_t<T> (&s1)[kVec], acc_t<T> (&s2)[kVec]) {
+  using Acc = acc_t<T>;
+  using P = Pack<T, kVec>;
+  // The row's first element in x and in grad: o's digits are its index on each
+  // outer dim (the dense cos is row-major over them).
+  int64_t x0 = 0, g0 = 0;
+  for (int d = 0; d < sp.n_outer; ++d) {
+    const int64_t idx = (o / sp.outer_cos[d]) % sp.outer_size[d];
+    x0 += idx * sp.outer_x[d];
+    g0 += idx * sp.outer_g[d];
+  }
+  const T* x = static_cast<const T*>(sp.x);
+  const T* g = static_cast<const T*>(sp.grad);
+  for (int64_t b = threadIdx.y; b < sp.bcast; b += blockDim.y) {
+    int64_t xo = x0, go = g0, r = b;
+    for (int d = 0; d < sp.n_bcast; ++d) {
+      const int64_t idx = r % sp.bcast_size[d];
+      r /= sp.bcast_size[d];
+      xo += idx * sp.bcast_x[d];
+      go += idx * sp.bcast_g[d];
+    }
+    const P* xr = reinterpret_cast<const P*>(x + xo);
+    const P* gr = reinterpret_cast<const P*>(g + go);
+    Acc x1[kVec], x2[kVec], g1[kVec], g2[kVec];
+    widen(load_global(xr + p), x1);
+    widen(load_global(xr + pairs + p), x2);
+    widen(load_global(gr + p), g1);
+    widen(load_global(gr + pairs + p), g2);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      c1[e] += g1[e] * x1[e];
+      c2[e] += g2[e] * x2[e];
+      s1[e] -= g1[e] * x2[e];
+      s2[e] += g2[e] * x1[e];
+    }
+  }
+}
+
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kTableThreads)
+    rotary_embedding_table_backward_kernel(TableSplit q, TableSplit k, T* grad_cos, T* grad_sin,
+                                           int64_t table_rows, int64_t dim) {
+  using Acc = acc_t<T>;
+  using P = Pack<T, kVec>;
+  const int64_t h = dim / 2;
+  const int64_t pairs = h / kVec;  // packs per half row
+  const int ty = static_cast<int>(blockDim.y);
+  const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
+  const int nthreads = static_cast<int>(blockDim.x * blockDim.y);
+  // [thread row][grad_cos | grad_sin columns]: used when there are several thread rows.
+  Acc* const partial = reinterpret_cast<Acc*>(dynamic_shared_bytes());
+  for (int64_t o = blockIdx.x; o < table_rows; o += gridDim.x) {
+    for (int64_t p0 = 0; p0 < pairs; p0 += blockDim.x) {
+      const int64_t p = p0 + threadIdx.x;
+      Acc c1[kVec], c2[kVec], s1[kVec], s2[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) c1[e] = c2[e] = s1[e] = s2[e] = Acc(0);
+      if (p < pairs) {
+        add_table_rows<T, kVec>(q, o, p, pairs, c1, c2, s1, s2);
+        add_table_rows<T, kVec>(k, o, p, pairs, c1, c2, s1, s2);
+      }
+      if (ty == 1) {  // the thread's sums are the table's
+        if (p < pairs) {
+          if (grad_cos != nullptr) {
+            P* out = reinterpret_cast<P*>(grad_cos + o * dim);
+            P lo, hi;
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) {
+              lo.v[e] = from_acc<T>(c1[e]);
+              hi.v[e] = from_acc<T>(c2[e]);
+            }
+            store_global(out + p, lo);
+            store_global(out + pairs + p, hi);
+          }
+          if (grad_sin != nullptr) {
+            P* out = reinterpret_cast<P*>(grad_sin + o * dim);
+            P lo, hi;
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) {
+              lo.v[e] = from_acc<T>(s1[e]);
+              hi.v[e] = from_acc<T>(s2[e]);
+            }
+            store_global(out + p, lo);
+            store_global(out + pairs + p, hi);
+          }
+        }
+        continue;
+      }
+      // Several thread rows (then blockDim.x >= pairs: one pass of p0).
+      Acc* const mine = partial + threadIdx.y * 2 * dim;
+      if (p < pairs) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const int64_t j = p * kVec + e;
+          mine[j] = c1[e];
+          mine[h + j] = c2[e];
+          mine[dim + j] = s1[e];
+          mine[dim + h + j] = s2[e];
+        }
+      }
+      __syncthreads();
+      for (int64_t v = tid; v < 2 * dim; v += nthreads) {
+        T* const out = v < dim ? grad_cos : grad_sin;
+        if (out == nullptr) continue;
+        Acc total = Acc(0);
+        for (int y = 0; y < ty; ++y) total += partial[y * 2 * dim + v];
+        store_global(out + o * dim + (v < dim ? v : v - dim), from_acc<T>(total));
+      }
+      __syncthreads();  // `partial` is reused by the next table row
+    }
+  }
+}
+
+template <typename T>
+void launch_rotary_table_backward(const RotaryTableGradArgs& a, cudaStream_t stream) {
+  if (a.table_rows <= 0 || a.dim <= 0 || (a.grad_cos == nullptr && a.grad_sin == nullptr)) return;
+  constexpr int kVec = kVecOf<T>;
+  const int64_t h = a.dim / 2;
+  bool vector = h % kVec == 0 && (a.grad_cos == nullptr || is_aligned16(a.grad_cos)) &&
+                (a.grad_sin == nullptr || is_aligned16(a.grad_sin));
+  for (const RotaryTableSource& s : a.source) {
+    vector = vector && is_aligned16(s.x) && is_aligned16(s.grad);
+    for (int d = 0; d < s.ndim; ++d) {
+      vector = vector && (s.sizes[d] == 1 || (s.x_strides[d] % kVec == 0 && s.grad_strides[d] % kVec == 0));
+    }
+  }
+  const int64_t pairs = vector ? h / kVec : h;
+  int tx = 1;
+  while (tx < pairs && tx < kTableThreads) tx *= 2;
+  const int ty = kTableThreads / tx;
+  const dim3 block(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
+  const unsigned grid = static_cast<unsigned>(std::min(a.table_rows, kTableMaxBlocks));
+  // tx >= pairs whenever ty > 1: at most 256 * 4 * kVec sums (32 KiB for 16-bit types).
+  const size_t shared = ty > 1 ? static_cast<size_t>(ty) * 2 * a.dim * sizeof(acc_t<T>) : 0;
+  const TableSplit q = split_table_source(a.source[0]);
+  const TableSplit k = split_table_source(a.source[1]);
+  T* const gc = static_cast<T*>(a.grad_cos);
+  T* const gs = static_cast<T*>(a.grad_sin);
+  if (vector) {
+    launch_kernel<rotary_embedding_table_backward_kernel<T, kVec>>(grid, block, shared, stream, q, k, gc, gs,
+                                                                   a.table_rows, a.dim);
+  } else {
+    launch_kernel<rotary_embedding_table_backward_kernel<T, 1>>(grid, block, shared, stream, q, k, gc, gs,
+                                                                a.table_rows, a.dim);
+  }
+}
+
 }  // namespace
 
 void rotary_embedding_forward(DType dtype, const cpu::RotaryEmbeddingArgs& args, cudaStream_t stream) {
@@ -188,6 +409,14 @@ void rotary_embedding_backward(DType dtype, const cpu::RotaryEmbeddingArgs& args
   dispatch_dtype(dtype, [&](auto tag) {
     launch_rotary_embedding<typename decltype(tag)::type, true>(args, stream);
   });
+}
+
+}  // namespace op_ext::cuda
+
+namespace op_ext::cuda {
+
+void rotary_embedding_table_backward(DType dtype, const cpu::RotaryTableGradArgs& args, cudaStream_t stream) {
+  dispatch_dtype(dtype, [&](auto tag) { launch_rotary_table_backward<typename decltype(tag)::type>(args, stream); });
 }
 
 }  // namespace op_ext::cuda
