@@ -140,9 +140,8 @@ def test_kernel_reads_each_tensor_through_its_own_strides():
 @pytest.mark.parametrize("dim", [2, 130, 600, 1032], ids=lambda d: f"D{d}")
 def test_kernel_head_dims(dtype, dim):
     # 2, 130 and 600: halves not a whole number of 16-byte packs (one element per
-    # access); 130: two thread rows meeting in shared memory; 600 (300 pairs, more
-    # than a block's threads) and 1032 in float32 (129 packs): one thread row,
-    # each thread writing its own sums (600: two passes over the row).
+    # access); 2: 32 lane rows of one lane each; 130, 600 and 1032 in float32 (65,
+    # 300 and 129 pairs or packs): one lane row walking the row 32 pairs at a time.
     check_kernel(*inputs((1, 3, 4, dim), (1, 2, 4, dim), (1, 4, dim), dtype, layout="bshd"))
 
 
@@ -150,9 +149,9 @@ def test_kernel_unaligned_inputs_take_the_element_path():
     check_kernel(*inputs((2, 4, 5, 32), (2, 2, 5, 32), (2, 5, 32), torch.bfloat16, offset=1))
 
 
-def test_kernel_more_table_rows_than_blocks():
-    # 2 x 1100 table rows: past the launch's 2048 blocks, the rows loop.
-    check_kernel(*inputs((2, 2, 1100, 8), (2, 1, 1100, 8), (2, 1100, 8), torch.float32), reverse=False)
+def test_kernel_more_table_rows_than_warps():
+    # 2 x 2100 table rows: past the launch's 512 blocks of 8 warps, the warps loop.
+    check_kernel(*inputs((2, 2, 2100, 8), (2, 1, 2100, 8), (2, 2100, 8), torch.float32))
 
 
 def test_kernel_no_heads_gives_zero_gradients():

@@ -180,25 +180,30 @@ void launch_rotary_embedding(const RotaryEmbeddingArgs& a, cudaStream_t stream) 
 //
 // grad_cos and grad_sin (kernel/cpu/rotary_embedding.h) in one launch that reads
 // q, k and their output gradients once each and writes each wanted table row
-// once. A block owns one table row at a time (the blocks walk the rows in a
-// grid-stride loop): threadIdx.x walks the row's pairs, as in the rotation, and
-// threadIdx.y splits the rows summed into it (the heads, and the batch when cos
-// has batch 1) -- row b goes to thread row b % blockDim.y, which adds its rows in
-// increasing b, q's before k's. The thread rows' partial sums then meet in
-// shared memory, where thread t adds column t's partials in thread-row order
-// and writes the column. So every sum's order depends on the sizes only (no
-// atomics), and the bits never change with timing or block order.
-// A head dim with more pairs than a block's threads (h > 128 packs) leaves one
-// thread row: each thread then writes its own sums, pack by pack.
+// once. A warp owns one table row at a time (the warps walk the rows in a
+// grid-stride loop). Its lanes split into kVec-pack columns (lx: the row's pairs,
+// as in the rotation) and lane rows (ly) that split the rows summed into the
+// table row -- the heads, and the batch when cos has batch 1: row b goes to lane
+// row b % lane_rows, which adds its rows in increasing b, q's before k's. The
+// lane rows' sums then meet by __shfl_down_sync in a fixed tree, and lane row 0
+// writes the table row. So every sum's order depends on the sizes only (no
+// atomics, no shared memory, no block barrier), and the bits never change with
+// timing or block order. A head dim of more than 32 packs per half leaves one
+// lane row, which walks the row 32 packs at a time.
+// A warp per table row keeps thousands of warps in flight at training sizes
+// (4096 tokens: 4096 warps, each reading 2 x 40 rows of q, k and their gradients
+// at 32 + 8 heads); the table rows' loads are independent.
 // The leading dims are read by their strides (the glue passes q and k as they
 // are: attention's [batch, heads, seq, dim] views of [batch, seq, heads, dim]
 // memory included), so no copy is made; each of the four tensors' rows is
 // contiguous. 128-bit accesses when every row start is 16-byte aligned.
 
 inline constexpr int kTableThreads = 256;
-// Blocks per launch at most (a few waves of an H100 or H200, as for the rotation);
-// past that the table rows loop.
-inline constexpr int64_t kTableMaxBlocks = 2048;
+inline constexpr int kTableWarps = kTableThreads / 32;
+// Blocks per launch at most: 4096 warps, more than an H100 holds at once (at up to
+// 80 registers a thread, 3 blocks per SM: 396); past that the table rows loop.
+// Small enough that the harness reaches the loop (tests/test_rotary_embedding_tables.py).
+inline constexpr int64_t kTableMaxBlocks = 512;
 
 using cpu::RotaryTableGradArgs;
 using cpu::RotaryTableSource;
@@ -206,7 +211,7 @@ using cpu::RotaryTableSource;
 // One of q, k as the kernel walks it: its leading dims split into those cos spans
 // ("outer": they pick the table row) and those it broadcasts over ("bcast": the
 // rows summed into one table row), size-1 dims dropped; strides in elements.
-// The bcast dims by increasing stride of x, so that consecutive rows of a thread
+// The bcast dims by increasing stride of x, so that consecutive rows of a lane
 // row's loop are near in memory (the heads of one position, in attention's layout).
 struct TableSplit {
   const void* x = nullptr;
@@ -245,11 +250,12 @@ TableSplit split_table_source(const RotaryTableSource& s) {
   return sp;
 }
 
-// Adds source `sp`'s rows of table row o to the thread's sums of pack p:
-// c1/c2 the first and second halves of grad_cos, s1/s2 of grad_sin.
+// Adds source `sp`'s rows b = ly, ly + lane_rows, ... of table row o to the
+// lane's sums of pack p: c1/c2 the first and second halves of grad_cos, s1/s2
+// of grad_sin.
 template <typename T, int kVec>
-__device__ __forceinline__ void add_table_rows(const TableSplit& sp, int64_t o, int64_t p, int64_t pairs,
-                                               acc_t<T> (&c1)[kVec], acc_t<T> (&c2)[kVec],
+__device__ __forceinline__ void add_table_rows(const TableSplit& sp, int64_t o, int64_t p, int64_t pairs, int ly,
+                                               int lane_rows, acc_t<T> (&c1)[kVec], acc_t<T> (&c2)[kVec],
                                                acc_t<T> (&s1)[kVec], acc_t<T> (&s2)[kVec]) {
   using Acc = acc_t<T>;
   using P = Pack<T, kVec>;
@@ -263,7 +269,7 @@ __device__ __forceinline__ void add_table_rows(const TableSplit& sp, int64_t o, 
   }
   const T* x = static_cast<const T*>(sp.x);
   const T* g = static_cast<const T*>(sp.grad);
-  for (int64_t b = threadIdx.y; b < sp.bcast; b += blockDim.y) {
+  for (int64_t b = ly; b < sp.bcast; b += lane_rows) {
     int64_t xo = x0, go = g0, r = b;
     for (int d = 0; d < sp.n_bcast; ++d) {
       const int64_t idx = r % sp.bcast_size[d];
@@ -288,77 +294,65 @@ __device__ __forceinline__ void add_table_rows(const TableSplit& sp, int64_t o, 
   }
 }
 
+// Lane l gets the sum of v over lanes l, l + tx, l + 2 tx, ... of its warp
+// (correct in lane row 0), in a tree fixed by tx.
+template <typename Acc, int kVec>
+__device__ __forceinline__ void sum_lane_rows(Acc (&v)[kVec], int tx) {
+  for (int offset = 16; offset >= tx; offset >>= 1) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) v[e] += __shfl_down_sync(0xffffffffu, v[e], offset);
+  }
+}
+
+template <typename T, int kVec>
+__device__ __forceinline__ void store_table_half_rows(T* row, int64_t p, int64_t pairs, const acc_t<T> (&lo)[kVec],
+                                                      const acc_t<T> (&hi)[kVec]) {
+  using P = Pack<T, kVec>;
+  P a, b;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+    a.v[e] = from_acc<T>(lo[e]);
+    b.v[e] = from_acc<T>(hi[e]);
+  }
+  store_global(reinterpret_cast<P*>(row) + p, a);
+  store_global(reinterpret_cast<P*>(row) + pairs + p, b);
+}
+
+// blockDim (32, kTableWarps): threadIdx.y is the warp. tx: the lanes per lane
+// row (a power of two, at least the pairs or 32).
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kTableThreads)
     rotary_embedding_table_backward_kernel(TableSplit q, TableSplit k, T* grad_cos, T* grad_sin,
-                                           int64_t table_rows, int64_t dim) {
+                                           int64_t table_rows, int64_t dim, int tx) {
   using Acc = acc_t<T>;
-  using P = Pack<T, kVec>;
-  const int64_t h = dim / 2;
-  const int64_t pairs = h / kVec;  // packs per half row
-  const int ty = static_cast<int>(blockDim.y);
-  const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
-  const int nthreads = static_cast<int>(blockDim.x * blockDim.y);
-  // [thread row][grad_cos | grad_sin columns]: used when there are several thread rows.
-  Acc* const partial = reinterpret_cast<Acc*>(dynamic_shared_bytes());
-  for (int64_t o = blockIdx.x; o < table_rows; o += gridDim.x) {
-    for (int64_t p0 = 0; p0 < pairs; p0 += blockDim.x) {
-      const int64_t p = p0 + threadIdx.x;
+  const int64_t pairs = dim / 2 / kVec;  // packs per half row
+  const int lane = static_cast<int>(threadIdx.x);
+  const int lx = lane % tx, ly = lane / tx, lane_rows = 32 / tx;
+  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  for (int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; o < table_rows; o += warp_stride) {
+    // One pass when pairs <= 32; lanes past the row hold zeros through the sums.
+    for (int64_t p0 = 0; p0 < pairs; p0 += tx) {
+      const int64_t p = p0 + lx;
       Acc c1[kVec], c2[kVec], s1[kVec], s2[kVec];
 #pragma unroll
       for (int e = 0; e < kVec; ++e) c1[e] = c2[e] = s1[e] = s2[e] = Acc(0);
       if (p < pairs) {
-        add_table_rows<T, kVec>(q, o, p, pairs, c1, c2, s1, s2);
-        add_table_rows<T, kVec>(k, o, p, pairs, c1, c2, s1, s2);
+        add_table_rows<T, kVec>(q, o, p, pairs, ly, lane_rows, c1, c2, s1, s2);
+        add_table_rows<T, kVec>(k, o, p, pairs, ly, lane_rows, c1, c2, s1, s2);
       }
-      if (ty == 1) {  // the thread's sums are the table's
-        if (p < pairs) {
-          if (grad_cos != nullptr) {
-            P* out = reinterpret_cast<P*>(grad_cos + o * dim);
-            P lo, hi;
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) {
-              lo.v[e] = from_acc<T>(c1[e]);
-              hi.v[e] = from_acc<T>(c2[e]);
-            }
-            store_global(out + p, lo);
-            store_global(out + pairs + p, hi);
-          }
-          if (grad_sin != nullptr) {
-            P* out = reinterpret_cast<P*>(grad_sin + o * dim);
-            P lo, hi;
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) {
-              lo.v[e] = from_acc<T>(s1[e]);
-              hi.v[e] = from_acc<T>(s2[e]);
-            }
-            store_global(out + p, lo);
-            store_global(out + pairs + p, hi);
-          }
-        }
-        continue;
+      // Every lane of the warp takes part (warp-uniform loop bounds).
+      if (grad_cos != nullptr) {
+        sum_lane_rows(c1, tx);
+        sum_lane_rows(c2, tx);
       }
-      // Several thread rows (then blockDim.x >= pairs: one pass of p0).
-      Acc* const mine = partial + threadIdx.y * 2 * dim;
-      if (p < pairs) {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const int64_t j = p * kVec + e;
-          mine[j] = c1[e];
-          mine[h + j] = c2[e];
-          mine[dim + j] = s1[e];
-          mine[dim + h + j] = s2[e];
-        }
+      if (grad_sin != nullptr) {
+        sum_lane_rows(s1, tx);
+        sum_lane_rows(s2, tx);
       }
-      __syncthreads();
-      for (int64_t v = tid; v < 2 * dim; v += nthreads) {
-        T* const out = v < dim ? grad_cos : grad_sin;
-        if (out == nullptr) continue;
-        Acc total = Acc(0);
-        for (int y = 0; y < ty; ++y) total += partial[y * 2 * dim + v];
-        store_global(out + o * dim + (v < dim ? v : v - dim), from_acc<T>(total));
+      if (ly == 0 && p < pairs) {
+        if (grad_cos != nullptr) store_table_half_rows<T, kVec>(grad_cos + o * dim, p, pairs, c1, c2);
+        if (grad_sin != nullptr) store_table_half_rows<T, kVec>(grad_sin + o * dim, p, pairs, s1, s2);
       }
-      __syncthreads();  // `partial` is reused by the next table row
     }
   }
 }
@@ -378,22 +372,19 @@ void launch_rotary_table_backward(const RotaryTableGradArgs& a, cudaStream_t str
   }
   const int64_t pairs = vector ? h / kVec : h;
   int tx = 1;
-  while (tx < pairs && tx < kTableThreads) tx *= 2;
-  const int ty = kTableThreads / tx;
-  const dim3 block(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
-  const unsigned grid = static_cast<unsigned>(std::min(a.table_rows, kTableMaxBlocks));
-  // tx >= pairs whenever ty > 1: at most 256 * 4 * kVec sums (32 KiB for 16-bit types).
-  const size_t shared = ty > 1 ? static_cast<size_t>(ty) * 2 * a.dim * sizeof(acc_t<T>) : 0;
+  while (tx < pairs && tx < 32) tx *= 2;
+  const dim3 block(32, kTableWarps);
+  const unsigned grid = static_cast<unsigned>(std::min(ceil_div(a.table_rows, int64_t{kTableWarps}), kTableMaxBlocks));
   const TableSplit q = split_table_source(a.source[0]);
   const TableSplit k = split_table_source(a.source[1]);
   T* const gc = static_cast<T*>(a.grad_cos);
   T* const gs = static_cast<T*>(a.grad_sin);
   if (vector) {
-    launch_kernel<rotary_embedding_table_backward_kernel<T, kVec>>(grid, block, shared, stream, q, k, gc, gs,
-                                                                   a.table_rows, a.dim);
+    launch_kernel<rotary_embedding_table_backward_kernel<T, kVec>>(grid, block, 0, stream, q, k, gc, gs, a.table_rows,
+                                                                   a.dim, tx);
   } else {
-    launch_kernel<rotary_embedding_table_backward_kernel<T, 1>>(grid, block, shared, stream, q, k, gc, gs,
-                                                                a.table_rows, a.dim);
+    launch_kernel<rotary_embedding_table_backward_kernel<T, 1>>(grid, block, 0, stream, q, k, gc, gs, a.table_rows,
+                                                                a.dim, tx);
   }
 }
 
