@@ -57,15 +57,15 @@ def _configure(arch: str, block_order: str) -> None:
 
 def _without_prototype(name: str) -> bool:
     """An op the harness binds that no prototype describes (a file of
-    csrc/cuda_sim/probes registers it beside custom::<name>'s own files, e.g.
-    rotary_embedding_table_backward)."""
+    csrc/cuda_sim/probes registers it, as the op's own files register custom::<name>;
+    op_defs.extra_ops() lists them)."""
     return name not in _sim_args.load_protos() and _has_kernel(name)
 
 
 def run(op: str, *args, arch: str = "sm_80", block_order: str = "linear", **kwargs):
     """Forward op `op` (one of OPS, or an op without a prototype that the harness
-    binds, such as rotary_embedding_table_backward) on the CPU harness, launch
-    limits of `arch`, blocks in `block_order`."""
+    binds: op_defs.extra_ops()) on the CPU harness, launch limits of `arch`,
+    blocks in `block_order`."""
     if op not in OPS and not _without_prototype(op):
         raise ValueError(f"cuda_sim: no CUDA kernel for op {op!r} (available: {', '.join(OPS)})")
     _configure(arch, block_order)

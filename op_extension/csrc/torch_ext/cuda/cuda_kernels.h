@@ -1,7 +1,7 @@
 // CudaKernels: how the CUDA glue runs a kernel (the Kernels type of glue_util.h),
 // shared by cuda_ops.cpp, which registers every prototype's glue with it, and the
-// files here that register an op without a prototype
-// (rotary_embedding_table.cpp). Only built with the CUDA extension.
+// files here that register an op without a prototype (op_defs.extra_ops()). Only
+// built with the CUDA extension.
 #pragma once
 
 #include <ATen/ATen.h>
