@@ -268,6 +268,20 @@ def test_autograd_of_the_tables_matches_hugging_faces_composite():
 # ---- fake kernel, compile --------------------------------------------------------------------
 
 
+def test_the_fake_takes_the_dtypes_of_the_prototype():
+    from op_extension._protos import load_protos
+    from op_extension.op_defs import rotary_embedding as op_module
+
+    assert op_module.TABLE_DTYPES == tuple(getattr(torch, d) for d in load_protos()["rotary_embedding"].dtypes)
+    args = [t.to("meta") for t in inputs((1, 2, 3, 8), (1, 1, 3, 8), (1, 3, 8), torch.float32)]
+    with pytest.raises(TypeError, match=f"custom::{OP}: q has dtype"):
+        custom.rotary_embedding_table_backward(*[t.to(torch.int32) for t in args])
+    with pytest.raises(ValueError, match=f"custom::{OP}: cos_grad and sin_grad are both false"):
+        custom.rotary_embedding_table_backward(*args, 1, False, False)
+    gc, gs = custom.rotary_embedding_table_backward(*args, 1, True, False)
+    assert gc.shape == (1, 3, 8) and gs.shape == (0,)
+
+
 def test_opcheck():
     args = inputs((2, 4, 5, 16), (2, 2, 5, 16), (1, 5, 16), torch.float32, layout="bshd")
     torch.library.opcheck(custom.rotary_embedding_table_backward.default, (*args, 1, True, True))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from op_extension._protos import load_protos
 from op_extension.toolkit import (LIKE_DENSE_SOURCE, FakeRule, check_dtype, check_same, check_same_shape, eager, fast_path,
                                   placements)
 
@@ -75,8 +74,9 @@ FAKE = {
 }
 
 
-# The dtypes of rotary_embedding's prototype, which the C++ check takes too.
-_DTYPES = tuple(getattr(torch, d) for d in load_protos()["rotary_embedding"].dtypes)
+# The dtypes of rotary_embedding's prototype, which the C++ check takes
+# (gen::kRotaryEmbeddingDtypes; tests/test_rotary_embedding_tables.py keeps them equal).
+TABLE_DTYPES = (torch.float16, torch.float32, torch.bfloat16, torch.float64)
 
 
 def _table_backward_fake(grad_q_embed, grad_k_embed, q, k, cos, unsqueeze_dim=1, cos_grad=True, sin_grad=True):
@@ -86,7 +86,7 @@ def _table_backward_fake(grad_q_embed, grad_k_embed, q, k, cos, unsqueeze_dim=1,
     op = "rotary_embedding_table_backward"
     torch._check_value(cos_grad or sin_grad, lambda: f"custom::{op}: cos_grad and sin_grad are both false: "
                        "nothing to compute")
-    check_dtype(op, q, "q", _DTYPES)
+    check_dtype(op, q, "q", TABLE_DTYPES)
     for t, name in ((k, "k"), (cos, "cos"), (grad_q_embed, "grad_q_embed"), (grad_k_embed, "grad_k_embed")):
         check_same(op, q, "q", t, name)
     _check_rotary(op, q, "q", k, "k", cos, cos, unsqueeze_dim)
