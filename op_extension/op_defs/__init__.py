@@ -138,6 +138,7 @@ def validate(mod: ModuleType, name: str, protos: dict[str, OpProto] | None = Non
     if name not in protos:
         raise OpDefError(f"{where}: no prototype op_protos/{name}.json describes op {name!r}")
     own = {name} | ({protos[name].backward} if protos[name].backward else set())
+    own |= set(getattr(mod, "EXTRA_FAKE", {}) if isinstance(getattr(mod, "EXTRA_FAKE", {}), dict) else ())
     for attr in vars(mod):
         if attr.isupper() and attr not in PIECES:
             close = difflib.get_close_matches(attr, PIECES, n=1, cutoff=0.75)
