@@ -43,7 +43,8 @@ piece (module attribute)   collected by                        default (absent m
                            files), keyed by its name
 =========================  ==================================  =============================================
 
-``op`` keys are the op's own name and its backward op's. ``TOLERANCES`` is
+``op`` keys are the op's own name and its backward op's (and, in ``SHARDING``, an
+``EXTRA_FAKE`` op's). ``TOLERANCES`` is
 ``{dtype: {"<name>.forward" | "<name>.backward": (atol, rtol)}}``, each entry
 with its reason in a comment. A name close to a piece's (``REFERENCE``) or a key
 that is not one of the module's ops is refused when the module is collected. ``TRANSFORM`` is the op's torch.autograd.Function
@@ -137,8 +138,12 @@ def validate(mod: ModuleType, name: str, protos: dict[str, OpProto] | None = Non
     where = getattr(mod, "__file__", None) or mod.__name__
     if name not in protos:
         raise OpDefError(f"{where}: no prototype op_protos/{name}.json describes op {name!r}")
-    own = {name} | ({protos[name].backward} if protos[name].backward else set())
-    own |= set(getattr(mod, "EXTRA_FAKE", {}) if isinstance(getattr(mod, "EXTRA_FAKE", {}), dict) else ())
+    extra = getattr(mod, "EXTRA_FAKE", {})
+    if not isinstance(extra, dict) or set(extra) & set(protos):
+        raise OpDefError(f"{where}: EXTRA_FAKE must be a dict of ops without a prototype, got "
+                         f"{sorted(set(extra) & set(protos)) if isinstance(extra, dict) else type(extra).__name__}")
+    # An op without a prototype is the module's own too (its SHARDING rule, say).
+    own = {name} | ({protos[name].backward} if protos[name].backward else set()) | set(extra)
     for attr in vars(mod):
         if attr.isupper() and attr not in PIECES:
             close = difflib.get_close_matches(attr, PIECES, n=1, cutoff=0.75)
@@ -155,10 +160,6 @@ def validate(mod: ModuleType, name: str, protos: dict[str, OpProto] | None = Non
         if stray:
             raise OpDefError(f"{where}: {attr} has entries for {stray}, which are not ops of this module "
                              f"(its ops: {', '.join(sorted(own))})")
-    extra = getattr(mod, "EXTRA_FAKE", {})
-    if not isinstance(extra, dict) or set(extra) & set(protos):
-        raise OpDefError(f"{where}: EXTRA_FAKE must be a dict of ops without a prototype, got "
-                         f"{sorted(set(extra) & set(protos)) if isinstance(extra, dict) else type(extra).__name__}")
     for dtype, entries in getattr(mod, "TOLERANCES", {}).items():
         for key in entries:
             if key not in (f"{name}.forward", f"{name}.backward"):
