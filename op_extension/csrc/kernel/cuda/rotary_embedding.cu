@@ -402,10 +402,6 @@ void rotary_embedding_backward(DType dtype, const cpu::RotaryEmbeddingArgs& args
   });
 }
 
-}  // namespace op_ext::cuda
-
-namespace op_ext::cuda {
-
 void rotary_embedding_table_backward(DType dtype, const cpu::RotaryTableGradArgs& args, cudaStream_t stream) {
   dispatch_dtype(dtype, [&](auto tag) { launch_rotary_table_backward<typename decltype(tag)::type>(args, stream); });
 }
