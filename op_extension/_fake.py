@@ -181,7 +181,14 @@ def register(protos: dict[str, OpProto] | None = None, namespace: str = "custom"
     """Registers the derived fake kernel of every prototype (default: the built ones of op_protos/)
     as <namespace>::<op>'s, with its op module's FakeRule; `find` and `lib` as
     op_defs.module and torch.library.register_fake take them (tests)."""
+    default = protos is None
     protos = PROTOS if protos is None else protos
     for proto in protos.values():
         rule = op_defs.piece(proto, "FAKE", protos, find)
         torch.library.register_fake(f"{namespace}::{proto.name}", derived_kernel(proto, rule), lib=lib)
+    if default:
+        # The ops without a prototype that the op modules describe (EXTRA_FAKE).
+        for mod in op_defs.MODULES.values():
+            for name, kernel in getattr(mod, "EXTRA_FAKE", {}).items():
+                if hasattr(torch.ops.custom, name):  # a library built before the op has none
+                    torch.library.register_fake(f"{namespace}::{name}", kernel, lib=lib)

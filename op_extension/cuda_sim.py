@@ -55,10 +55,18 @@ def _configure(arch: str, block_order: str) -> None:
     _cuda_sim.set_block_order(block_order)
 
 
+def _without_prototype(name: str) -> bool:
+    """An op the harness binds that no prototype describes (a file of
+    csrc/cuda_sim/probes registers it, as the op's own files register custom::<name>;
+    op_defs.extra_ops() lists them)."""
+    return name not in _sim_args.load_protos() and _has_kernel(name)
+
+
 def run(op: str, *args, arch: str = "sm_80", block_order: str = "linear", **kwargs):
-    """Forward op `op` (one of OPS) on the CPU harness, launch limits of `arch`,
+    """Forward op `op` (one of OPS, or an op without a prototype that the harness
+    binds: op_defs.extra_ops()) on the CPU harness, launch limits of `arch`,
     blocks in `block_order`."""
-    if op not in OPS:
+    if op not in OPS and not _without_prototype(op):
         raise ValueError(f"cuda_sim: no CUDA kernel for op {op!r} (available: {', '.join(OPS)})")
     _configure(arch, block_order)
     return _call(op, args, kwargs)
@@ -138,7 +146,7 @@ def launch_count() -> int:
 
 def _call(name: str, args: tuple, kwargs: dict):
     """cuda_sim::<name>, its arguments converted as its op module's SIMULATOR_ARGS says, if it has one."""
-    if _sim_args.converter(name) is None:
+    if name not in _sim_args.load_protos() or _sim_args.converter(name) is None:
         return _op(name)(*args, **kwargs)
     bound = _sim_args.simulator_args("cuda_sim", name, args, kwargs)
     return _op(name)(**bound)

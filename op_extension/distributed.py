@@ -24,7 +24,7 @@ import sys
 import torch
 
 from . import _built
-from .op_defs import piece
+from .op_defs import MODULES, piece
 
 __all__ = ["LOCAL_SHAPES", "REGISTERED", "register", "rules"]
 
@@ -42,6 +42,11 @@ an output is never split."""
 def rules() -> dict:
     """op name -> its SHARDING rule, for every built op (forward and backward) that has one."""
     found = {name: piece(proto, "SHARDING") for name, proto in _built.BUILT.items()}
+    # The ops without a prototype, in their op module's SHARDING beside its own.
+    for module in MODULES.values():
+        for name in getattr(module, "EXTRA_FAKE", {}):
+            if hasattr(torch.ops.custom, name):  # a library built before the op has none
+                found[name] = getattr(module, "SHARDING", {}).get(name)
     return {name: rule for name, rule in found.items() if rule is not None}
 
 
@@ -93,7 +98,7 @@ def _register_now() -> None:
     LOCAL_SHAPES = local_shapes is not None
     for name, rule in rules().items():
         op = getattr(torch.ops.custom, name).default
-        shaped = _shape_arguments(_built.BUILT[name])
+        shaped = _shape_arguments(_built.BUILT[name]) if name in _built.BUILT else {}
         if len(shaped) == 1 and local_shapes is not None:
             local_shapes[op] = next(iter(shaped.values()))
         elif shaped:

@@ -527,14 +527,18 @@ def test_shared_python_files_name_no_op(name):
 # ---- the worked example: rotary_embedding lives in its own files ----------------------------
 
 # rotary_embedding's own files that the scaffold does not write: helpers its forward
-# and backward kernels share, its hand-written autograd (composite cos/sin
-# gradients), and its probe of the CUDA launchers on the harness.
+# and backward kernels share, its hand-written autograd (with the schema and
+# composite of rotary_embedding_table_backward, its cos/sin gradients, which has no
+# prototype), that op's CUDA registration and harness entry, and its probe of the
+# CUDA launchers on the harness.
 ROPE_OWN_EXTRAS = {
     "op_extension/csrc/kernel/ascendc/rotary_embedding_common.h",
     "op_extension/csrc/host/tiling/rope_tiling.h",
     "op_extension/csrc/host/aclnn/aclnn_rope_common.h",
     "op_extension/csrc/torch_ext/autograd/rotary_embedding.cpp",
     "op_extension/csrc/cuda_sim/probes/rotary_embedding.cpp",
+    "op_extension/csrc/torch_ext/cuda/rotary_embedding_table.cpp",
+    "op_extension/csrc/cuda_sim/probes/rotary_embedding_table.cpp",
 }
 # Shared code that uses the op, as any user of the package could: the Hugging Face
 # patch (the families whose attention applies it) and the benchmark's model

@@ -36,9 +36,15 @@ piece (module attribute)   collected by                        default (absent m
                            setup, composite, bytes moved)
 ``NATIVE = {op: f}``       ``op_extension.tune`` (torch's own  none: the tuner times the op's kernels and
                            op, one of the implementations)     its composite only
+``EXTRA_FAKE = {op: f}``   ``_fake``: the fake kernel of an    none
+                           op of the family that has no
+                           prototype (its schema and kernels
+                           registered by the op's own C++
+                           files), keyed by its name
 =========================  ==================================  =============================================
 
-``op`` keys are the op's own name and its backward op's. ``TOLERANCES`` is
+``op`` keys are the op's own name and its backward op's (and, in ``SHARDING``, an
+``EXTRA_FAKE`` op's). ``TOLERANCES`` is
 ``{dtype: {"<name>.forward" | "<name>.backward": (atol, rtol)}}``, each entry
 with its reason in a comment. A name close to a piece's (``REFERENCE``) or a key
 that is not one of the module's ops is refused when the module is collected. ``TRANSFORM`` is the op's torch.autograd.Function
@@ -85,13 +91,13 @@ from types import ModuleType
 from .. import _built
 from .._protos import OpProto, load_protos
 
-__all__ = ["MODULES", "PIECES", "OpDefError", "forward_name", "module", "piece", "validate"]
+__all__ = ["MODULES", "PIECES", "OpDefError", "extra_ops", "forward_name", "module", "piece", "validate"]
 
 # The module attributes an op module may define; an UPPER_CASE name close to one
 # (REFERENCE, TOLERANCE, ...) is refused, so that a misspelt piece is not
 # silently ignored.
 PIECES = ("FAKE", "REFERENCES", "TOLERANCES", "TRANSFORM", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS", "SHARDING",
-          "BENCH", "NATIVE")
+          "BENCH", "NATIVE", "EXTRA_FAKE")
 _KEYED = ("FAKE", "REFERENCES", "VMAP", "SIMULATOR_ARGS", "NPU_GLUE_ARGS", "SHARDING", "NATIVE")
 
 
@@ -132,7 +138,12 @@ def validate(mod: ModuleType, name: str, protos: dict[str, OpProto] | None = Non
     where = getattr(mod, "__file__", None) or mod.__name__
     if name not in protos:
         raise OpDefError(f"{where}: no prototype op_protos/{name}.json describes op {name!r}")
-    own = {name} | ({protos[name].backward} if protos[name].backward else set())
+    extra = getattr(mod, "EXTRA_FAKE", {})
+    if not isinstance(extra, dict) or set(extra) & set(protos):
+        raise OpDefError(f"{where}: EXTRA_FAKE must be a dict of ops without a prototype, got "
+                         f"{sorted(set(extra) & set(protos)) if isinstance(extra, dict) else type(extra).__name__}")
+    # An op without a prototype is the module's own too (its SHARDING rule, say).
+    own = {name} | ({protos[name].backward} if protos[name].backward else set()) | set(extra)
     for attr in vars(mod):
         if attr.isupper() and attr not in PIECES:
             close = difflib.get_close_matches(attr, PIECES, n=1, cutoff=0.75)
@@ -174,3 +185,10 @@ def _import_op_modules(protos: dict[str, OpProto]) -> dict[str, ModuleType]:
 # The built ops' only: an unbuilt prototype's module would reach for a
 # torch.ops.custom.<op> that is not there, or has another schema.
 MODULES: dict[str, ModuleType] = _import_op_modules(_built.BUILT)
+
+
+def extra_ops() -> set[str]:
+    """The ops without a prototype that the built op modules declare (EXTRA_FAKE):
+    registered by their op's own C++ files, outside what the prototypes derive
+    (no functional API, reference or debug hooks)."""
+    return {name for mod in MODULES.values() for name in getattr(mod, "EXTRA_FAKE", {})}

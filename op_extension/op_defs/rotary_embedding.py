@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from op_extension.toolkit import LIKE_DENSE_SOURCE, FakeRule, check_same_shape, eager, fast_path, placements
+from op_extension.toolkit import (LIKE_DENSE_SOURCE, FakeRule, check_dtype, check_same, check_same_shape, eager, fast_path,
+                                  placements)
 
 _custom = torch.ops.custom
 
@@ -73,6 +74,31 @@ FAKE = {
 }
 
 
+# The dtypes of rotary_embedding's prototype, which the C++ check takes
+# (gen::kRotaryEmbeddingDtypes; tests/test_rotary_embedding_tables.py keeps them equal).
+TABLE_DTYPES = (torch.float16, torch.float32, torch.bfloat16, torch.float64)
+
+
+def _table_backward_fake(grad_q_embed, grad_k_embed, q, k, cos, unsqueeze_dim=1, cos_grad=True, sin_grad=True):
+    # custom::rotary_embedding_table_backward (no prototype: csrc/torch_ext/ops/rotary_embedding.h),
+    # with check_rotary_table's checks and messages: each wanted table gradient
+    # row-major in cos's shape, an unwanted one an empty [0] placeholder.
+    op = "rotary_embedding_table_backward"
+    torch._check_value(cos_grad or sin_grad, lambda: f"custom::{op}: cos_grad and sin_grad are both false: "
+                       "nothing to compute")
+    check_dtype(op, q, "q", TABLE_DTYPES)
+    for t, name in ((k, "k"), (cos, "cos"), (grad_q_embed, "grad_q_embed"), (grad_k_embed, "grad_k_embed")):
+        check_same(op, q, "q", t, name)
+    _check_rotary(op, q, "q", k, "k", cos, cos, unsqueeze_dim)
+    check_same_shape(op, q, "q", grad_q_embed, "grad_q_embed")
+    check_same_shape(op, k, "k", grad_k_embed, "grad_k_embed")
+    return (cos.new_empty(cos.shape) if cos_grad else cos.new_empty((0,)),
+            cos.new_empty(cos.shape) if sin_grad else cos.new_empty((0,)))
+
+
+EXTRA_FAKE = {"rotary_embedding_table_backward": _table_backward_fake}
+
+
 # ---- references ----------------------------------------------------------------------
 
 
@@ -118,9 +144,34 @@ def _shard_rotary_embedding(q, k, cos, sin, unsqueeze_dim=1):
     return found
 
 
+def _shard_table_backward(grad_q_embed, grad_k_embed, q, k, cos, unsqueeze_dim=1, cos_grad=True, sin_grad=True):
+    # The table gradients are sums over what cos broadcasts over: q, k and their
+    # gradients split together on a dim cos spans give tables split on cos's dim;
+    # on a dim it is broadcast along (heads, a batch of 1), Partial tables. Linear
+    # in (grad_q_embed, grad_k_embed) and in (q, k): Partial ones give Partial
+    # tables. An unwanted table (an empty [0] placeholder) stays replicated.
+    R, S, P = placements()
+
+    def outs(t):
+        return [t if cos_grad else R, t if sin_grad else R]
+
+    found = [(outs(R), [R] * 5), (outs(P), [P, P, R, R, R]), (outs(P), [R, R, P, P, R])]
+    if q.ndim != k.ndim:
+        return found
+    at = unsqueeze_dim + cos.ndim + 1 if unsqueeze_dim < 0 else unsqueeze_dim
+    offset = q.ndim - (cos.ndim + 1)
+    for d in range(q.ndim - 1):
+        j = d - offset
+        c = j if j < at else j - 1
+        spans = j >= 0 and j != at and cos.shape[c] == q.shape[d]
+        found.append((outs(S(c) if spans else P), [S(d)] * 4 + [S(c) if spans else R]))
+    return found
+
+
 # The backward is linear in the output gradients as the forward is in q and k,
 # with the same shapes: the same rule.
-SHARDING = {"rotary_embedding": _shard_rotary_embedding, "rotary_embedding_backward": _shard_rotary_embedding}
+SHARDING = {"rotary_embedding": _shard_rotary_embedding, "rotary_embedding_backward": _shard_rotary_embedding,
+            "rotary_embedding_table_backward": _shard_table_backward}
 
 
 # ---- benchmark: python -m op_extension.bench ---------------------------------------

@@ -47,4 +47,41 @@ struct RotaryEmbeddingBackward final : KernelStub<RotaryEmbeddingArgs> {
 };
 inline RotaryEmbeddingBackward rotary_embedding_backward{"rotary_embedding_backward"};
 
+// The gradients of cos and sin (custom::rotary_embedding_table_backward), which
+// autograd asks for only when the tables require grad. With h = dim / 2, for
+// every table row o (a row of the dense cos) and i < h, over the input rows r of
+// q and of k whose cos row (as above) is o, with x = q or k and g = the gradient
+// of its output:
+//   grad_cos[o][j]     = sum_r g[r][j] x[r][j]                (j < dim)
+//   grad_sin[o][i]     = -sum_r g[r][i] x[r][i + h]
+//   grad_sin[o][i + h] = sum_r g[r][i + h] x[r][i]
+// summed in float (double for double), in an order fixed by the sizes alone,
+// rounded once. A CUDA kernel only: the CPU and NPU keys run the op's composite
+// (torch_ext/ops/rotary_embedding.h), which gives the same sums in ATen ops.
+struct RotaryTableSource {
+  const void* x;     // q or k: leading dims by x_strides (elements), head dim contiguous
+  const void* grad;  // the gradient of its output: same sizes, its own strides
+  int ndim;          // leading dims, 1..kMaxDims
+  int64_t sizes[kMaxDims];
+  int64_t x_strides[kMaxDims];
+  int64_t grad_strides[kMaxDims];
+  int64_t cos_row_strides[kMaxDims];  // as RotaryEmbeddingArgs': 0 where cos broadcasts
+};
+
+struct RotaryTableGradArgs {
+  RotaryTableSource source[2];  // q, then k
+  void* grad_cos;               // [table_rows, dim], dense; null: not wanted
+  void* grad_sin;               // same; null: not wanted (never both null)
+  int64_t table_rows;           // rows of the dense cos: every x's cos rows cover them
+  int64_t dim;                  // even, > 0
+};
+
+// The kernel, as the glue names it: no CPU variant (the CPU key runs the
+// composite); its CUDA launcher is bound by cuda::launcher (../cuda/rotary_embedding.cuh).
+struct RotaryEmbeddingTableBackward {
+  using ArgsType = RotaryTableGradArgs;
+  const char* name;
+};
+inline constexpr RotaryEmbeddingTableBackward rotary_embedding_table_backward{"rotary_embedding_table_backward"};
+
 }  // namespace op_ext::cpu

@@ -11,6 +11,7 @@ namespace op_ext::cuda {
 
 void rotary_embedding_forward(DType dtype, const cpu::RotaryEmbeddingArgs& args, cudaStream_t stream);
 void rotary_embedding_backward(DType dtype, const cpu::RotaryEmbeddingArgs& args, cudaStream_t stream);
+void rotary_embedding_table_backward(DType dtype, const cpu::RotaryTableGradArgs& args, cudaStream_t stream);
 
 // The launcher the device glue runs for each kernel of ../cpu/rotary_embedding.h.
 constexpr Launcher<cpu::RotaryEmbeddingArgs> launcher(const cpu::RotaryEmbeddingForward&) {
@@ -18,6 +19,9 @@ constexpr Launcher<cpu::RotaryEmbeddingArgs> launcher(const cpu::RotaryEmbedding
 }
 constexpr Launcher<cpu::RotaryEmbeddingArgs> launcher(const cpu::RotaryEmbeddingBackward&) {
   return {&rotary_embedding_backward};
+}
+constexpr Launcher<cpu::RotaryTableGradArgs> launcher(const cpu::RotaryEmbeddingTableBackward&) {
+  return {&rotary_embedding_table_backward};
 }
 
 }  // namespace op_ext::cuda

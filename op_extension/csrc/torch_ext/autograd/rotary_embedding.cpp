@@ -1,16 +1,26 @@
 // Autograd of custom::rotary_embedding, written by hand: op_extension/_cpp_gen.py derives
 // the autograd of the ops whose backward prototype names say everything, and
 // leaves out those with a file here.
-#include <ATen/OpMathType.h>
-
 #include "../autograd_util.h"
+#include "../ops/rotary_embedding.h"
 
 namespace op_ext {
 namespace {
 
+using TableBackwardSignature = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                          const Tensor&, int64_t, bool, bool);
+
+inline const c10::TypedOperatorHandle<TableBackwardSignature>& rotary_table_backward_op() {
+  static const auto handle = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("custom::rotary_embedding_table_backward", "")
+                                 .typed<TableBackwardSignature>();
+  return handle;
+}
+
 // q and k get their gradients from the backward op. cos and sin usually come
 // from a model's rotary buffers and need none; when they do, their gradients are
-// the composite sums over what they broadcast over (q and k are kept for it only then).
+// the sums over what they broadcast over, from custom::rotary_embedding_table_backward
+// (q and k are kept for it only then).
 class RotaryEmbeddingFunction : public torch::autograd::Function<RotaryEmbeddingFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& cos,
@@ -32,28 +42,14 @@ class RotaryEmbeddingFunction : public torch::autograd::Function<RotaryEmbedding
     const int64_t dim = ctx->saved_data["unsqueeze_dim"].toInt();
     auto [grad_q, grad_k] = rotary_embedding_backward_op().call(grads[0], grads[1], saved[0], saved[1], dim);
     Tensor grad_cos, grad_sin;
-    if (saved.size() == 4 && (ctx->needs_input_grad(2) || ctx->needs_input_grad(3))) {
-      const Tensor& cos = saved[0];
-      const int64_t wrapped = dim < 0 ? dim + cos.dim() + 1 : dim;
-      const std::vector<int64_t> table_shape = cos.unsqueeze(wrapped).sizes().vec();
-      auto rotate_half = [](const Tensor& x) {
-        const int64_t h = x.size(-1) / 2;
-        return at::cat({at::neg(x.narrow(-1, h, h)), x.narrow(-1, 0, h)}, -1);
-      };
-      // The products and their sums over heads (and batch) in float for 16-bit
-      // tables, rounded once, as the kernels round q_embed and k_embed: in
-      // float16 the sum of 32 heads' products would lose ~1e-3 relative.
-      const c10::ScalarType table_dtype = cos.scalar_type();
-      const c10::ScalarType opmath = at::toOpMathType(table_dtype);
-      auto wide = [&](const Tensor& t) { return t.to(opmath); };
-      auto reduce = [&](const Tensor& t) { return t.sum_to_size(table_shape).squeeze(wrapped); };
-      const Tensor q = wide(saved[2]), k = wide(saved[3]), dq = wide(grads[0]), dk = wide(grads[1]);
-      if (ctx->needs_input_grad(2)) {
-        grad_cos = at::add(reduce(at::mul(dq, q)), reduce(at::mul(dk, k))).to(table_dtype);
-      }
-      if (ctx->needs_input_grad(3)) {
-        grad_sin = at::add(reduce(at::mul(dq, rotate_half(q))), reduce(at::mul(dk, rotate_half(k)))).to(table_dtype);
-      }
+    const bool cos_grad = ctx->needs_input_grad(2), sin_grad = ctx->needs_input_grad(3);
+    if (saved.size() == 4 && (cos_grad || sin_grad)) {
+      // One op, so that CUDA reads q, k and their gradients once (a kernel) and
+      // tracing sees one node; only the tables asked for are computed.
+      auto [gc, gs] = rotary_table_backward_op().call(grads[0], grads[1], saved[2], saved[3], saved[0], dim, cos_grad,
+                                                      sin_grad);
+      if (cos_grad) grad_cos = gc;
+      if (sin_grad) grad_sin = gs;
     }
     return {grad_q, grad_k, grad_cos, grad_sin, Tensor()};
   }
@@ -73,8 +69,21 @@ std::tuple<Tensor, Tensor> rotary_embedding_autograd(const Tensor& q, const Tens
 
 }  // namespace
 
+// custom::rotary_embedding_table_backward, which has no prototype (see
+// ops/rotary_embedding.h): its schema, its composite for every device without a
+// kernel of its own (CPU, NPU; CUDA registers its kernel in
+// torch_ext/cuda/rotary_embedding_table.cpp) and no double backward.
+TORCH_LIBRARY_FRAGMENT(custom, m) {
+  m.def(glue::kRotaryTableBackwardSchema);
+}
+
+TORCH_LIBRARY_IMPL(custom, CompositeExplicitAutograd, m) {
+  m.impl(glue::kRotaryTableBackward, &glue::rotary_table_composite);
+}
+
 TORCH_LIBRARY_IMPL(custom, Autograd, m) {
   m.impl("rotary_embedding", &rotary_embedding_autograd);
+  m.impl(glue::kRotaryTableBackward, torch::autograd::autogradNotImplementedFallback());
 }
 
 }  // namespace op_ext

@@ -7,6 +7,8 @@
 #include <array>
 #include <numeric>
 
+#include <ATen/OpMathType.h>
+
 #include "../../kernel/cpu/rotary_embedding.h"
 #include "../glue_util.h"
 
@@ -150,6 +152,120 @@ std::tuple<Tensor, Tensor> rotary_embedding_backward(const Tensor& grad_q_embed,
   return rotary_pair(
       op, [&](DType d, const cpu::RotaryEmbeddingArgs& a) { kernels(cpu::rotary_embedding_backward, d, a); },
       grad_q_embed, "grad_q_embed", grad_k_embed, "grad_k_embed", r);
+}
+
+// ---- custom::rotary_embedding_table_backward: the gradients of cos and sin ---------------
+//
+// What RotaryEmbeddingFunction's backward (csrc/torch_ext/autograd/rotary_embedding.cpp)
+// calls when cos or sin requires grad: grad_cos, the sum of grad_q_embed * q and
+// grad_k_embed * k over what cos broadcasts over (the heads; the batch where cos
+// has batch 1), and grad_sin, that of the gradients times rotate_half(q) and
+// rotate_half(k); each only where its flag asks for it, else an empty [0]
+// placeholder. It has no prototype: op_protos/ describes ops with an Ascend
+// kernel (every prototype gets an aclnn entry and an npu registration), and this
+// one's Ascend path is the composite. Its schema and the composite (the
+// CompositeExplicitAutograd kernel: CPU, NPU) are registered by the autograd file
+// above, its CUDA kernel by torch_ext/cuda/rotary_embedding_table.cpp, its harness
+// entry by csrc/cuda_sim/probes/rotary_embedding_table.cpp, its fake kernel by
+// op_extension/op_defs/rotary_embedding.py (EXTRA_FAKE).
+inline constexpr const char* kRotaryTableBackward = "rotary_embedding_table_backward";
+inline constexpr const char* kRotaryTableBackwardSchema =
+    "rotary_embedding_table_backward(Tensor grad_q_embed, Tensor grad_k_embed, Tensor q, Tensor k, Tensor cos, "
+    "int unsqueeze_dim=1, bool cos_grad=True, bool sin_grad=True) -> (Tensor grad_cos, Tensor grad_sin)";
+
+// Every check of the op, before anything is allocated or run (the fake kernel's
+// are the same, with the same messages).
+inline RotaryInputs check_rotary_table(const char* op, const Tensor& grad_q_embed, const Tensor& grad_k_embed,
+                                       const Tensor& q, const Tensor& k, const Tensor& cos, int64_t unsqueeze_dim,
+                                       bool cos_grad, bool sin_grad) {
+  TORCH_CHECK_VALUE(cos_grad || sin_grad, op, ": cos_grad and sin_grad are both false: nothing to compute");
+  // cos stands for sin too: the tables share one shape.
+  const RotaryInputs r = check_rotary(op, q, "q", k, "k", cos, cos, unsqueeze_dim, gen::kRotaryEmbeddingDtypes);
+  check_same(op, q, "q", grad_q_embed, "grad_q_embed");
+  check_same(op, q, "q", grad_k_embed, "grad_k_embed");
+  check_same_shape(op, q, "q", grad_q_embed, "grad_q_embed");
+  check_same_shape(op, k, "k", grad_k_embed, "grad_k_embed");
+  rotary_args(op, q, "q", r);
+  rotary_args(op, k, "k", r);
+  return r;
+}
+
+inline Tensor rotary_table_output(const Tensor& cos, bool wanted) {
+  return wanted ? at::empty(cos.sizes(), cos.options().memory_format(at::MemoryFormat::Contiguous))
+                : at::empty({0}, cos.options());
+}
+
+// The composite: ATen ops on any device (the CompositeExplicitAutograd kernel).
+// Products and sums in float for 16-bit tables, rounded once, as the kernel.
+inline std::tuple<Tensor, Tensor> rotary_table_composite(const Tensor& grad_q_embed, const Tensor& grad_k_embed,
+                                                         const Tensor& q, const Tensor& k, const Tensor& cos,
+                                                         int64_t unsqueeze_dim, bool cos_grad, bool sin_grad) {
+  constexpr const char* op = "custom::rotary_embedding_table_backward";
+  const RotaryInputs r = check_rotary_table(op, grad_q_embed, grad_k_embed, q, k, cos, unsqueeze_dim, cos_grad,
+                                            sin_grad);
+  const auto table_shape = cos.unsqueeze(r.unsqueeze_dim).sym_sizes().vec();
+  auto rotate_half = [](const Tensor& x) {
+    const c10::SymInt h = x.sym_size(-1) / 2;
+    return at::cat({at::neg(x.narrow_symint(-1, h, h)), x.narrow_symint(-1, 0, h)}, -1);
+  };
+  const c10::ScalarType table_dtype = cos.scalar_type();
+  const c10::ScalarType opmath = at::toOpMathType(table_dtype);
+  auto wide = [&](const Tensor& t) { return t.to(opmath); };
+  auto reduce = [&](const Tensor& t) { return t.sum_to_size_symint(table_shape).squeeze(r.unsqueeze_dim); };
+  const Tensor qw = wide(q), kw = wide(k), dq = wide(grad_q_embed), dk = wide(grad_k_embed);
+  Tensor grad_cos = at::empty({0}, cos.options()), grad_sin = at::empty({0}, cos.options());
+  if (cos_grad) {
+    grad_cos = at::add(reduce(at::mul(dq, qw)), reduce(at::mul(dk, kw))).to(table_dtype).contiguous();
+  }
+  if (sin_grad) {
+    grad_sin = at::add(reduce(at::mul(dq, rotate_half(qw))), reduce(at::mul(dk, rotate_half(kw))))
+                   .to(table_dtype)
+                   .contiguous();
+  }
+  return {grad_cos, grad_sin};
+}
+
+// The kernel's view of x (q or k) and its gradient: x's leading dims as
+// rotary_args sees them, each tensor read in place through its strides (only a
+// head dim that is not contiguous is copied).
+inline cpu::RotaryTableSource rotary_table_source(const cpu::RotaryEmbeddingArgs& a, const Tensor& x,
+                                                  const Tensor& grad) {
+  cpu::RotaryTableSource s{};
+  s.x = x.const_data_ptr();
+  s.grad = grad.const_data_ptr();
+  s.ndim = a.ndim;
+  for (int d = 0; d < a.ndim; ++d) {
+    s.sizes[d] = a.sizes[d];
+    s.cos_row_strides[d] = a.cos_row_strides[d];
+    s.x_strides[d] = x.stride(d);
+    s.grad_strides[d] = grad.stride(d);
+  }
+  return s;
+}
+
+template <typename Kernels>
+std::tuple<Tensor, Tensor> rotary_embedding_table_backward(const Tensor& grad_q_embed, const Tensor& grad_k_embed,
+                                                           const Tensor& q, const Tensor& k, const Tensor& cos,
+                                                           int64_t unsqueeze_dim, bool cos_grad, bool sin_grad) {
+  constexpr const char* op = "custom::rotary_embedding_table_backward";
+  const Kernels kernels(q);
+  const RotaryInputs r = check_rotary_table(op, grad_q_embed, grad_k_embed, q, k, cos, unsqueeze_dim, cos_grad,
+                                            sin_grad);
+  const cpu::RotaryEmbeddingArgs qa = rotary_args(op, q, "q", r);
+  const cpu::RotaryEmbeddingArgs ka = rotary_args(op, k, "k", r);
+  auto rows = [](const Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); };
+  const Tensor qx = rows(q), kx = rows(k), dq = rows(grad_q_embed), dk = rows(grad_k_embed);
+  Tensor grad_cos = rotary_table_output(cos, cos_grad);
+  Tensor grad_sin = rotary_table_output(cos, sin_grad);
+  cpu::RotaryTableGradArgs a{};
+  a.source[0] = rotary_table_source(qa, qx, dq);
+  a.source[1] = rotary_table_source(ka, kx, dk);
+  a.grad_cos = cos_grad ? grad_cos.mutable_data_ptr() : nullptr;
+  a.grad_sin = sin_grad ? grad_sin.mutable_data_ptr() : nullptr;
+  a.dim = qa.dim;
+  a.table_rows = a.dim > 0 ? cos.numel() / a.dim : 0;
+  if (a.table_rows > 0 && a.dim > 0) kernels(cpu::rotary_embedding_table_backward, kernel_dtype(q.scalar_type()), a);
+  return {grad_cos, grad_sin};
 }
 
 }  // namespace op_ext::glue
