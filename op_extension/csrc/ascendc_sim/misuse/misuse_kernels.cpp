@@ -366,6 +366,23 @@ void DcacheCleanEveryLine(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 12,
 void DcacheCleanEveryLineLong(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 4, 40, CleanMode::kEveryLine); }
 void DcacheCleanEntire(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 4, 40, CleanMode::kEntireCache); }
 
+// Block kBlock alone writes dst = 2 * src.
+template <int64_t kBlock>
+void DoubleSrcIntoDst(GM_ADDR src, GM_ADDR dst) {
+  if (GetBlockIdx() != kBlock) return;
+  Buffers b = Bind(src, dst);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> que;
+  pipe.InitBuffer(que, 1, kCount * sizeof(float));
+  LocalTensor<float> t = que.AllocTensor<float>();
+  DataCopy(t, b.src, kCount);
+  t = HandOver(que, t);
+  Muls(t, t, 2.0f, kCount);
+  t = HandOver(que, t);
+  DataCopy(b.dst, t, kCount);
+  que.FreeTensor(t);
+}
+
 // Core 0 reads dst[0] with GetValue (its line is now cached), DataCopies
 // 2 * src over dst, then reads dst[1] again: the cached line still holds the old
 // value. With `invalidate`, a DataCacheCleanAndInvalid before the second read
@@ -373,18 +390,8 @@ void DcacheCleanEntire(GM_ADDR src, GM_ADDR dst) { StoreDoubled(src, dst, 4, 40,
 void ScalarReadAfterDma(GM_ADDR src, GM_ADDR dst, bool invalidate) {
   if (GetBlockIdx() != 0) return;
   Buffers b = Bind(src, dst);
-  TPipe pipe;
-  TQue<TPosition::VECIN, 1> que;
-  pipe.InitBuffer(que, 1, kCount * sizeof(float));
   const float before = b.dst.GetValue(0);
-  LocalTensor<float> t = que.AllocTensor<float>();
-  DataCopy(t, b.src, kCount);
-  que.EnQue(t);
-  t = que.DeQue<float>();
-  Muls(t, t, 2.0f, kCount);
-  t = HandOver(que, t);
-  DataCopy(b.dst, t, kCount);
-  que.FreeTensor(t);
+  DoubleSrcIntoDst<0>(src, dst);
   if (invalidate) DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(b.dst);
   const float after = b.dst.GetValue(1);  // MISTAKE without `invalidate`: stale line
   (void)before;
@@ -434,23 +441,6 @@ void ScalarReadDst0(GM_ADDR src, GM_ADDR dst) {
   if (GetBlockIdx() != kBlock) return;
   Buffers b = Bind(src, dst);
   (void)b.dst.GetValue(0);
-}
-
-// Block kBlock alone writes dst = 2 * src.
-template <int64_t kBlock>
-void DoubleSrcIntoDst(GM_ADDR src, GM_ADDR dst) {
-  if (GetBlockIdx() != kBlock) return;
-  Buffers b = Bind(src, dst);
-  TPipe pipe;
-  TQue<TPosition::VECIN, 1> que;
-  pipe.InitBuffer(que, 1, kCount * sizeof(float));
-  LocalTensor<float> t = que.AllocTensor<float>();
-  DataCopy(t, b.src, kCount);
-  t = HandOver(que, t);
-  Muls(t, t, 2.0f, kCount);
-  t = HandOver(que, t);
-  DataCopy(b.dst, t, kCount);
-  que.FreeTensor(t);
 }
 
 void ScalarReadDst1(GM_ADDR src, GM_ADDR dst, bool invalidate) {

@@ -405,7 +405,7 @@ inline DcacheLine& DcacheFill(CoreState& core, uintptr_t addr) {
   return line;
 }
 
-inline void CheckNotWrittenByOtherCore(const void* p, uint64_t bytes, const std::string& what);
+inline void RecordGmRead(const void* p, uint64_t bytes, const std::string& what);
 
 // A scalar load (GlobalTensor::GetValue) of [p, p + bytes), already bounds-checked.
 inline void DcacheRead(void* out, const void* p, uint64_t bytes, const std::string& what) {
@@ -415,7 +415,7 @@ inline void DcacheRead(void* out, const void* p, uint64_t bytes, const std::stri
     std::memcpy(out, p, bytes);
     return;
   }
-  CheckNotWrittenByOtherCore(p, bytes, what);
+  RecordGmRead(p, bytes, what);
   auto* o = static_cast<uint8_t*>(out);
   for (uint64_t i = 0; i < bytes; ++i) {
     const uintptr_t a = addr + i;
@@ -639,12 +639,12 @@ inline void ResetGmWriters() {
   }
 }
 
-// A read (scalar or DMA) of [p, p + bytes) by the current core, of bytes another
-// core wrote in this launch: the cores run concurrently and no kernel here
-// synchronises them (the simulator provides no SyncAll), so what the read sees
-// depends on timing; through the data cache it may also see an older line.
-// The read is recorded, for a later core that would change those bytes (WriteGm).
-inline void CheckNotWrittenByOtherCore(const void* p, uint64_t bytes, const std::string& what) {
+// A read (scalar or DMA) of [p, p + bytes) by the current core, recorded for a
+// later core that would change those bytes (WriteGm); and failing on bytes
+// another core wrote in this launch: the cores run concurrently and no kernel
+// here synchronises them (the simulator provides no SyncAll), so what the read
+// sees depends on timing; through the data cache it may also see an older line.
+inline void RecordGmRead(const void* p, uint64_t bytes, const std::string& what) {
   const CoreState* core = Device().core;
   if (core == nullptr) return;
   const auto addr = reinterpret_cast<uintptr_t>(p);

@@ -112,7 +112,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
   T* d = dst.Access(count, api, true);
   const T* s = src.Access(count, api);
   ascendc_sim::CheckDmaReadNotDirty(s, bytes, api);
-  ascendc_sim::CheckNotWrittenByOtherCore(s, bytes, api);
+  ascendc_sim::RecordGmRead(s, bytes, api);
   const uint64_t n = ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kMte2);
   ascendc_sim::ReadGmByMte2(n, api, reinterpret_cast<uintptr_t>(s), bytes);
   dst.Use(ascendc_sim::Pipe::kMte2, n, api, count, true);
@@ -188,7 +188,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
   const uint64_t n = ascendc_sim::IssueInstruction(ascendc_sim::Pipe::kMte2);
   for (uint32_t b = 0; b < params.blockCount; ++b) {
     ascendc_sim::CheckDmaReadNotDirty(s + b * gmPitch, params.blockLen, api);
-    ascendc_sim::CheckNotWrittenByOtherCore(s + b * gmPitch, params.blockLen, api);
+    ascendc_sim::RecordGmRead(s + b * gmPitch, params.blockLen, api);
     ascendc_sim::ReadGmByMte2(n, api, reinterpret_cast<uintptr_t>(s + b * gmPitch), params.blockLen);
     dst[uint32_t(b * rowPitch / sizeof(T))].Use(ascendc_sim::Pipe::kMte2, n, api, rowBytes / sizeof(T), true);
     uint8_t* row = d + b * rowPitch;
