@@ -7,10 +7,12 @@
 //
 // Weight and bias gradients are sums over rows. The rows are cut into at most
 // kMaxGroups contiguous groups (a function of the row count only); the block of
-// a group adds its rows' contributions into its own partial row of a float
-// workspace (each thread to the columns it owns, so no atomics and no barrier),
-// and sum_partials_kernel then adds the partial rows in a fixed order. The
-// result is bit-identical run after run.
+// a group keeps its rows' contributions in registers and writes them once to
+// its own partial row of a float workspace (each thread to the columns it owns,
+// so no atomics and no barrier), and sum_partials_kernel then adds the partial
+// rows in a fixed order. Rows too long to hold take a statistics launch and a
+// column launch instead ("rows too long to hold" below). Either way the result
+// is bit-identical run after run.
 #include <algorithm>
 #include <type_traits>
 
@@ -44,24 +46,6 @@ RowGroups row_groups(int64_t rows) {
   return g;
 }
 
-// partial[j .. j + kVec) = values for the first row of a group, += for the
-// others: the thread's whole slice as one access, so a warp's lanes read and
-// write neighbouring packs (one float per lane, kVec apart, touched a sector
-// per lane: 0.35 sector efficiency on 16-bit rows).
-template <int kVec, typename Acc>
-__device__ __forceinline__ void accumulate(Acc* partial, bool first_row, const Acc (&values)[kVec]) {
-  Pack<Acc, kVec> pack;
-  if (first_row) {
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) pack.v[e] = values[e];
-  } else {
-    pack = load_pack<kVec>(partial);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) pack.v[e] += values[e];
-  }
-  store_pack<kVec>(partial, pack);
-}
-
 // ---- the slices of a row a thread owns ----------------------------------------------
 
 // The row slices a thread owns, v = threadIdx.x + i * blockDim.x (each kVec
@@ -82,26 +66,37 @@ __device__ __forceinline__ void for_each_slice(int64_t accesses, const F& f) {
   }
 }
 
+// Whether a row of `cols` elements is held: at most kMaxRowThreads x the held
+// slices per thread (kHeldVec on the 128-bit path, kHeldScalar on the other).
+template <typename T, int kHeldVec, int kHeldScalar>
+bool row_is_held(const RowLaunch& launch, int64_t cols) {
+  const int64_t accesses = launch.vectorized ? cols / kVecOf<T> : cols;
+  return accesses <= int64_t{kMaxRowThreads} * (launch.vectorized ? kHeldVec : kHeldScalar);
+}
+
 // Launches a row norm's kernel<kVec, kHeld> for rows planned as `launch`:
 // run(vec, held, threads) with vec and held std::integral_constants. A row of at
 // most kMaxRowThreads x held slices is held (kHeldVec or kHeldScalar slices per
 // thread, one thread per held slices, a multiple of 32); a longer one is not
-// (kHeld 0, the planned block).
-template <typename T, int kHeldVec, int kHeldScalar, typename Run>
+// (kHeld 0, the planned block), unless kHeldOnly: then the caller took longer
+// rows elsewhere and no kHeld 0 kernel is instantiated.
+template <typename T, int kHeldVec, int kHeldScalar, bool kHeldOnly = false, typename Run>
 void launch_held(const RowLaunch& launch, int64_t cols, const Run& run) {
   const int64_t accesses = launch.vectorized ? cols / kVecOf<T> : cols;
   const int held_slices = launch.vectorized ? kHeldVec : kHeldScalar;
-  const bool held = accesses <= int64_t{kMaxRowThreads} * held_slices;
+  const bool held = row_is_held<T, kHeldVec, kHeldScalar>(launch, cols);
   const int64_t held_threads = std::max<int64_t>(32, ceil_div(ceil_div(accesses, held_slices), 32) * 32);
   using std::integral_constant;
   if (launch.vectorized && held) {
     run(integral_constant<int, kVecOf<T>>{}, integral_constant<int, kHeldVec>{}, static_cast<int>(held_threads));
-  } else if (launch.vectorized) {
-    run(integral_constant<int, kVecOf<T>>{}, integral_constant<int, 0>{}, launch.threads);
   } else if (held) {
     run(integral_constant<int, 1>{}, integral_constant<int, kHeldScalar>{}, static_cast<int>(held_threads));
-  } else {
-    run(integral_constant<int, 1>{}, integral_constant<int, 0>{}, launch.threads);
+  } else if constexpr (!kHeldOnly) {
+    if (launch.vectorized) {
+      run(integral_constant<int, kVecOf<T>>{}, integral_constant<int, 0>{}, launch.threads);
+    } else {
+      run(integral_constant<int, 1>{}, integral_constant<int, 0>{}, launch.threads);
+    }
   }
 }
 
@@ -304,6 +299,188 @@ void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
   });
 }
 
+// ---- backward norms: the statistics of a row, and rows too long to hold ---------------
+//
+// A backward row of at most kMaxRowThreads x the held slices keeps the thread's
+// slices of the weight and of the weight- (and bias-) gradient sums in
+// registers across its group's rows (rms_norm_backward_kernel,
+// layer_norm_backward_kernel). A longer row cannot, and takes two launches
+// instead, with no partial rows and no sum_partials launch:
+//  1. a statistics kernel: a block per step of up to kMaxStepRows rows reads
+//     x and dy once (the weight once per step) and writes each row's
+//     statistics (kStats values at row * kStats of the workspace);
+//  2. long_row_backward_columns_kernel: a block per 32 accesses of the
+//     columns walks all the rows, reads x and dy a second time (the one extra
+//     read of the row inputs these rows are allowed), writes dx, and keeps the
+//     weight (and bias) gradient sums of its columns in registers: warp w adds
+//     rows w, w + warps, ... of each batch of kLongRowBatch rows, the warps'
+//     sums are added in warp order and written once. No atomics: the same
+//     bits every run.
+// Before, such a row re-read the weight and read-modify-wrote a float partial
+// row for every row: 1.39-2.63x its minimum bytes (docs/cuda.md).
+
+// Where a backward row's statistics sit (the first 3 shared by both norms).
+inline constexpr int kStatRstd = 0;
+inline constexpr int kStatMeanGxhat = 1;  // rstd * mean(g * d): g = dy * w, d = x (RMSNorm) or x - mean
+inline constexpr int kStatScale = 2;      // 1, or the power of two the row's statistics were taken at
+inline constexpr int kStatMean = 3;       // LayerNorm: mean of x * scale
+inline constexpr int kStatMeanG = 4;      // LayerNorm: mean(g)
+
+inline constexpr int kLongRowWarps = 8;
+// Threads of a statistics block: a step's 4 rows of moments (LayerNorm: 16
+// values) and a pack of x, dy and the weight need more than the 64 registers
+// of a 1024-thread block (check_cuda_compile.sh showed spills); in double, 2
+// rows a step and 256 threads.
+template <typename Acc>
+inline constexpr int kLongRowStatsThreads = sizeof(Acc) == 8 ? 256 : 512;
+template <typename Acc>
+inline constexpr int kLongRowStepRows = sizeof(Acc) == 8 ? 2 : kMaxStepRows;
+inline constexpr int kLongRowBatch = 32;
+
+// The weight's pack at access v as Acc, or ones without a weight (g = dy * 1 is dy).
+template <int kVec, typename T>
+__device__ __forceinline__ void weight_or_ones(const T* weight, int64_t v, acc_t<T> (&w)[kVec]) {
+  if (weight != nullptr) {
+    load_acc<kVec>(weight + v * kVec, w);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) w[e] = acc_t<T>(1);
+  }
+}
+
+// Writes each of a step's rows' statistics, stats[r], to out + (row0 + r) *
+// kStats: thread r writes row r's as one pack, so a step's rows are one
+// contiguous warp-wide store.
+template <int kStats, int kStep, typename Acc>
+__device__ __forceinline__ void store_row_stats(Acc* out, int64_t row0, int nrows,
+                                                const Acc (&stats)[kStep][kStats]) {
+  const int r = static_cast<int>(threadIdx.x);
+  if (r >= nrows) return;
+  Pack<Acc, kStats> pack;
+#pragma unroll
+  for (int q = 0; q < kStep; ++q) {
+    if (q == r) {
+#pragma unroll
+      for (int k = 0; k < kStats; ++k) pack.v[k] = stats[q][k];
+    }
+  }
+  store_pack<kStats>(out + (row0 + r) * kStats, pack);
+}
+
+// A long row's backward pointers, for long_row_backward_columns_kernel.
+template <typename T>
+struct LongRowBackward {
+  int64_t rows = 0, cols = 0;
+  const T* input = nullptr;
+  const T* grad_output = nullptr;
+  const T* weight = nullptr;             // null: 1
+  const T* grad_residual_out = nullptr;  // null: none (added to dx when set)
+  T* grad_input = nullptr;
+  T* column_sums[2] = {nullptr, nullptr};  // Norm::kSums column sums; null: not wanted
+};
+
+// Pass 2 of a long row's backward (above): Norm(stats, x, dy, w, dx, sums)
+// computes one pack's dx and adds its terms to the column sums. A block of
+// 32 x warps threads takes 32 accesses of kVec columns (one per lane) at a
+// time; its weight, read by warp 0, and the statistics of kLongRowBatch rows at
+// a time (one pack per row, read by the first threads: one contiguous load) are
+// staged in shared memory, so that the warps do not each read them.
+template <typename T, int kVec, typename Norm>
+__global__ void __launch_bounds__(kLongRowWarps * 32)
+    long_row_backward_columns_kernel(LongRowBackward<T> a, const acc_t<T>* stats, Norm norm) {
+  using Acc = acc_t<T>;
+  constexpr int kStats = Norm::kStats;
+  constexpr int kSums = Norm::kSums;
+  __shared__ Acc batch_stats[kLongRowBatch][kStats];
+  __shared__ Acc warp_sums[kLongRowWarps][kSums][32 * kVec];
+  __shared__ Acc chunk_weight[32 * kVec];
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  const int64_t accesses = a.cols / kVec;
+  bool want_sums = false;
+#pragma unroll
+  for (int s = 0; s < kSums; ++s) want_sums = want_sums || a.column_sums[s] != nullptr;
+  for (int64_t chunk = blockIdx.x; chunk * 32 < accesses; chunk += gridDim.x) {
+    const int64_t v = chunk * 32 + lane;
+    const bool active = v < accesses;
+    const int64_t j = v * kVec;
+    // Warp 0 reads the chunk's weight; the other warps take it from shared memory.
+    if (warp == 0) {
+      Acc w0[kVec];
+      weight_or_ones<kVec>(active ? a.weight : nullptr, v, w0);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) chunk_weight[lane * kVec + e] = w0[e];
+    }
+    __syncthreads();
+    Acc w[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) w[e] = chunk_weight[lane * kVec + e];
+    Acc sums[kSums][kVec] = {};
+    for (int64_t b = 0; b < a.rows; b += kLongRowBatch) {
+      const int batch = static_cast<int>(min(int64_t{kLongRowBatch}, a.rows - b));
+      __syncthreads();  // the previous batch's readers are done with batch_stats
+      if (static_cast<int>(threadIdx.x) < batch) {
+        const Pack<Acc, kStats> pack = load_pack<kStats>(stats + (b + threadIdx.x) * kStats);
+#pragma unroll
+        for (int k = 0; k < kStats; ++k) batch_stats[threadIdx.x][k] = pack.v[k];
+      }
+      __syncthreads();
+      if (!active) continue;
+      for (int r = warp; r < batch; r += warps) {
+        const int64_t offset = (b + r) * a.cols + j;
+        Acc xv[kVec], dyv[kVec], out[kVec];
+        load_acc<kVec>(a.input + offset, xv);
+        load_acc<kVec>(a.grad_output + offset, dyv);
+        norm(batch_stats[r], xv, dyv, w, out, sums);
+        if (a.grad_residual_out != nullptr) {
+          Acc gr[kVec];
+          load_acc<kVec>(a.grad_residual_out + offset, gr);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) out[e] = out[e] + gr[e];
+        }
+        store_acc<kVec>(a.grad_input + offset, out);
+      }
+    }
+    if (want_sums) {
+#pragma unroll
+      for (int s = 0; s < kSums; ++s) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) warp_sums[warp][s][lane * kVec + e] = sums[s][e];
+      }
+      __syncthreads();
+    }
+    if (want_sums && warp == 0 && active) {
+#pragma unroll
+      for (int s = 0; s < kSums; ++s) {
+        if (a.column_sums[s] == nullptr) continue;
+        Acc total[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) total[e] = warp_sums[0][s][lane * kVec + e];
+        for (int other = 1; other < warps; ++other) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) total[e] += warp_sums[other][s][lane * kVec + e];
+        }
+        store_acc<kVec>(a.column_sums[s] + j, total);
+      }
+    }
+    __syncthreads();  // every warp is done with chunk_weight and warp_sums before the next chunk's
+  }
+}
+
+template <typename T, typename Norm>
+void launch_long_row_columns(const LongRowBackward<T>& a, bool vectorized, const acc_t<T>* stats,
+                             const Norm& norm, cudaStream_t stream) {
+  const int64_t accesses = vectorized ? a.cols / kVecOf<T> : a.cols;
+  const unsigned grid = grid_for(accesses, 32);
+  const int threads = static_cast<int>(32 * std::clamp<int64_t>(a.rows, 1, kLongRowWarps));
+  if (vectorized) {
+    launch_kernel<long_row_backward_columns_kernel<T, kVecOf<T>, Norm>>(grid, threads, 0, stream, a, stats, norm);
+  } else {
+    launch_kernel<long_row_backward_columns_kernel<T, 1, Norm>>(grid, threads, 0, stream, a, stats, norm);
+  }
+}
+
 // ---- RMSNorm backward -------------------------------------------------------------
 
 // Slices per thread the backward norms hold in registers (the weight and the
@@ -312,7 +489,8 @@ void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
 // (check_cuda_compile.sh refuses spills). A row of up to 1024 x kHeldSlices
 // slices (8192 elements in float and 16-bit, 4096 in double, on the 128-bit
 // path; 4096 on the scalar path) takes a block of ceil(slices / kHeldSlices) threads and reads its weight
-// and writes its partial once per group; a longer row takes kHeld == 0.
+// and writes its partial once per group; a longer row takes the two launches
+// of a long row (above).
 // At most 4 slices: the unrolled slice loop's indices cost registers too.
 template <typename T, int kVec>
 inline constexpr int kHeldSlices = std::clamp(8 / (kVec * static_cast<int>(sizeof(acc_t<T>) / 4)), 1, 4);
@@ -323,17 +501,64 @@ inline constexpr int kHeldSlices = std::clamp(8 / (kVec * static_cast<int>(sizeo
 // underflows for rows with |x| past ~1e13 in float. `input` is the normalised
 // tensor (residual_out for the fused op, whose grad_residual_out is added to dx).
 //
-// The weight and the group's weight-gradient sums: with kHeld, the thread's
-// slices of the weight are read once per group and its sums of dy * xhat are kept
-// in registers over the group's rows (in row order, as the float partial row
-// would add them) and written once, a whole pack per slice; without, they are
-// re-read and read-modify-written per row in the workspace.
+// A row's statistics from sums = {sum(x^2), sum(g * x)} over it: stats[kStatRstd],
+// [kStatMeanGxhat], [kStatScale]. Where the sums overflowed float, they are
+// taken again (x, dy and the weight read again: rows past |x| ~ 1.8e19 only)
+// on x * scale, the power of two that brings max |x| into [0.5, 1).
+// Uniform over the block (the tests are on reduced values).
+template <int kVec, typename T, int kStats>
+__device__ __forceinline__ void rms_norm_row_stats(const T* x, const T* dy, const T* weight, int64_t accesses,
+                                                   acc_t<T> eps, acc_t<T> n, acc_t<T> (&sums)[2],
+                                                   acc_t<T> (&stats)[kStats]) {
+  using Acc = acc_t<T>;
+  Acc scale = Acc(1);
+  if (!dev_isfinite(sums[0]) || !dev_isfinite(sums[1])) {
+    const Acc s = overflow_scale(row_abs_max<kVec>(x, accesses));
+    if (s != Acc(0)) {
+      scale = s;
+      sums[0] = sums[1] = Acc(0);
+      for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+        Acc xv[kVec], gv[kVec], w[kVec];
+        load_acc<kVec>(x + v * kVec, xv);
+        load_acc<kVec>(dy + v * kVec, gv);
+        weight_or_ones<kVec>(weight, v, w);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const Acc xs = xv[e] * s;
+          sums[0] += xs * xs;
+          sums[1] += gv[e] * w[e] * xs;
+        }
+      }
+      block_reduce(sums, SumOp{});
+    }
+  }
+  // rstd of the scaled row; the true rstd is rstd * scale.
+  const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps * scale * scale);
+  stats[kStatRstd] = rstd;
+  stats[kStatMeanGxhat] = rstd * (sums[1] / n);
+  stats[kStatScale] = scale;
+}
+
+// One element's dx (before grad_residual_out) and dw term from its row's statistics.
+template <typename Acc>
+__device__ __forceinline__ Acc rms_norm_dx(const Acc* stats, Acc x, Acc dy, Acc w, Acc& dw_term) {
+  const Acc rstd = stats[kStatRstd], scale = stats[kStatScale];
+  const Acc xhat = (scale != Acc(1) ? x * scale : x) * rstd;
+  dw_term = dy * xhat;
+  const Acc out = rstd * (dy * w - xhat * stats[kStatMeanGxhat]);
+  return scale != Acc(1) ? out * scale : out;
+}
+
+// The weight and the group's weight-gradient sums: the thread's slices of the
+// weight are read once per group and its sums of dy * xhat are kept in
+// registers over the group's rows (in row order) and written once, a whole
+// pack per slice, to the group's partial row.
 template <typename T, int kVec, int kHeld>
 __global__ void __launch_bounds__(kMaxRowThreads)
     rms_norm_backward_kernel(RmsNormBackwardArgs a, acc_t<T>* partial_w, RowGroups groups,
                              bool cached) {
+  static_assert(kHeld > 0, "a row too long to hold takes the long-row kernels");
   using Acc = acc_t<T>;
-  constexpr int kSlots = kHeld > 0 ? kHeld : 1;
   unsigned char* const row_cache = dynamic_shared_bytes();
   const int64_t cols = a.cols;
   T* cache_x = reinterpret_cast<T*>(row_cache);
@@ -342,32 +567,17 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   const int64_t accesses = cols / kVec;
   const Acc eps = static_cast<Acc>(a.eps);
   const Acc n = static_cast<Acc>(cols);
-  Acc w_held[kSlots][kVec];
-  Acc dw_held[kSlots][kVec];
-  // dy * w of slice (i, v) into gv.
-  const auto apply_weight = [&](int i, int64_t v, Acc (&gv)[kVec]) {
-    if (weight == nullptr) return;
-    Acc w[kVec];
-    if constexpr (kHeld > 0) {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) w[e] = w_held[i][e];
-    } else {
-      load_acc<kVec>(weight + v * kVec, w);
-    }
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) gv[e] = gv[e] * w[e];
-  };
+  Acc w_held[kHeld][kVec];
+  Acc dw_held[kHeld][kVec];
   for (int64_t g = blockIdx.x; g < groups.groups; g += gridDim.x) {
     const int64_t row_begin = g * groups.rows_per_group;
     const int64_t row_end = min(a.rows, row_begin + groups.rows_per_group);
     Acc* partial = partial_w != nullptr ? partial_w + g * cols : nullptr;
-    if constexpr (kHeld > 0) {
-      for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
-        if (weight != nullptr) load_acc<kVec>(weight + v * kVec, w_held[i]);
+    for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
+      weight_or_ones<kVec>(weight, v, w_held[i]);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) dw_held[i][e] = Acc(0);
-      });
-    }
+      for (int e = 0; e < kVec; ++e) dw_held[i][e] = Acc(0);
+    });
     for (int64_t row = row_begin; row < row_end; ++row) {
       const T* x = static_cast<const T*>(a.input) + row * cols;
       const T* dy = static_cast<const T*>(a.grad_output) + row * cols;
@@ -384,44 +594,17 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         Acc xv[kVec], gv[kVec];
         widen(xp, xv);
         widen(gp, gv);
-        apply_weight(i, v, gv);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           sums[0] += xv[e] * xv[e];
-          sums[1] += gv[e] * xv[e];
+          sums[1] += gv[e] * w_held[i][e] * xv[e];
         }
       });
       block_reduce(sums, SumOp{});
       const T* x_src = cached ? cache_x : x;
       const T* dy_src = cached ? cache_dy : dy;
-      // Statistics of x * scale; scale is 1 unless the sums overflowed.
-      Acc scale = Acc(1);
-      Acc eps_scaled = eps;
-      if (!dev_isfinite(sums[0]) || !dev_isfinite(sums[1])) {
-        const Acc s = overflow_scale(row_abs_max<kVec>(x_src, accesses));
-        if (s != Acc(0)) {
-          scale = s;
-          eps_scaled = eps * s * s;
-          sums[0] = sums[1] = Acc(0);
-          for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
-            const int64_t j = v * kVec;
-            Acc xv[kVec], gv[kVec];
-            load_acc<kVec>(x_src + j, xv);
-            load_acc<kVec>(dy_src + j, gv);
-            apply_weight(i, v, gv);
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) {
-              const Acc xs = xv[e] * s;
-              sums[0] += xs * xs;
-              sums[1] += gv[e] * xs;
-            }
-          });
-          block_reduce(sums, SumOp{});
-        }
-      }
-      // rstd of the scaled row; the true rstd is rstd * scale.
-      const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps_scaled);
-      const Acc mean_gxhat = rstd * (sums[1] / n);
+      Acc stats[3];
+      rms_norm_row_stats<kVec>(x_src, dy_src, weight, accesses, eps, n, sums, stats);
       const T* gr = a.grad_residual_out != nullptr
                         ? static_cast<const T*>(a.grad_residual_out) + row * cols
                         : nullptr;
@@ -430,16 +613,11 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         Acc xv[kVec], dyv[kVec], out[kVec];
         load_acc<kVec>(x_src + j, xv);
         load_acc<kVec>(dy_src + j, dyv);
-        Acc gv[kVec];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) gv[e] = dyv[e];
-        apply_weight(i, v, gv);
-        Acc xhat[kVec];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
-          xhat[e] = (scale != Acc(1) ? xv[e] * scale : xv[e]) * rstd;
-          out[e] = rstd * (gv[e] - xhat[e] * mean_gxhat);
-          if (scale != Acc(1)) out[e] = out[e] * scale;
+          Acc dw_term;
+          out[e] = rms_norm_dx(stats, xv[e], dyv[e], w_held[i][e], dw_term);
+          dw_held[i][e] = row == row_begin ? dw_term : dw_held[i][e] + dw_term;
         }
         if (gr != nullptr) {
           Acc grv[kVec];
@@ -448,31 +626,102 @@ __global__ void __launch_bounds__(kMaxRowThreads)
           for (int e = 0; e < kVec; ++e) out[e] = out[e] + grv[e];
         }
         store_acc<kVec>(dx + j, out);
-        if (partial == nullptr) return;
-        if constexpr (kHeld > 0) {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) {
-            dw_held[i][e] = row == row_begin ? dyv[e] * xhat[e] : dw_held[i][e] + dyv[e] * xhat[e];
-          }
-        } else {
-          Acc dw[kVec];
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) dw[e] = dyv[e] * xhat[e];
-          accumulate<kVec>(partial + j, row == row_begin, dw);
-        }
       });
     }
-    if constexpr (kHeld > 0) {
-      if (partial != nullptr && row_end > row_begin) {
-        for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
-          Pack<Acc, kVec> pack;
+    if (partial != nullptr && row_end > row_begin) {
+      for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
+        Pack<Acc, kVec> pack;
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) pack.v[e] = dw_held[i][e];
-          store_pack<kVec>(partial + v * kVec, pack);
-        });
-      }
+        for (int e = 0; e < kVec; ++e) pack.v[e] = dw_held[i][e];
+        store_pack<kVec>(partial + v * kVec, pack);
+      });
     }
   }
+}
+
+// Pass 1 of a long row's RMSNorm backward: each row's {rstd, rstd * mean(g * x), scale}.
+inline constexpr int kRmsNormStats = 4;
+
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kLongRowStatsThreads<acc_t<T>>)
+    rms_norm_long_row_stats_kernel(RmsNormBackwardArgs a, acc_t<T>* stats) {
+  using Acc = acc_t<T>;
+  constexpr int kStep = kLongRowStepRows<Acc>;
+  const int64_t cols = a.cols;
+  const T* weight = static_cast<const T*>(a.weight);
+  const int64_t accesses = cols / kVec;
+  const Acc eps = static_cast<Acc>(a.eps);
+  const Acc n = static_cast<Acc>(cols);
+  for (int64_t row0 = int64_t{blockIdx.x} * kStep; row0 < a.rows; row0 += int64_t{gridDim.x} * kStep) {
+    const int nrows = static_cast<int>(min(int64_t{kStep}, a.rows - row0));
+    const T* x = static_cast<const T*>(a.input) + row0 * cols;
+    const T* dy = static_cast<const T*>(a.grad_output) + row0 * cols;
+    Acc sums[2 * kStep] = {};  // row r: sum(x^2), sum(dy * w * x)
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      Acc w[kVec];
+      weight_or_ones<kVec>(weight, v, w);
+#pragma unroll
+      for (int r = 0; r < kStep; ++r) {
+        if (r > 0 && r >= nrows) break;
+        Acc xv[kVec], gv[kVec];
+        load_acc<kVec>(x + r * cols + v * kVec, xv);
+        load_acc<kVec>(dy + r * cols + v * kVec, gv);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          sums[2 * r] += xv[e] * xv[e];
+          sums[2 * r + 1] += gv[e] * w[e] * xv[e];
+        }
+      }
+    }
+    block_reduce(sums, SumOp{});
+    Acc row_stats[kStep][kRmsNormStats] = {};
+#pragma unroll
+    for (int r = 0; r < kStep; ++r) {
+      if (r > 0 && r >= nrows) break;
+      Acc row_sums[2] = {sums[2 * r], sums[2 * r + 1]};
+      rms_norm_row_stats<kVec>(x + r * cols, dy + r * cols, weight, accesses, eps, n, row_sums, row_stats[r]);
+    }
+    store_row_stats(stats, row0, nrows, row_stats);
+  }
+}
+
+// Pass 2's math of a long RMSNorm row (LongRowBackward's Norm): dx, and dw's sum.
+struct RmsNormLongRowMath {
+  static constexpr int kStats = kRmsNormStats;
+  static constexpr int kSums = 1;
+  template <int kVec, typename Acc>
+  __device__ __forceinline__ void operator()(const Acc (&stats)[kStats], const Acc (&x)[kVec],
+                                             const Acc (&dy)[kVec], const Acc (&w)[kVec], Acc (&out)[kVec],
+                                             Acc (&sums)[kSums][kVec]) const {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      Acc dw_term;
+      out[e] = rms_norm_dx(stats, x[e], dy[e], w[e], dw_term);
+      sums[0][e] += dw_term;
+    }
+  }
+};
+
+template <typename T>
+bool rms_norm_backward_aligned(const RmsNormBackwardArgs& a) {
+  return is_aligned16(a.grad_output) && is_aligned16(a.input) && is_aligned16(a.grad_input) &&
+         (a.weight == nullptr || is_aligned16(a.weight)) &&
+         (a.grad_residual_out == nullptr || is_aligned16(a.grad_residual_out));
+}
+
+template <typename T>
+bool rms_norm_backward_holds_rows(const RmsNormBackwardArgs& a) {
+  const RowLaunch launch = plan_rows<T>(a.cols, rms_norm_backward_aligned<T>(a), 2);
+  return row_is_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>>(launch, a.cols);
+}
+
+template <typename T>
+size_t rms_norm_backward_workspace_typed(const RmsNormBackwardArgs& a) {
+  using Acc = acc_t<T>;
+  if (a.cols <= 0) return 0;
+  if (!rms_norm_backward_holds_rows<T>(a)) return static_cast<size_t>(a.rows) * kRmsNormStats * sizeof(Acc);
+  if (a.weight == nullptr || a.grad_weight == nullptr) return 0;
+  return static_cast<size_t>(row_groups(a.rows).groups * a.cols) * sizeof(Acc);
 }
 
 template <typename T>
@@ -480,19 +729,39 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
   using Acc = acc_t<T>;
   if (a.cols <= 0) return;  // every output is empty
   const bool want_dw = a.weight != nullptr && a.grad_weight != nullptr;
+  const RowLaunch launch = plan_rows<T>(a.cols, rms_norm_backward_aligned<T>(a), 2);
+  if (!row_is_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>>(launch, a.cols)) {
+    Acc* stats = static_cast<Acc*>(workspace);
+    if (a.rows > 0) {
+      const unsigned steps = static_cast<unsigned>(std::min(ceil_div(a.rows, int64_t{kLongRowStepRows<Acc>}), kMaxGridBlocks));
+      const int stats_threads = std::min(launch.threads, kLongRowStatsThreads<Acc>);
+      if (launch.vectorized) {
+        launch_kernel<rms_norm_long_row_stats_kernel<T, kVecOf<T>>>(steps, stats_threads, 0, stream, a, stats);
+      } else {
+        launch_kernel<rms_norm_long_row_stats_kernel<T, 1>>(steps, stats_threads, 0, stream, a, stats);
+      }
+    }
+    LongRowBackward<T> rows;
+    rows.rows = a.rows;
+    rows.cols = a.cols;
+    rows.input = static_cast<const T*>(a.input);
+    rows.grad_output = static_cast<const T*>(a.grad_output);
+    rows.weight = static_cast<const T*>(a.weight);
+    rows.grad_residual_out = static_cast<const T*>(a.grad_residual_out);
+    rows.grad_input = static_cast<T*>(a.grad_input);
+    rows.column_sums[0] = want_dw ? static_cast<T*>(a.grad_weight) : nullptr;
+    launch_long_row_columns(rows, launch.vectorized, stats, RmsNormLongRowMath{}, stream);
+    return;
+  }
   Acc* partial_w = want_dw ? static_cast<Acc*>(workspace) : nullptr;
   const RowGroups groups = row_groups(a.rows);
   if (groups.groups > 0) {
-    const bool aligned =
-        is_aligned16(a.grad_output) && is_aligned16(a.input) && is_aligned16(a.grad_input) &&
-        (a.weight == nullptr || is_aligned16(a.weight)) &&
-        (a.grad_residual_out == nullptr || is_aligned16(a.grad_residual_out));
-    const RowLaunch launch = plan_rows<T>(a.cols, aligned, 2);
     const bool cached = launch.cache_bytes > 0;
-    launch_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>>(launch, a.cols, [&](auto vec, auto held, int threads) {
-      launch_kernel<rms_norm_backward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
-          row_grid(groups.groups), threads, launch.cache_bytes, stream, a, partial_w, groups, cached);
-    });
+    launch_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>, true>(
+        launch, a.cols, [&](auto vec, auto held, int threads) {
+          launch_kernel<rms_norm_backward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
+              row_grid(groups.groups), threads, launch.cache_bytes, stream, a, partial_w, groups, cached);
+        });
   }
   // With no rows the sum is over nothing: sum_partials writes zeros.
   if (want_dw) {
@@ -698,7 +967,7 @@ void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
 // check_cuda_compile.sh shows fit without spilling; so float32 rows of up to
 // 8192 elements hold them (they took the per-row partials before, 1.88x their
 // minimum bytes on the traffic model). double keeps about 16 (the scalar
-// double kernel spilled with 24).
+// double kernel spilled with 24). Longer rows take the two launches of a long row.
 template <typename T, int kVec>
 inline constexpr int kLayerNormHeldSlices =
     std::clamp((sizeof(acc_t<T>) == 8 ? 5 : 8) / (kVec * static_cast<int>(sizeof(acc_t<T>) / 4)), 1, 4);
@@ -707,14 +976,84 @@ inline constexpr int kLayerNormHeldSlices =
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat));
 // dw = sum over rows of dy * xhat, db = sum over rows of dy. Written with xhat
 // rather than rstd^2 * d * mean(g * d), whose rstd^2 underflows for wide rows.
-// Weight and sums held as in rms_norm_backward_kernel (kHeld; 0: re-read and
-// read-modify-written per row, for long rows).
+//
+// A row's sums about `mean`, on x * scale: {sum(d^2), sum(g), sum(g * d)}, the
+// weight's pack of slice (i, v) from weight_of(i, v, w).
+template <int kHeld, int kVec, typename T, typename WeightOf>
+__device__ __forceinline__ void layer_norm_row_sums(const T* x, const T* dy, int64_t accesses, const WeightOf& weight_of,
+                                                    acc_t<T> scale, acc_t<T> mean, acc_t<T> (&sums)[3]) {
+  using Acc = acc_t<T>;
+  sums[0] = sums[1] = sums[2] = Acc(0);
+  for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
+    const int64_t j = v * kVec;
+    Acc xv[kVec], gv[kVec], w[kVec];
+    load_acc<kVec>(x + j, xv);
+    load_acc<kVec>(dy + j, gv);
+    weight_of(i, v, w);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      gv[e] = gv[e] * w[e];
+      const Acc d = (scale != Acc(1) ? xv[e] * scale : xv[e]) - mean;
+      sums[0] += d * d;
+      sums[1] += gv[e];
+      sums[2] += gv[e] * d;
+    }
+  });
+  block_reduce(sums, SumOp{});
+}
+
+// A row's statistics (kStatRstd, kStatMeanGxhat, kStatScale, kStatMean,
+// kStatMeanG) from its mean and its sums about it (layer_norm_row_sums at scale
+// 1). Where they overflowed float they are taken again on x * scale (the power
+// of two that brings max |x| into [0.5, 1)); a mean large against the spread
+// (mean_needs_refining) is corrected by mean(x - mean) and the sums taken again.
+// Both re-read the row, and only such rows. Uniform over the block.
+template <int kHeld, int kVec, typename T, typename WeightOf, int kStats>
+__device__ __forceinline__ void layer_norm_row_stats(const T* x, const T* dy, int64_t accesses,
+                                                     const WeightOf& weight_of, acc_t<T> eps, acc_t<T> n,
+                                                     acc_t<T> mean, acc_t<T> (&sums)[3], acc_t<T> (&stats)[kStats]) {
+  using Acc = acc_t<T>;
+  Acc scale = Acc(1);
+  Acc eps_scaled = eps;
+  if (!dev_isfinite(mean) || !dev_isfinite(sums[0]) || !dev_isfinite(sums[2])) {
+    const Acc s = overflow_scale(row_abs_max<kVec>(x, accesses));
+    if (s != Acc(0)) {
+      scale = s;
+      eps_scaled = eps * s * s;
+      mean = row_shifted_sum<kVec>(x, accesses, s, Acc(0)) / n;
+      layer_norm_row_sums<kHeld, kVec>(x, dy, accesses, weight_of, s, mean, sums);
+    }
+  }
+  if (mean_needs_refining(mean, sums[0] / n, eps_scaled)) {
+    mean += row_shifted_sum<kVec>(x, accesses, scale, mean) / n;
+    layer_norm_row_sums<kHeld, kVec>(x, dy, accesses, weight_of, scale, mean, sums);
+  }
+  // rstd of the scaled row; the true rstd is rstd * scale.
+  const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps_scaled);
+  stats[kStatRstd] = rstd;
+  stats[kStatMeanGxhat] = rstd * (sums[2] / n);
+  stats[kStatScale] = scale;
+  stats[kStatMean] = mean;
+  stats[kStatMeanG] = sums[1] / n;
+}
+
+// One element's dx and xhat from its row's statistics.
+template <typename Acc>
+__device__ __forceinline__ Acc layer_norm_dx(const Acc* stats, Acc x, Acc dy, Acc w, Acc& xhat) {
+  const Acc rstd = stats[kStatRstd], scale = stats[kStatScale];
+  xhat = ((scale != Acc(1) ? x * scale : x) - stats[kStatMean]) * rstd;
+  const Acc out = rstd * (dy * w - stats[kStatMeanG] - xhat * stats[kStatMeanGxhat]);
+  return scale != Acc(1) ? out * scale : out;
+}
+
+// Weight and sums held as in rms_norm_backward_kernel. Its statistics are
+// those of layer_norm_row_stats, taken with the held weight.
 template <typename T, int kVec, int kHeld>
 __global__ void __launch_bounds__(kMaxRowThreads)
     layer_norm_backward_kernel(LayerNormBackwardArgs a, acc_t<T>* partial_w, acc_t<T>* partial_b,
                                RowGroups groups, bool cached) {
+  static_assert(kHeld > 0, "a row too long to hold takes the long-row kernels");
   using Acc = acc_t<T>;
-  constexpr int kSlots = kHeld > 0 ? kHeld : 1;
   unsigned char* const row_cache = dynamic_shared_bytes();
   const int64_t cols = a.cols;
   T* cache_x = reinterpret_cast<T*>(row_cache);
@@ -723,19 +1062,17 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   const int64_t accesses = cols / kVec;
   const Acc eps = static_cast<Acc>(a.eps);
   const Acc n = static_cast<Acc>(cols);
-  Acc w_held[kSlots][kVec];
-  Acc dw_held[kSlots][kVec];
-  Acc db_held[kSlots][kVec];
+  Acc w_held[kHeld][kVec];
+  Acc dw_held[kHeld][kVec];
+  Acc db_held[kHeld][kVec];
   // The weight of slice (i, v) (1 without a weight).
   const auto weight_of = [&](int i, int64_t v, Acc (&w)[kVec]) {
     if (weight == nullptr) {
 #pragma unroll
       for (int e = 0; e < kVec; ++e) w[e] = Acc(1);
-    } else if constexpr (kHeld > 0) {
+    } else {
 #pragma unroll
       for (int e = 0; e < kVec; ++e) w[e] = w_held[i][e];
-    } else {
-      load_acc<kVec>(weight + v * kVec, w);
     }
   };
   for (int64_t g = blockIdx.x; g < groups.groups; g += gridDim.x) {
@@ -743,13 +1080,11 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     const int64_t row_end = min(a.rows, row_begin + groups.rows_per_group);
     Acc* pw = partial_w != nullptr ? partial_w + g * cols : nullptr;
     Acc* pb = partial_b != nullptr ? partial_b + g * cols : nullptr;
-    if constexpr (kHeld > 0) {
-      for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
-        if (weight != nullptr) load_acc<kVec>(weight + v * kVec, w_held[i]);
+    for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
+      if (weight != nullptr) load_acc<kVec>(weight + v * kVec, w_held[i]);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) dw_held[i][e] = db_held[i][e] = Acc(0);
-      });
-    }
+      for (int e = 0; e < kVec; ++e) dw_held[i][e] = db_held[i][e] = Acc(0);
+    });
     for (int64_t row = row_begin; row < row_end; ++row) {
       const T* x = static_cast<const T*>(a.input) + row * cols;
       const T* dy = static_cast<const T*>(a.grad_output) + row * cols;
@@ -819,42 +1154,167 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         load_acc<kVec>(x_src + j, xv);
         load_acc<kVec>(dy_src + j, dyv);
         weight_of(i, v, w);
-        Acc dw[kVec];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           const Acc xhat = ((scale != Acc(1) ? xv[e] * scale : xv[e]) - mean) * rstd;
           const Acc gv = weight != nullptr ? dyv[e] * w[e] : dyv[e];
           out[e] = rstd * (gv - mean_g - xhat * mean_gxhat);
           if (scale != Acc(1)) out[e] = out[e] * scale;
-          if constexpr (kHeld > 0) {
-            dw_held[i][e] = first ? dyv[e] * xhat : dw_held[i][e] + dyv[e] * xhat;
-            db_held[i][e] = first ? dyv[e] : db_held[i][e] + dyv[e];
-          } else {
-            dw[e] = dyv[e] * xhat;
-          }
-        }
-        if constexpr (kHeld == 0) {
-          if (pw != nullptr) accumulate<kVec>(pw + j, first, dw);
-          if (pb != nullptr) accumulate<kVec>(pb + j, first, dyv);
+          dw_held[i][e] = first ? dyv[e] * xhat : dw_held[i][e] + dyv[e] * xhat;
+          db_held[i][e] = first ? dyv[e] : db_held[i][e] + dyv[e];
         }
         store_acc<kVec>(dx + j, out);
       });
     }
-    if constexpr (kHeld > 0) {
-      if (row_end > row_begin) {
-        for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
-          Pack<Acc, kVec> wp, bp;
+    if (row_end > row_begin) {
+      for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
+        Pack<Acc, kVec> wp, bp;
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) {
-            wp.v[e] = dw_held[i][e];
-            bp.v[e] = db_held[i][e];
-          }
-          if (pw != nullptr) store_pack<kVec>(pw + v * kVec, wp);
-          if (pb != nullptr) store_pack<kVec>(pb + v * kVec, bp);
-        });
-      }
+        for (int e = 0; e < kVec; ++e) {
+          wp.v[e] = dw_held[i][e];
+          bp.v[e] = db_held[i][e];
+        }
+        if (pw != nullptr) store_pack<kVec>(pw + v * kVec, wp);
+        if (pb != nullptr) store_pack<kVec>(pb + v * kVec, bp);
+      });
     }
   }
+}
+
+// Pass 1 of a long row's LayerNorm backward: each row's statistics (layer_norm_row_stats).
+inline constexpr int kLayerNormStats = 8;
+
+// The mean of x, the mean of g = dy * w, sum((x - mean)^2) and the co-moment
+// sum((g - mean(g)) * (x - mean)), which is sum(g * d) (the sum of d is 0), of
+// each of a step's rows in one read: each thread folds in one pack at a time
+// with Chan et al.'s pairwise update (as uncached_row_moments, the co-moment
+// with it: C += C_pack + delta_g * delta_x * k * kVec / (k + 1)), then the block
+// combines the threads' moments about the row's means. Not sum(g * x) - mean *
+// sum(g), which loses every digit of a row whose mean is large against its
+// spread.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kLongRowStatsThreads<acc_t<T>>)
+    layer_norm_long_row_stats_kernel(LayerNormBackwardArgs a, acc_t<T>* stats) {
+  using Acc = acc_t<T>;
+  constexpr int kStep = kLongRowStepRows<Acc>;
+  const int64_t cols = a.cols;
+  const T* weight = static_cast<const T*>(a.weight);
+  const int64_t accesses = cols / kVec;
+  const Acc eps = static_cast<Acc>(a.eps);
+  const Acc n = static_cast<Acc>(cols);
+  const auto weight_of = [&](int, int64_t v, Acc (&w)[kVec]) { weight_or_ones<kVec>(weight, v, w); };
+  for (int64_t row0 = int64_t{blockIdx.x} * kStep; row0 < a.rows; row0 += int64_t{gridDim.x} * kStep) {
+    const int nrows = static_cast<int>(min(int64_t{kStep}, a.rows - row0));
+    const T* x = static_cast<const T*>(a.input) + row0 * cols;
+    const T* dy = static_cast<const T*>(a.grad_output) + row0 * cols;
+    // Row r: means of x and g (then m[kStep + r]), M2 and the co-moment.
+    Acc mean[2 * kStep] = {};
+    Acc moment[2 * kStep] = {};
+    Acc packs = Acc(0);  // k: this thread's packs so far (exact below 2^24)
+    for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
+      const Acc fold = Acc(1) / (packs + Acc(1));
+      const Acc cross = packs * fold * Acc(kVec);
+      packs += Acc(1);
+      Acc w[kVec];
+      weight_or_ones<kVec>(weight, v, w);
+#pragma unroll
+      for (int r = 0; r < kStep; ++r) {
+        if (r > 0 && r >= nrows) break;
+        Acc xv[kVec], gv[kVec];
+        load_acc<kVec>(x + r * cols + v * kVec, xv);
+        load_acc<kVec>(dy + r * cols + v * kVec, gv);
+        Acc sum_x = Acc(0), sum_g = Acc(0);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          gv[e] = gv[e] * w[e];
+          sum_x += xv[e];
+          sum_g += gv[e];
+        }
+        const Acc pack_x = sum_x * (Acc(1) / Acc(kVec));  // kVec a power of two: exact
+        const Acc pack_g = sum_g * (Acc(1) / Acc(kVec));
+        Acc pack_m2 = Acc(0), pack_c = Acc(0);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const Acc d = xv[e] - pack_x;
+          pack_m2 += d * d;
+          pack_c += (gv[e] - pack_g) * d;
+        }
+        const Acc delta_x = pack_x - mean[r];
+        const Acc delta_g = pack_g - mean[kStep + r];
+        mean[r] += delta_x * fold;
+        mean[kStep + r] += delta_g * fold;
+        // (delta * cross) * delta: 0 for the first pack (cross 0) even where
+        // the product of the deltas would overflow.
+        moment[r] += pack_m2 + (delta_x * cross) * delta_x;
+        moment[kStep + r] += pack_c + (delta_g * cross) * delta_x;
+      }
+    }
+    const Acc count = packs * Acc(kVec);  // n_t
+    Acc total[2 * kStep];
+#pragma unroll
+    for (int k = 0; k < 2 * kStep; ++k) total[k] = count * mean[k];
+    block_reduce(total, SumOp{});
+#pragma unroll
+    for (int r = 0; r < kStep; ++r) {
+      const Acc row_x = total[r] / n, row_g = total[kStep + r] / n;
+      const Acc dx = mean[r] - row_x, dg = mean[kStep + r] - row_g;
+      moment[r] += (count * dx) * dx;  // a thread without packs adds 0 (count 0)
+      moment[kStep + r] += (count * dx) * dg;
+      mean[r] = row_x;
+      mean[kStep + r] = row_g;
+    }
+    block_reduce(moment, SumOp{});
+    Acc row_stats[kStep][kLayerNormStats] = {};
+#pragma unroll
+    for (int r = 0; r < kStep; ++r) {
+      if (r > 0 && r >= nrows) break;
+      Acc sums[3] = {moment[r], mean[kStep + r] * n, moment[kStep + r]};
+      layer_norm_row_stats<0, kVec>(x + r * cols, dy + r * cols, accesses, weight_of, eps, n, mean[r], sums,
+                                    row_stats[r]);
+    }
+    store_row_stats(stats, row0, nrows, row_stats);
+  }
+}
+
+// Pass 2's math of a long LayerNorm row: dx, and the sums of dw and db.
+struct LayerNormLongRowMath {
+  static constexpr int kStats = kLayerNormStats;
+  static constexpr int kSums = 2;
+  template <int kVec, typename Acc>
+  __device__ __forceinline__ void operator()(const Acc (&stats)[kStats], const Acc (&x)[kVec],
+                                             const Acc (&dy)[kVec], const Acc (&w)[kVec], Acc (&out)[kVec],
+                                             Acc (&sums)[kSums][kVec]) const {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      Acc xhat;
+      out[e] = layer_norm_dx(stats, x[e], dy[e], w[e], xhat);
+      sums[0][e] += dy[e] * xhat;
+      sums[1][e] += dy[e];
+    }
+  }
+};
+
+template <typename T>
+RowLaunch plan_layer_norm_backward(const LayerNormBackwardArgs& a) {
+  const bool aligned = is_aligned16(a.grad_output) && is_aligned16(a.input) && is_aligned16(a.grad_input) &&
+                       (a.weight == nullptr || is_aligned16(a.weight));
+  return plan_rows<T>(a.cols, aligned, 2);
+}
+
+template <typename T>
+bool layer_norm_backward_holds(const RowLaunch& launch, int64_t cols) {
+  return row_is_held<T, kLayerNormHeldSlices<T, kVecOf<T>>, kLayerNormHeldSlices<T, 1>>(launch, cols);
+}
+
+template <typename T>
+size_t layer_norm_backward_workspace_typed(const LayerNormBackwardArgs& a) {
+  using Acc = acc_t<T>;
+  if (a.cols <= 0) return 0;
+  if (!layer_norm_backward_holds<T>(plan_layer_norm_backward<T>(a), a.cols)) {
+    return static_cast<size_t>(a.rows) * kLayerNormStats * sizeof(Acc);
+  }
+  const int64_t sums = (a.grad_weight != nullptr ? 1 : 0) + (a.grad_bias != nullptr ? 1 : 0);
+  return static_cast<size_t>(sums * row_groups(a.rows).groups * a.cols) * sizeof(Acc);
 }
 
 template <typename T>
@@ -862,22 +1322,44 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
                                cudaStream_t stream) {
   using Acc = acc_t<T>;
   if (a.cols <= 0) return;  // every output is empty
+  const RowLaunch launch = plan_layer_norm_backward<T>(a);
+  T* const grad_weight = static_cast<T*>(a.grad_weight);
+  T* const grad_bias = static_cast<T*>(a.grad_bias);
+  if (!layer_norm_backward_holds<T>(launch, a.cols)) {
+    Acc* stats = static_cast<Acc*>(workspace);
+    if (a.rows > 0) {
+      const unsigned steps = static_cast<unsigned>(std::min(ceil_div(a.rows, int64_t{kLongRowStepRows<Acc>}), kMaxGridBlocks));
+      const int stats_threads = std::min(launch.threads, kLongRowStatsThreads<Acc>);
+      if (launch.vectorized) {
+        launch_kernel<layer_norm_long_row_stats_kernel<T, kVecOf<T>>>(steps, stats_threads, 0, stream, a, stats);
+      } else {
+        launch_kernel<layer_norm_long_row_stats_kernel<T, 1>>(steps, stats_threads, 0, stream, a, stats);
+      }
+    }
+    LongRowBackward<T> rows;
+    rows.rows = a.rows;
+    rows.cols = a.cols;
+    rows.input = static_cast<const T*>(a.input);
+    rows.grad_output = static_cast<const T*>(a.grad_output);
+    rows.weight = static_cast<const T*>(a.weight);
+    rows.grad_input = static_cast<T*>(a.grad_input);
+    rows.column_sums[0] = grad_weight;
+    rows.column_sums[1] = grad_bias;
+    launch_long_row_columns(rows, launch.vectorized, stats, LayerNormLongRowMath{}, stream);
+    return;
+  }
   const RowGroups groups = row_groups(a.rows);
   Acc* next = static_cast<Acc*>(workspace);
   Acc* partial_w = nullptr;
   Acc* partial_b = nullptr;
-  if (a.grad_weight != nullptr) {
+  if (grad_weight != nullptr) {
     partial_w = next;
     next += groups.groups * a.cols;
   }
-  if (a.grad_bias != nullptr) partial_b = next;
+  if (grad_bias != nullptr) partial_b = next;
   if (groups.groups > 0) {
-    const bool aligned = is_aligned16(a.grad_output) && is_aligned16(a.input) &&
-                         is_aligned16(a.grad_input) &&
-                         (a.weight == nullptr || is_aligned16(a.weight));
-    const RowLaunch launch = plan_rows<T>(a.cols, aligned, 2);
     const bool cached = launch.cache_bytes > 0;
-    launch_held<T, kLayerNormHeldSlices<T, kVecOf<T>>, kLayerNormHeldSlices<T, 1>>(
+    launch_held<T, kLayerNormHeldSlices<T, kVecOf<T>>, kLayerNormHeldSlices<T, 1>, true>(
         launch, a.cols, [&](auto vec, auto held, int threads) {
           launch_kernel<layer_norm_backward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
               row_grid(groups.groups), threads, launch.cache_bytes, stream, a, partial_w, partial_b, groups, cached);
@@ -886,8 +1368,6 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
   // Decided by the outputs, not the partial pointers: with no rows the
   // workspace is empty (maybe null) and the sums over nothing are zeros. The
   // bias partials follow the weight's in the workspace: one launch sums both.
-  T* const grad_weight = static_cast<T*>(a.grad_weight);
-  T* const grad_bias = static_cast<T*>(a.grad_bias);
   if (grad_weight != nullptr && grad_bias != nullptr) {
     launch_sum_partials<T>(partial_w, grad_weight, 2, groups.groups, a.cols, Acc(1), stream, grad_bias);
   } else if (grad_weight != nullptr || grad_bias != nullptr) {
@@ -895,10 +1375,6 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
                            grad_weight != nullptr ? grad_weight : grad_bias, 1, groups.groups, a.cols, Acc(1),
                            stream);
   }
-}
-
-size_t acc_size(DType dtype) {
-  return dtype == DType::Float64 ? sizeof(double) : sizeof(float);
 }
 
 }  // namespace
@@ -909,8 +1385,9 @@ void rms_norm_forward(DType dtype, const RmsNormArgs& args, cudaStream_t stream)
 }
 
 size_t rms_norm_backward_workspace_bytes(DType dtype, const RmsNormBackwardArgs& args) {
-  if (args.cols <= 0 || args.weight == nullptr || args.grad_weight == nullptr) return 0;
-  return static_cast<size_t>(row_groups(args.rows).groups * args.cols) * acc_size(dtype);
+  size_t bytes = 0;
+  dispatch_dtype(dtype, [&](auto tag) { bytes = rms_norm_backward_workspace_typed<typename decltype(tag)::type>(args); });
+  return bytes;
 }
 
 void rms_norm_backward(DType dtype, const RmsNormBackwardArgs& args, void* workspace,
@@ -927,9 +1404,9 @@ void layer_norm_forward(DType dtype, const LayerNormArgs& args, cudaStream_t str
 }
 
 size_t layer_norm_backward_workspace_bytes(DType dtype, const LayerNormBackwardArgs& args) {
-  if (args.cols <= 0) return 0;
-  const int64_t sums = (args.grad_weight != nullptr ? 1 : 0) + (args.grad_bias != nullptr ? 1 : 0);
-  return static_cast<size_t>(sums * row_groups(args.rows).groups * args.cols) * acc_size(dtype);
+  size_t bytes = 0;
+  dispatch_dtype(dtype, [&](auto tag) { bytes = layer_norm_backward_workspace_typed<typename decltype(tag)::type>(args); });
+  return bytes;
 }
 
 void layer_norm_backward(DType dtype, const LayerNormBackwardArgs& args, void* workspace,
