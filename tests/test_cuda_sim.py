@@ -188,9 +188,7 @@ def _check_row_op(op: str, rows: int, cols: int, dtype: torch.dtype, misaligned:
                   affine_backward: bool = True):
     """Forward against the reference, backward against the CPU kernels; every
     tensor at storage offset 1 when `misaligned`. Without `affine_backward` the
-    backward has no weight or bias, so no weight gradient: its sum over rows
-    (sum_partials_kernel, a block per 32 columns, every shared access trapped)
-    costs seconds on the harness for rows tens of thousands long."""
+    backward has no weight or bias, so no weight gradient."""
     args = _row_op_args(op, rows, cols, dtype)
     name, bw_args = backward_args(op, args if affine_backward else _without_affine(op, args))
     if misaligned:
@@ -214,12 +212,13 @@ def test_row_kernels_rows_longer_than_the_cache(op, shape, dtype):
     backward ones, which cache two arrays): the kernels re-read global memory.
     "odd": the one-element path; "vector": a multiple of 8 elements, the 128-bit
     path. One row: a block of 1024 threads per row is what costs here. The
-    forward has weight and bias, the backward none (see _check_row_op: weight
-    gradients are tested on shorter rows)."""
+    forward has weight and bias; the backward norms (their long-row launches)
+    have them on the 128-bit path and not on the other, where the weight is 1
+    and no weight gradient is written."""
     per_row = _row_cache_bytes() // dtype.itemsize
     cols = per_row + (1 if shape == "odd" else 8)
     assert cols * dtype.itemsize > _row_cache_bytes()
-    _check_row_op(op, 1, cols, dtype, affine_backward=False)
+    _check_row_op(op, 1, cols, dtype, affine_backward=shape == "vector")
 
 
 @dtype_params
