@@ -379,15 +379,15 @@ struct LongRowBackward {
   T* column_sums[2] = {nullptr, nullptr};  // Norm::kSums column sums; null: not wanted
 };
 
-// Pass 2 of a long row's backward (above): Norm(stats, x, dy, w, dx, sums)
-// computes one pack's dx and adds its terms to the column sums. A block of
+// Pass 2 of a long row's backward (above): Norm::element(stats, x, dy, w,
+// terms) is one element's dx, and its terms of the Norm::kSums column sums. A block of
 // 32 x warps threads takes 32 accesses of kVec columns (one per lane) at a
 // time; its weight, read by warp 0, and the statistics of kLongRowBatch rows at
 // a time (one pack per row, read by the first threads: one contiguous load) are
 // staged in shared memory, so that the warps do not each read them.
 template <typename T, int kVec, typename Norm>
 __global__ void __launch_bounds__(kLongRowWarps * 32)
-    long_row_backward_columns_kernel(LongRowBackward<T> a, const acc_t<T>* stats, Norm norm) {
+    long_row_backward_columns_kernel(LongRowBackward<T> a, const acc_t<T>* stats) {
   using Acc = acc_t<T>;
   constexpr int kStats = Norm::kStats;
   constexpr int kSums = Norm::kSums;
@@ -427,19 +427,43 @@ __global__ void __launch_bounds__(kLongRowWarps * 32)
       }
       __syncthreads();
       if (!active) continue;
-      for (int r = warp; r < batch; r += warps) {
-        const int64_t offset = (b + r) * a.cols + j;
-        Acc xv[kVec], dyv[kVec], out[kVec];
-        load_acc<kVec>(a.input + offset, xv);
-        load_acc<kVec>(a.grad_output + offset, dyv);
-        norm(batch_stats[r], xv, dyv, w, out, sums);
-        if (a.grad_residual_out != nullptr) {
-          Acc gr[kVec];
-          load_acc<kVec>(a.grad_residual_out + offset, gr);
+      // Two of the warp's rows at a time, both rows' loads issued before
+      // either's store (the compiler cannot move a load above a store to dx,
+      // which might alias it), so that a warp keeps 2 rows of loads in
+      // flight. Rows are still added in order: r, then r + warps.
+      for (int r = warp; r < batch; r += 2 * warps) {
+        const int pair = r + warps < batch ? 2 : 1;
+        Pack<T, kVec> xp[2], dyp[2], grp[2];
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) out[e] = out[e] + gr[e];
+        for (int q = 0; q < 2; ++q) {
+          if (q >= pair) break;
+          const int64_t offset = (b + r + q * warps) * a.cols + j;
+          xp[q] = load_pack<kVec>(a.input + offset);
+          dyp[q] = load_pack<kVec>(a.grad_output + offset);
+          if (a.grad_residual_out != nullptr) grp[q] = load_pack<kVec>(a.grad_residual_out + offset);
         }
-        store_acc<kVec>(a.grad_input + offset, out);
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          if (q >= pair) break;
+          const int row = r + q * warps;
+          Acc xv[kVec], dyv[kVec], out[kVec];
+          widen(xp[q], xv);
+          widen(dyp[q], dyv);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            Acc terms[kSums];
+            out[e] = Norm::element(batch_stats[row], xv[e], dyv[e], w[e], terms);
+#pragma unroll
+            for (int s = 0; s < kSums; ++s) sums[s][e] += terms[s];
+          }
+          if (a.grad_residual_out != nullptr) {
+            Acc gr[kVec];
+            widen(grp[q], gr);
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) out[e] = out[e] + gr[e];
+          }
+          store_acc<kVec>(a.grad_input + (b + row) * a.cols + j, out);
+        }
       }
     }
     if (want_sums) {
@@ -468,16 +492,43 @@ __global__ void __launch_bounds__(kLongRowWarps * 32)
   }
 }
 
-template <typename T, typename Norm>
-void launch_long_row_columns(const LongRowBackward<T>& a, bool vectorized, const acc_t<T>* stats,
-                             const Norm& norm, cudaStream_t stream) {
-  const int64_t accesses = vectorized ? a.cols / kVecOf<T> : a.cols;
+// The pointers a norm's backward args (RmsNormBackwardArgs, LayerNormBackwardArgs)
+// share, as a long row's column launch takes them.
+template <typename T, typename Args>
+LongRowBackward<T> long_rows_of(const Args& a) {
+  LongRowBackward<T> rows;
+  rows.rows = a.rows;
+  rows.cols = a.cols;
+  rows.input = static_cast<const T*>(a.input);
+  rows.grad_output = static_cast<const T*>(a.grad_output);
+  rows.weight = static_cast<const T*>(a.weight);
+  rows.grad_input = static_cast<T*>(a.grad_input);
+  return rows;
+}
+
+// A long row's two launches: Norm::stats_kernel<T, kVec>(a, stats) over steps
+// of rows (kVec: the 128-bit path or single elements, as `launch` planned),
+// then the column launch with Norm::element.
+template <typename T, typename Norm, typename Args>
+void launch_long_row_backward(const Args& a, const RowLaunch& launch, const LongRowBackward<T>& rows,
+                              acc_t<T>* stats, cudaStream_t stream) {
+  using Acc = acc_t<T>;
+  if (rows.rows > 0) {
+    const auto steps = static_cast<unsigned>(std::min(ceil_div(rows.rows, int64_t{kLongRowStepRows<Acc>}), kMaxGridBlocks));
+    const int threads = std::min(launch.threads, kLongRowStatsThreads<Acc>);
+    if (launch.vectorized) {
+      launch_kernel<Norm::template stats_kernel<T, kVecOf<T>>>(steps, threads, 0, stream, a, stats);
+    } else {
+      launch_kernel<Norm::template stats_kernel<T, 1>>(steps, threads, 0, stream, a, stats);
+    }
+  }
+  const int64_t accesses = launch.vectorized ? rows.cols / kVecOf<T> : rows.cols;
   const unsigned grid = grid_for(accesses, 32);
-  const int threads = static_cast<int>(32 * std::clamp<int64_t>(a.rows, 1, kLongRowWarps));
-  if (vectorized) {
-    launch_kernel<long_row_backward_columns_kernel<T, kVecOf<T>, Norm>>(grid, threads, 0, stream, a, stats, norm);
+  const int threads = static_cast<int>(32 * std::clamp<int64_t>(rows.rows, 1, kLongRowWarps));
+  if (launch.vectorized) {
+    launch_kernel<long_row_backward_columns_kernel<T, kVecOf<T>, Norm>>(grid, threads, 0, stream, rows, stats);
   } else {
-    launch_kernel<long_row_backward_columns_kernel<T, 1, Norm>>(grid, threads, 0, stream, a, stats, norm);
+    launch_kernel<long_row_backward_columns_kernel<T, 1, Norm>>(grid, threads, 0, stream, rows, stats);
   }
 }
 
@@ -685,20 +736,16 @@ __global__ void __launch_bounds__(kLongRowStatsThreads<acc_t<T>>)
   }
 }
 
-// Pass 2's math of a long RMSNorm row (LongRowBackward's Norm): dx, and dw's sum.
+// A long RMSNorm row's two passes (launch_long_row_backward's Norm): the
+// statistics kernel, and an element's dx and dw term in the column launch.
 struct RmsNormLongRowMath {
+  template <typename T, int kVec>
+  static constexpr auto stats_kernel = rms_norm_long_row_stats_kernel<T, kVec>;
   static constexpr int kStats = kRmsNormStats;
   static constexpr int kSums = 1;
-  template <int kVec, typename Acc>
-  __device__ __forceinline__ void operator()(const Acc (&stats)[kStats], const Acc (&x)[kVec],
-                                             const Acc (&dy)[kVec], const Acc (&w)[kVec], Acc (&out)[kVec],
-                                             Acc (&sums)[kSums][kVec]) const {
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      Acc dw_term;
-      out[e] = rms_norm_dx(stats, x[e], dy[e], w[e], dw_term);
-      sums[0][e] += dw_term;
-    }
+  template <typename Acc>
+  __device__ __forceinline__ static Acc element(const Acc* stats, Acc x, Acc dy, Acc w, Acc (&terms)[kSums]) {
+    return rms_norm_dx(stats, x, dy, w, terms[0]);
   }
 };
 
@@ -731,26 +778,11 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
   const bool want_dw = a.weight != nullptr && a.grad_weight != nullptr;
   const RowLaunch launch = plan_rows<T>(a.cols, rms_norm_backward_aligned<T>(a), 2);
   if (!row_is_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>>(launch, a.cols)) {
-    Acc* stats = static_cast<Acc*>(workspace);
-    if (a.rows > 0) {
-      const unsigned steps = static_cast<unsigned>(std::min(ceil_div(a.rows, int64_t{kLongRowStepRows<Acc>}), kMaxGridBlocks));
-      const int stats_threads = std::min(launch.threads, kLongRowStatsThreads<Acc>);
-      if (launch.vectorized) {
-        launch_kernel<rms_norm_long_row_stats_kernel<T, kVecOf<T>>>(steps, stats_threads, 0, stream, a, stats);
-      } else {
-        launch_kernel<rms_norm_long_row_stats_kernel<T, 1>>(steps, stats_threads, 0, stream, a, stats);
-      }
-    }
-    LongRowBackward<T> rows;
-    rows.rows = a.rows;
-    rows.cols = a.cols;
-    rows.input = static_cast<const T*>(a.input);
-    rows.grad_output = static_cast<const T*>(a.grad_output);
-    rows.weight = static_cast<const T*>(a.weight);
+    LongRowBackward<T> rows = long_rows_of<T>(a);
     rows.grad_residual_out = static_cast<const T*>(a.grad_residual_out);
-    rows.grad_input = static_cast<T*>(a.grad_input);
     rows.column_sums[0] = want_dw ? static_cast<T*>(a.grad_weight) : nullptr;
-    launch_long_row_columns(rows, launch.vectorized, stats, RmsNormLongRowMath{}, stream);
+    launch_long_row_backward<T, RmsNormLongRowMath>(a, launch, rows,
+                                                                         static_cast<Acc*>(workspace), stream);
     return;
   }
   Acc* partial_w = want_dw ? static_cast<Acc*>(workspace) : nullptr;
@@ -1276,21 +1308,20 @@ __global__ void __launch_bounds__(kLongRowStatsThreads<acc_t<T>>)
   }
 }
 
-// Pass 2's math of a long LayerNorm row: dx, and the sums of dw and db.
+// A long LayerNorm row's two passes: the statistics kernel, and an element's
+// dx and its dw and db terms in the column launch.
 struct LayerNormLongRowMath {
+  template <typename T, int kVec>
+  static constexpr auto stats_kernel = layer_norm_long_row_stats_kernel<T, kVec>;
   static constexpr int kStats = kLayerNormStats;
   static constexpr int kSums = 2;
-  template <int kVec, typename Acc>
-  __device__ __forceinline__ void operator()(const Acc (&stats)[kStats], const Acc (&x)[kVec],
-                                             const Acc (&dy)[kVec], const Acc (&w)[kVec], Acc (&out)[kVec],
-                                             Acc (&sums)[kSums][kVec]) const {
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      Acc xhat;
-      out[e] = layer_norm_dx(stats, x[e], dy[e], w[e], xhat);
-      sums[0][e] += dy[e] * xhat;
-      sums[1][e] += dy[e];
-    }
+  template <typename Acc>
+  __device__ __forceinline__ static Acc element(const Acc* stats, Acc x, Acc dy, Acc w, Acc (&terms)[kSums]) {
+    Acc xhat;
+    const Acc out = layer_norm_dx(stats, x, dy, w, xhat);
+    terms[0] = dy * xhat;
+    terms[1] = dy;
+    return out;
   }
 };
 
@@ -1326,26 +1357,11 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
   T* const grad_weight = static_cast<T*>(a.grad_weight);
   T* const grad_bias = static_cast<T*>(a.grad_bias);
   if (!layer_norm_backward_holds<T>(launch, a.cols)) {
-    Acc* stats = static_cast<Acc*>(workspace);
-    if (a.rows > 0) {
-      const unsigned steps = static_cast<unsigned>(std::min(ceil_div(a.rows, int64_t{kLongRowStepRows<Acc>}), kMaxGridBlocks));
-      const int stats_threads = std::min(launch.threads, kLongRowStatsThreads<Acc>);
-      if (launch.vectorized) {
-        launch_kernel<layer_norm_long_row_stats_kernel<T, kVecOf<T>>>(steps, stats_threads, 0, stream, a, stats);
-      } else {
-        launch_kernel<layer_norm_long_row_stats_kernel<T, 1>>(steps, stats_threads, 0, stream, a, stats);
-      }
-    }
-    LongRowBackward<T> rows;
-    rows.rows = a.rows;
-    rows.cols = a.cols;
-    rows.input = static_cast<const T*>(a.input);
-    rows.grad_output = static_cast<const T*>(a.grad_output);
-    rows.weight = static_cast<const T*>(a.weight);
-    rows.grad_input = static_cast<T*>(a.grad_input);
+    LongRowBackward<T> rows = long_rows_of<T>(a);
     rows.column_sums[0] = grad_weight;
     rows.column_sums[1] = grad_bias;
-    launch_long_row_columns(rows, launch.vectorized, stats, LayerNormLongRowMath{}, stream);
+    launch_long_row_backward<T, LayerNormLongRowMath>(a, launch, rows,
+                                                                             static_cast<Acc*>(workspace), stream);
     return;
   }
   const RowGroups groups = row_groups(a.rows);
