@@ -22,8 +22,11 @@
 #                 backtrace and the libraries it loaded (crash.log);
 # 4. bench        python -m op_extension.bench --device cuda, alone on the GPU, on
 #                 16, 2048 and 8192 tokens (hidden 4096, 11008 for SwiGLU/GEGLU);
-#                 before the tests, so that a long test run cannot cost the
-#                 timings;
+#                 then the row ops on rows of 65536 (--hidden), whose backward
+#                 norms take the long-row kernels (its table appended to
+#                 bench.log, its JSON and plot not kept: $OUT returns 8 files at
+#                 most); before the tests, so that a long test run cannot cost
+#                 the timings;
 # 5. tests and sanitizers, at once:
 #    - the whole test suite under pytest-xdist (tests/test_cuda.py and the CUDA
 #      case of every device-parametrised test included);
@@ -44,6 +47,9 @@
 #                        run beside them)
 #   BENCH_ARGS=...       replaces the benchmark's options after --device cuda
 #   BENCH_LIMIT=150      seconds the benchmark may take
+#   LONG_BENCH_ARGS=...  the long-row benchmark's options after --device cuda
+#                        (empty: skip it)
+#   LONG_BENCH_LIMIT=60  seconds it may take
 #   TESTS_LIMIT=330      seconds the tests (and the sanitizers) may take
 #   STEPS="build probes bench tests"   the steps to run (versions always runs): a
 #                        lease's 10-minute calls take two, e.g. STEPS="build probes
@@ -61,6 +67,8 @@ JOBS=${JOBS:-$(nproc)}
 TEST_WORKERS=${TEST_WORKERS:-$((JOBS > 8 ? JOBS - 4 : JOBS))}
 BENCH_ARGS=${BENCH_ARGS:---quick --tokens 16,2048,8192 --no-hf --no-model}
 BENCH_LIMIT=${BENCH_LIMIT:-150}
+LONG_BENCH_ARGS=${LONG_BENCH_ARGS-"--quick --ops rms_norm,fused_add_rms_norm,layer_norm,softmax --hidden 65536 --tokens 4,256 --no-compile --no-dispatch --no-hf --no-model"}
+LONG_BENCH_LIMIT=${LONG_BENCH_LIMIT:-60}
 TESTS_LIMIT=${TESTS_LIMIT:-330}
 STEPS=${STEPS:-build probes bench tests}
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -219,6 +227,16 @@ timeout "$BENCH_LIMIT" "$PYTHON" -m op_extension.bench --device cuda --out "$OUT
 rc=$?
 tail -n 5 "$OUT/bench.log"
 finished bench "$rc" "$start"
+if [[ -n "$LONG_BENCH_ARGS" ]]; then
+  start=$SECONDS
+  echo "== the row ops on rows of 65536: $LONG_BENCH_ARGS" >>"$OUT/bench.log"
+  # shellcheck disable=SC2086
+  timeout "$LONG_BENCH_LIMIT" "$PYTHON" -m op_extension.bench --device cuda --out "$(mktemp -d)" $LONG_BENCH_ARGS \
+    >>"$OUT/bench.log" 2>&1
+  rc=$?
+  tail -n 5 "$OUT/bench.log"
+  finished bench_long "$rc" "$start"
+fi
 fi
 
 # ---- 5. tests and sanitizers, side by side ---------------------------------------

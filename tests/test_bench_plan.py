@@ -183,3 +183,24 @@ def test_the_table_shows_the_model_only_when_measured():
     words = header.split()
     assert words[words.index("%copy") + 1:words.index("%copy") + 3] == ["model", "launch"]
     assert "1.23x" in line.split()
+
+
+def test_hidden_widens_the_rows_of_the_ops_that_take_it():
+    """--hidden N replaces the last dim of the ops whose rows are [tokens, HIDDEN]
+    (add, gelu, the norms, softmax), in the timed rows and the traffic column
+    alike; swiglu/geglu (11008) and rotary_embedding (heads x head dim) keep
+    their shapes. A bad value is refused before anything runs."""
+    from op_extension.bench.cli import parse_args
+    from op_extension.bench.plan import make_setup, row_hidden
+    from op_extension.bench.traffic import recorded_calls
+
+    assert row_hidden("rms_norm", 16384) == 16384 and row_hidden("add", 16384) == 16384
+    assert row_hidden("swiglu", 16384) is None and row_hidden("rotary_embedding", 16384) is None
+    assert row_hidden("rms_norm", None) is None
+    setup = make_setup(ops, "layer_norm", 2, torch.float32, "cpu", row_hidden("layer_norm", 16384))
+    assert setup.shape == (2, 16384) and setup.weight_numel == 16384
+    (name, args, _), = recorded_calls(ops, "rms_norm", "fwd", torch.float32, tokens=2, hidden=16384)
+    assert name == "rms_norm" and args[0].shape == (2, 16384)
+    assert parse_args(["--hidden", "65536"]).hidden == 65536
+    with pytest.raises(SystemExit):
+        parse_args(["--hidden", "0"])

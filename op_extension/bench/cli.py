@@ -13,6 +13,7 @@ import torch
 from .harness import CpuTimer, CudaTimer, OtherLoad, Progress, RunConfig, configure_dynamo, configure_host_allocator
 from .model import HF_BATCH, HF_FAMILIES, HF_SEQ, HF_SHAPE, hf_models, model_ways, print_hf, print_model_ways
 from .op_rows import dispatch_overhead, load_liger, run_benchmarks
+from ..bench_spec import HIDDEN
 from .plan import ALL_OPS, DEFAULT_TOKENS, DIRECTIONS, DTYPES, PLAN, QUICK_TOKENS, shapes_text
 from .plot import write_plot
 from .report import loadavg, machine_info, output_paths, print_dispatch, print_table, record
@@ -43,6 +44,11 @@ def parse_args(argv=None):
     p.add_argument("--tokens", default=None,
                    help=f"comma-separated token counts (rows); {shapes_text(PLAN.benches)} [default: "
                         f"{','.join(map(str, DEFAULT_TOKENS))}]")
+    p.add_argument("--hidden", type=int, default=None,
+                   help=f"the last dim of the rows of the ops whose rows are [tokens, {HIDDEN}] "
+                        "(add, gelu, the norms, softmax); the others keep their shapes. Past 8192 "
+                        "the CUDA backward norms take their long-row kernels [default: "
+                        f"{HIDDEN}]")
     p.add_argument("--device", default="cpu", help="cpu or cuda [default: cpu]")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(),
                    help="intra-op threads for every measurement "
@@ -109,6 +115,8 @@ def parse_args(argv=None):
         p.error("--rounds and --reps must be >= 1")
     if args.threads < 1:
         p.error("--threads must be >= 1")
+    if args.hidden is not None and args.hidden < 1:
+        p.error("--hidden must be >= 1")
     return args
 
 
@@ -152,6 +160,7 @@ def main(argv=None):
                     compile=not args.no_compile, compile_filter=compile_filter,
                     timer=timer, host_timer=host_timer, other_load=OtherLoad())
     cfg.traffic = args.traffic if args.traffic is not None else device.type == "cuda"
+    cfg.hidden = args.hidden
     for name, why in PLAN.skipped.items():
         print(f"bench: {name} skipped: {why}", file=sys.stderr)
     cfg.liger, no_liger = load_liger(device)

@@ -391,3 +391,4 @@ class RunConfig:
     other_load: OtherLoad
     liger: dict | None = None  # op -> Liger-Kernel callable (load_liger), CUDA only
     traffic: bool = False      # the CUDA harness's bytes beside each row (bench/traffic.py)
+    hidden: int | None = None  # --hidden: the last dim of the ops that take it (plan.row_hidden)

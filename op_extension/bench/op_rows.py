@@ -15,7 +15,7 @@ from ..bench_spec import randn
 from .doubt import ROW_TRIES, CopyBaseline, section_doubt, time_row, until_quiet, with_doubt
 from .harness import (Progress, RunConfig, check_close, compiled_composite, copy_bandwidth, error_text, make_step,
                       measure, sync, warm_up, with_grad)
-from .plan import DTYPE_SHORT, PLAN, bytes_moved, formula_text, make_setup, reference_impl
+from .plan import DTYPE_SHORT, PLAN, bytes_moved, formula_text, make_setup, reference_impl, row_hidden
 from .traffic import harness_traffic
 
 
@@ -48,7 +48,7 @@ def load_liger(device, benches=None):
 def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy: CopyBaseline,
                progress: Progress):
     """Time ours / native / composite / compiled for one table row."""
-    setup = make_setup(ops, name, tokens, dtype, cfg.device)
+    setup = make_setup(ops, name, tokens, dtype, cfg.device, row_hidden(name, cfg.hidden))
     grads = None
     if direction == "fwd+bwd":
         setup = with_grad(setup)
@@ -112,7 +112,7 @@ def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy: CopyBa
     if cfg.traffic:
         progress.show(f"{label} [traffic model]")
         try:
-            row["harness"] = harness_traffic(ops, name, direction, dtype)
+            row["harness"] = harness_traffic(ops, name, direction, dtype, hidden=row_hidden(name, cfg.hidden))
         except Exception as e:  # reported; the timings stand
             row["errors"]["harness"] = error_text(e)
     progress.advance(with_doubt(label, row))
@@ -128,7 +128,7 @@ def run_benchmarks(ops, cfg: RunConfig, progress: Progress):
                 # measured right next to the op so both see the same machine
                 # state (threads, frequency, which cache level the data fits).
                 progress.show(f"{name} {DTYPE_SHORT[dtype]} T={tokens} [copy]")
-                probe = make_setup(ops, name, tokens, dtype, cfg.device)
+                probe = make_setup(ops, name, tokens, dtype, cfg.device, row_hidden(name, cfg.hidden))
                 in_bytes = sum(t.numel() * t.element_size() for t in probe.inputs)
                 del probe
                 copy = CopyBaseline(

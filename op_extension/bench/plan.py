@@ -77,6 +77,13 @@ def reference_impl(setup: OpSetup) -> str:
     return "native" if "native" in setup.impls else "composite"
 
 
+def row_hidden(name, hidden):
+    """--hidden for op `name`'s rows: the ops whose last dim is HIDDEN (add, gelu,
+    the norms, softmax) take it; the others keep their own shapes (None)."""
+    bench = PLAN.benches[name]
+    return hidden if hidden and bench.hidden == HIDDEN and not bench.shapes else None
+
+
 def make_setup(ops, name, tokens, dtype, device, hidden=None):
     """The OpSetup of op `name`'s row; `hidden` replaces the op's last dim."""
     bench = PLAN.benches[name]

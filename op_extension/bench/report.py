@@ -172,7 +172,7 @@ def record(info, cfg, args, timer, elapsed, liger, rows, dispatch, hf_rows, mode
     """The JSON record of a run: the machine, the configuration (with what each
     op's BENCH adds to it), the byte formulas and every section's rows."""
     config = {"ops": cfg.ops, "dtypes": [str(d).replace("torch.", "") for d in cfg.dtypes],
-              "tokens": cfg.tokens, "hidden": HIDDEN, "intermediate": INTERMEDIATE}
+              "tokens": cfg.tokens, "hidden": cfg.hidden or HIDDEN, "intermediate": INTERMEDIATE}
     for bench in plan.benches.values():
         config.update(bench.config)
     config.update({

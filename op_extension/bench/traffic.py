@@ -46,10 +46,10 @@ def _detached(a):
     return a.detach().clone() if isinstance(a, torch.Tensor) else a
 
 
-def recorded_calls(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS):
+def recorded_calls(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS, hidden=None):
     """The torch.ops.custom calls (op name, args, kwargs) of `ours` for the row,
-    at `tokens` tokens on the CPU."""
-    setup = make_setup(ops, name, tokens, dtype, "cpu")
+    at `tokens` tokens on the CPU (`hidden`: the row's last dim, if not the op's)."""
+    setup = make_setup(ops, name, tokens, dtype, "cpu", hidden)
     if direction != "fwd":
         setup = with_grad(setup)
     with _RecordCustomCalls() as mode:
@@ -60,7 +60,7 @@ def recorded_calls(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS):
     return mode.calls
 
 
-def harness_traffic(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS):
+def harness_traffic(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS, hidden=None):
     """{"model": bytes moved / minimum, "launches": n, "tokens": tokens,
     "per_launch": [{"op", "kernel", "bytes", "share"}]} of the row's kernels on the
     harness (forward, plus backward for fwd+bwd), or None where the CUDA harness
@@ -73,7 +73,7 @@ def harness_traffic(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS):
         return None
     moved = minimum = launches = 0
     per_launch = []
-    for op, args, kwargs in recorded_calls(ops, name, direction, dtype, tokens):
+    for op, args, kwargs in recorded_calls(ops, name, direction, dtype, tokens, hidden):
         backward = op.endswith("_backward")
         t = cuda_sim.traffic(op.removesuffix("_backward") if backward else op, *args, backward=backward, **kwargs)
         moved += t["bytes_read"] + t["bytes_written"] - 2 * t["workspace_bytes"]
