@@ -750,23 +750,25 @@ struct RmsNormLongRowMath {
 };
 
 template <typename T>
-bool rms_norm_backward_aligned(const RmsNormBackwardArgs& a) {
-  return is_aligned16(a.grad_output) && is_aligned16(a.input) && is_aligned16(a.grad_input) &&
-         (a.weight == nullptr || is_aligned16(a.weight)) &&
-         (a.grad_residual_out == nullptr || is_aligned16(a.grad_residual_out));
+RowLaunch plan_rms_norm_backward(const RmsNormBackwardArgs& a) {
+  const bool aligned = is_aligned16(a.grad_output) && is_aligned16(a.input) && is_aligned16(a.grad_input) &&
+                       (a.weight == nullptr || is_aligned16(a.weight)) &&
+                       (a.grad_residual_out == nullptr || is_aligned16(a.grad_residual_out));
+  return plan_rows<T>(a.cols, aligned, 2);
 }
 
 template <typename T>
-bool rms_norm_backward_holds_rows(const RmsNormBackwardArgs& a) {
-  const RowLaunch launch = plan_rows<T>(a.cols, rms_norm_backward_aligned<T>(a), 2);
-  return row_is_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>>(launch, a.cols);
+bool rms_norm_backward_holds(const RowLaunch& launch, int64_t cols) {
+  return row_is_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>>(launch, cols);
 }
 
 template <typename T>
 size_t rms_norm_backward_workspace_typed(const RmsNormBackwardArgs& a) {
   using Acc = acc_t<T>;
   if (a.cols <= 0) return 0;
-  if (!rms_norm_backward_holds_rows<T>(a)) return static_cast<size_t>(a.rows) * kRmsNormStats * sizeof(Acc);
+  if (!rms_norm_backward_holds<T>(plan_rms_norm_backward<T>(a), a.cols)) {
+    return static_cast<size_t>(a.rows) * kRmsNormStats * sizeof(Acc);
+  }
   if (a.weight == nullptr || a.grad_weight == nullptr) return 0;
   return static_cast<size_t>(row_groups(a.rows).groups * a.cols) * sizeof(Acc);
 }
@@ -776,13 +778,12 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
   using Acc = acc_t<T>;
   if (a.cols <= 0) return;  // every output is empty
   const bool want_dw = a.weight != nullptr && a.grad_weight != nullptr;
-  const RowLaunch launch = plan_rows<T>(a.cols, rms_norm_backward_aligned<T>(a), 2);
-  if (!row_is_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>>(launch, a.cols)) {
+  const RowLaunch launch = plan_rms_norm_backward<T>(a);
+  if (!rms_norm_backward_holds<T>(launch, a.cols)) {
     LongRowBackward<T> rows = long_rows_of<T>(a);
     rows.grad_residual_out = static_cast<const T*>(a.grad_residual_out);
     rows.column_sums[0] = want_dw ? static_cast<T*>(a.grad_weight) : nullptr;
-    launch_long_row_backward<T, RmsNormLongRowMath>(a, launch, rows,
-                                                                         static_cast<Acc*>(workspace), stream);
+    launch_long_row_backward<T, RmsNormLongRowMath>(a, launch, rows, static_cast<Acc*>(workspace), stream);
     return;
   }
   Acc* partial_w = want_dw ? static_cast<Acc*>(workspace) : nullptr;
@@ -1078,8 +1079,10 @@ __device__ __forceinline__ Acc layer_norm_dx(const Acc* stats, Acc x, Acc dy, Ac
   return scale != Acc(1) ? out * scale : out;
 }
 
-// Weight and sums held as in rms_norm_backward_kernel. Its statistics are
-// those of layer_norm_row_stats, taken with the held weight.
+// Weight and sums held as in rms_norm_backward_kernel. Its statistics follow
+// layer_norm_row_stats step for step, written out here rather than called:
+// through those helpers (even with the rare rows reading the weight from
+// global memory) the double and 16-bit kernels spilled 4-72 bytes on sm_90.
 template <typename T, int kVec, int kHeld>
 __global__ void __launch_bounds__(kMaxRowThreads)
     layer_norm_backward_kernel(LayerNormBackwardArgs a, acc_t<T>* partial_w, acc_t<T>* partial_b,
@@ -1360,8 +1363,7 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
     LongRowBackward<T> rows = long_rows_of<T>(a);
     rows.column_sums[0] = grad_weight;
     rows.column_sums[1] = grad_bias;
-    launch_long_row_backward<T, LayerNormLongRowMath>(a, launch, rows,
-                                                                             static_cast<Acc*>(workspace), stream);
+    launch_long_row_backward<T, LayerNormLongRowMath>(a, launch, rows, static_cast<Acc*>(workspace), stream);
     return;
   }
   const RowGroups groups = row_groups(a.rows);
