@@ -99,6 +99,116 @@ void launch_kernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stre
 #endif
 }
 
+// ---- thread-block clusters (sm_90) ------------------------------------------------------
+//
+// A cluster's blocks run at once on neighbouring SMs and can read each other's
+// shared memory (distributed shared memory), so a row too long for one block's
+// registers and shared memory can still be read once: each block of the
+// cluster holds a slice of it (norm.cu, "rows held by a cluster").
+
+// Whether the current device launches clusters (compute capability 9.0 and
+// up: cudaDevAttrClusterLaunch), read once per device; on the harness, when it
+// is configured as sm_90.
+inline bool cluster_launch_supported() {
+#ifdef OP_EXT_CUDA_SIM
+  return ::cuda_sim::arch() == ::cuda_sim::Arch::Sm90;
+#else
+  static std::atomic<int> read_support[kMaxDevices];  // 0: not read, 1: no, 2: yes
+  const int device = current_device_slot();
+  if (device < 0) return false;
+  int support = read_support[device].load(std::memory_order_relaxed);
+  if (support == 0) {
+    int value = 0;
+    if (cudaDeviceGetAttribute(&value, cudaDevAttrClusterLaunch, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      value = 0;
+    }
+    support = value != 0 ? 2 : 1;
+    read_support[device].store(support, std::memory_order_relaxed);
+  }
+  return support == 2;
+#endif
+}
+
+// Kernel<<<grid, block, shared_bytes, stream>>>(args...) in clusters of
+// cluster_blocks blocks along x (grid.x a multiple of it; at most 8, the
+// portable cluster size). False, with the error cleared, where the GPU cannot
+// co-schedule such a cluster (cudaErrorClusterOutOfResources and the like):
+// the caller then launches its one-block kernel instead. A sticky error (a
+// fault of an earlier kernel) is left for the glue's launch check.
+template <auto Kernel, typename... Args>
+bool launch_cluster_kernel(dim3 grid, dim3 block, unsigned cluster_blocks, size_t shared_bytes,
+                           cudaStream_t stream, Args&&... args) {
+  if (shared_bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared<Kernel>(shared_bytes);
+#ifdef OP_EXT_CUDA_SIM
+  ::cuda_sim::launch_kernel_cluster<Kernel>(grid, block, cluster_blocks, shared_bytes, stream,
+                                            std::forward<Args>(args)...);
+  return true;
+#else
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = cluster_blocks;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  if (cudaLaunchKernelEx(&config, Kernel, std::forward<Args>(args)...) == cudaSuccess) return true;
+  (void)cudaGetLastError();                     // clears a launch error ...
+  return cudaPeekAtLastError() != cudaSuccess;  // ... but not a sticky one
+#endif
+}
+
+// The block's rank in its cluster (%cluster_ctarank).
+__device__ __forceinline__ unsigned cluster_block_rank() {
+#if defined(OP_EXT_CUDA_SIM)
+  return ::cuda_sim::cluster_block_rank();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+#else
+  return 0;  // no clusters before sm_90: the host never launches one there
+#endif
+}
+
+// Every thread of every block of the cluster: a barrier that also orders their
+// shared-memory accesses, this block's and the others' (release, acquire). The
+// harness's reports name the caller's line.
+#if defined(OP_EXT_CUDA_SIM)
+__device__ __forceinline__ void cluster_sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  ::cuda_sim::cluster_sync(file, line);
+}
+#else
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+#endif
+
+// The address that `p`, in this block's dynamic shared memory, has in block
+// `rank` of the cluster (mapa): read with ordinary loads.
+template <typename T>
+__device__ __forceinline__ T* cluster_map_shared(T* p, unsigned rank) {
+#if defined(OP_EXT_CUDA_SIM)
+  return static_cast<T*>(::cuda_sim::map_shared_rank(const_cast<void*>(static_cast<const void*>(p)), rank));
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint64_t mapped;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(mapped) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
+  return reinterpret_cast<T*>(mapped);
+#else
+  (void)rank;
+  return p;
+#endif
+}
+
 // The launch's dynamic shared memory (its shared_bytes), 16-byte aligned.
 __device__ __forceinline__ unsigned char* dynamic_shared_bytes() {
 #ifdef OP_EXT_CUDA_SIM

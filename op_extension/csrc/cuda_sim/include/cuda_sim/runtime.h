@@ -147,9 +147,31 @@ void note_workspace(uint64_t bytes);
 void record_global(const void* p, size_t bytes, bool write);
 
 // Runs body(closure) as every thread of every block; throws std::runtime_error
-// with the first report.
+// with the first report. cluster_blocks > 1: a launch of thread-block clusters
+// (sm_90; cudaLaunchKernelEx with cudaLaunchAttributeClusterDimension {n, 1, 1}):
+// blocks x .. x + n - 1 form one cluster, whose blocks run together (their
+// fibers interleave), each with its own shared memory (dynamic and static).
 void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
-            void (*body)(void*), void* closure);
+            void (*body)(void*), void* closure, unsigned cluster_blocks = 1);
+
+// ---- thread-block clusters (sm_90) ------------------------------------------------------
+//
+// What a cluster kernel calls (kernel/cuda/cuda_common.cuh wraps them as
+// cluster_block_rank, cluster_sync and cluster_map_shared). On a launch without
+// clusters a block is a cluster of one, as on the GPU.
+// %cluster_ctarank: the block's rank in its cluster, 0 .. cluster_blocks - 1.
+unsigned cluster_block_rank();
+unsigned cluster_blocks();
+// barrier.cluster.arrive.release + barrier.cluster.wait.acquire: every thread of
+// every block of the cluster must reach it (a report otherwise, as for
+// __syncthreads); it orders all their shared-memory accesses, local and remote.
+void cluster_sync(const char* file, int line);
+// mapa: the address in block `rank`'s dynamic shared memory that `p` (in this
+// block's dynamic shared memory) has in this block's. Reported: a rank past the
+// cluster, an address outside dynamic shared memory (the harness models
+// distributed shared memory for the dynamic window only). An access through it
+// to a block of the cluster whose threads have all exited is reported too.
+void* map_shared_rank(void* p, unsigned rank);
 
 namespace detail {
 
@@ -175,22 +197,29 @@ struct KernelLaunch;
 template <auto Kernel, typename... Params>
 struct KernelLaunch<Kernel, void (*)(Params...)> {
   template <typename... Args>
-  static void run(dim3 grid, dim3 block, size_t shared, Args&&... args) {
+  static void run(dim3 grid, dim3 block, size_t shared, unsigned cluster_blocks, Args&&... args) {
     // Converted once, as the GPU copies the arguments at the launch; every
     // thread then gets its own by-value copies through the call.
     std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
     const std::string name = kernel_name<Kernel>();
     launch(name.c_str(), grid, block, shared,
-           [](void* p) { std::apply(Kernel, *static_cast<decltype(params)*>(p)); }, &params);
+           [](void* p) { std::apply(Kernel, *static_cast<decltype(params)*>(p)); }, &params, cluster_blocks);
   }
 };
 
 }  // namespace detail
 
-// The harness's kernel<<<grid, block, shared, stream>>>(args...).
+// The harness's kernel<<<grid, block, shared, stream>>>(args...); with
+// cluster_blocks > 1, cudaLaunchKernelEx of clusters of that many blocks.
 template <auto Kernel, typename... Args>
 void launch_kernel(dim3 grid, dim3 block, size_t shared, cudaStream_t, Args&&... args) {
-  detail::KernelLaunch<Kernel, decltype(Kernel)>::run(grid, block, shared, std::forward<Args>(args)...);
+  detail::KernelLaunch<Kernel, decltype(Kernel)>::run(grid, block, shared, 1u, std::forward<Args>(args)...);
+}
+template <auto Kernel, typename... Args>
+void launch_kernel_cluster(dim3 grid, dim3 block, unsigned cluster_blocks, size_t shared, cudaStream_t,
+                           Args&&... args) {
+  detail::KernelLaunch<Kernel, decltype(Kernel)>::run(grid, block, shared, cluster_blocks,
+                                                      std::forward<Args>(args)...);
 }
 
 }  // namespace cuda_sim
