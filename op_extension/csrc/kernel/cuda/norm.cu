@@ -127,10 +127,48 @@ inline constexpr int kForwardHeldSlices =
     std::clamp((sizeof(T) == 2 ? 8 : 16) / (kHeldArrays * std::max(1, kVec * static_cast<int>(sizeof(T)) / 4)), 1, 4);
 
 struct ForwardRows {
-  int step_rows;   // rows per step, 1..kMaxStepRows
-  bool cached;     // the step's rows are kept in the row cache
-  size_t cache_bytes;
+  int step_rows;       // rows per step, 1..kMaxStepRows
+  bool cached;         // the step's rows are kept in the row cache
+  size_t cache_bytes;  // the launch's dynamic shared memory
+  // A row held by a cluster ("rows held by a cluster" below): block rank k of
+  // the cluster owns the columns [k * slice_cols, (k + 1) * slice_cols) (the
+  // last rank fewer), cached at r * slice_cols; the cluster's exchange sits at
+  // exchange_offset. Without a cluster, slice_cols is cols.
+  int cluster_blocks = 1;
+  int64_t slice_cols = 0;
+  size_t exchange_offset = 0;
 };
+
+// The part of the rows a forward block works on: its columns (all, or its
+// cluster slice) and its steps (by block, or by cluster).
+struct RowSlice {
+  int64_t col0;     // first column
+  int64_t cols;     // columns of the slice
+  int64_t unit;     // this block's (or cluster's) index among ...
+  int64_t units;    // ... the launch's blocks (or clusters)
+};
+
+template <bool kCluster>
+__device__ __forceinline__ RowSlice forward_slice(int64_t cols, const ForwardRows& step) {
+  if constexpr (kCluster) {
+    const int64_t col0 = static_cast<int64_t>(cluster_block_rank()) * step.slice_cols;
+    return {col0, min(step.slice_cols, cols - col0), blockIdx.x / step.cluster_blocks,
+            gridDim.x / step.cluster_blocks};
+  } else {
+    return {0, cols, blockIdx.x, gridDim.x};
+  }
+}
+
+// The reducer of a forward kernel's row statistics (row_common.cuh).
+template <bool kCluster, typename Acc>
+__device__ __forceinline__ auto forward_reduce(const ForwardRows& step) {
+  if constexpr (kCluster) {
+    return ClusterRowReduce<Acc>{reinterpret_cast<Acc*>(dynamic_shared_bytes() + step.exchange_offset),
+                                 static_cast<unsigned>(step.cluster_blocks)};
+  } else {
+    return BlockRowReduce{};
+  }
+}
 
 // The step of a forward row launch: as many rows (up to kMaxStepRows) as the
 // row cache holds, or, when not even one fits, kMaxStepRows uncached rows, so
@@ -139,6 +177,7 @@ template <typename T>
 ForwardRows plan_forward_rows(int64_t rows, int64_t cols) {
   const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
   ForwardRows f{1, false, 0};
+  f.slice_cols = cols;
   const size_t cache_bytes = row_cache_bytes();
   if (row_bytes > cache_bytes) {
     f.step_rows = static_cast<int>(std::min<int64_t>(kMaxStepRows, std::max<int64_t>(rows, 1)));
@@ -156,6 +195,74 @@ ForwardRows plan_forward_rows(int64_t rows, int64_t cols) {
 inline unsigned forward_grid(int64_t rows, int step_rows, bool held) {
   const int64_t steps = ceil_div(rows, static_cast<int64_t>(step_rows));
   return static_cast<unsigned>(std::min(steps, held ? kMaxHeldBlocks : kMaxGridBlocks));
+}
+
+// ---- rows held by a cluster (sm_90) ----------------------------------------------------
+//
+// A row whose weight (and bias) a block cannot hold in registers re-reads them
+// for every step of rows, and a row past the row cache is read twice. On sm_90
+// a thread-block cluster holds it instead: block k of a cluster of 2, 4 or 8
+// owns the k-th slice of the columns, holds its slice of the weight (and bias)
+// in registers for all the cluster's rows, and caches its slice of a step's
+// rows; the blocks combine their statistics through distributed shared memory
+// (ClusterRowReduce). Every input is then read once: at 4 x 65536 bfloat16
+// LayerNorm moves its minimum, where one block per row re-read the weight and
+// bias for every row (1.20x). A row takes the smallest cluster whose slices are
+// held and cached; rows that need more than 8 blocks (the portable cluster
+// size) keep the one-block kernels, as do unaligned rows and GPUs before sm_90.
+inline constexpr int kMaxClusterBlocks = 8;
+// A cluster's blocks run 512 threads with twice the held slices of a
+// one-block row: as many columns per block, and 128 registers per thread for
+// the held weight (and bias), the cluster's reducer and a step's loads
+// (check_cuda_compile.sh showed spills at 1024 threads).
+// Steps of 2 rows keep the loads of a step in flight (2 x the held slices)
+// within those registers too.
+inline constexpr int kClusterThreads = 512;
+inline constexpr int kClusterStepRows = 2;
+template <typename T, int kHeldArrays>
+inline constexpr int kClusterHeldSlices = 2 * kForwardHeldSlices<T, kVecOf<T>, kHeldArrays>;
+
+struct ForwardCluster {
+  int blocks = 0;  // 0: no cluster
+  int threads = 0;
+  unsigned grid = 0;
+  ForwardRows step{1, true, 0};
+};
+
+template <typename T, int kHeldArrays>
+ForwardCluster plan_forward_cluster(int64_t rows, int64_t cols, bool aligned) {
+  constexpr int kVec = kVecOf<T>;
+  constexpr int kHeld = kClusterHeldSlices<T, kHeldArrays>;
+  ForwardCluster c;
+  // double is for checking, not speed: its rows keep the one-block kernels.
+  if (sizeof(T) == 8 || rows <= 0 || !aligned || cols % kVec != 0 || !cluster_launch_supported()) return c;
+  // One block holds it.
+  if (cols <= int64_t{kMaxRowThreads} * kForwardHeldSlices<T, kVec, kHeldArrays> * kVec) return c;
+  // The slices take the row cache; the exchange follows, 16-byte aligned, in
+  // the room the opt-in leaves past it (sm_90: 227 KiB less the static reserve).
+  const size_t room = row_cache_bytes();
+  if (room + 16 + kClusterExchangeBytes<acc_t<T>> > max_dynamic_shared_optin() - kStaticSharedReserveBytes) return c;
+  for (int blocks = 2; blocks <= kMaxClusterBlocks; blocks *= 2) {
+    const int64_t slice_cols = ceil_div(ceil_div(cols, blocks), kVec) * kVec;
+    const int64_t accesses = slice_cols / kVec;
+    const size_t slice_bytes = static_cast<size_t>(slice_cols) * sizeof(T);
+    if (accesses > int64_t{kClusterThreads} * kHeld || slice_bytes > room) continue;
+    if ((blocks - 1) * slice_cols >= cols) continue;  // every block owns columns
+    const int64_t fit = static_cast<int64_t>(room / slice_bytes);
+    c.blocks = blocks;
+    c.threads = static_cast<int>(std::max<int64_t>(32, ceil_div(ceil_div(accesses, kHeld), 32) * 32));
+    c.step.step_rows = static_cast<int>(std::min<int64_t>({fit, int64_t{kClusterStepRows}, rows}));
+    c.step.cluster_blocks = blocks;
+    c.step.slice_cols = slice_cols;
+    c.step.exchange_offset = (slice_bytes * static_cast<size_t>(c.step.step_rows) + 15) / 16 * 16;
+    c.step.cache_bytes = c.step.exchange_offset + kClusterExchangeBytes<acc_t<T>>;
+    // As forward_grid: each cluster reads the weight once, so fewer clusters read it less.
+    const int64_t clusters =
+        std::min(ceil_div(rows, int64_t{c.step.step_rows}), std::max<int64_t>(1, kMaxHeldBlocks / blocks));
+    c.grid = static_cast<unsigned>(clusters * blocks);
+    return c;
+  }
+  return c;
 }
 
 // The packs of an optional per-column parameter (weight, bias) a thread uses:
@@ -190,33 +297,36 @@ struct ColumnParam {
 
 // ---- RMSNorm (and fused residual add) forward -------------------------------------
 
-template <typename T, int kVec, int kHeld>
-__global__ void __launch_bounds__(kMaxRowThreads)
+template <typename T, int kVec, int kHeld, bool kCluster = false>
+__global__ void __launch_bounds__(kCluster ? kClusterThreads : kMaxRowThreads)
     rms_norm_forward_kernel(RmsNormArgs a, ForwardRows step) {
   using Acc = acc_t<T>;
+  constexpr int kStep = kCluster ? kClusterStepRows : kMaxStepRows;
   T* const cache = reinterpret_cast<T*>(dynamic_shared_bytes());
   const int64_t cols = a.cols;
-  const int64_t accesses = cols / kVec;
+  const RowSlice slice = forward_slice<kCluster>(cols, step);
+  const int64_t cache_stride = kCluster ? step.slice_cols : cols;
+  const int64_t accesses = slice.cols / kVec;
   const Acc eps = static_cast<Acc>(a.eps);
   const bool fused = a.residual != nullptr;
-  ColumnParam<T, kVec, kHeld> weight{static_cast<const T*>(a.weight)};
+  auto reduce = forward_reduce<kCluster, Acc>(step);
+  ColumnParam<T, kVec, kHeld> weight{a.weight != nullptr ? static_cast<const T*>(a.weight) + slice.col0 : nullptr};
   weight.load(accesses);
-  for (int64_t row0 = int64_t{blockIdx.x} * step.step_rows; row0 < a.rows;
-       row0 += int64_t{gridDim.x} * step.step_rows) {
+  for (int64_t row0 = slice.unit * step.step_rows; row0 < a.rows; row0 += slice.units * step.step_rows) {
     const int nrows = static_cast<int>(min(int64_t{step.step_rows}, a.rows - row0));
     // Where row r's values are read back: the cache, or the tensor the norm reads.
     const auto src = [&](int r) -> const T* {
-      if (step.cached) return cache + r * cols;
-      return fused ? static_cast<const T*>(a.residual_out) + (row0 + r) * cols
-                   : static_cast<const T*>(a.input) + (row0 + r) * cols;
+      if (step.cached) return cache + r * cache_stride;
+      return fused ? static_cast<const T*>(a.residual_out) + (row0 + r) * cols + slice.col0
+                   : static_cast<const T*>(a.input) + (row0 + r) * cols + slice.col0;
     };
-    Acc sum_sq[kMaxStepRows] = {};
+    Acc sum_sq[kStep] = {};
     for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
       const int64_t j = v * kVec;
 #pragma unroll
-      for (int r = 0; r < kMaxStepRows; ++r) {
+      for (int r = 0; r < kStep; ++r) {
         if (r > 0 && r >= nrows) break;
-        const int64_t offset = (row0 + r) * cols + j;
+        const int64_t offset = (row0 + r) * cols + slice.col0 + j;
         Pack<T, kVec> pack;
         if (fused) {
           // residual_out = input + residual, rounded to T as the unfused ops
@@ -230,28 +340,28 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         } else {
           pack = load_pack<kVec>(static_cast<const T*>(a.input) + offset);
         }
-        if (step.cached) store_pack<kVec>(cache + r * cols + j, pack);
+        if (step.cached) store_pack<kVec>(cache + r * cache_stride + j, pack);
         Acc s[kVec];
         widen(pack, s);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) sum_sq[r] += s[e] * s[e];
       }
     });
-    block_reduce(sum_sq, SumOp{});
+    reduce(sum_sq, SumOp{});
     // y = (x * scale) * rstd; scale is 1 unless the row's squares overflowed
     // (a test on reduced values: the same for every thread of the block).
-    Acc scale[kMaxStepRows], rstd[kMaxStepRows];
+    Acc scale[kStep], rstd[kStep];
 #pragma unroll
-    for (int r = 0; r < kMaxStepRows; ++r) {
+    for (int r = 0; r < kStep; ++r) {
       if (r > 0 && r >= nrows) break;  // a step has a row: row 0 needs no test
       scale[r] = Acc(1);
       Acc eps_scaled = eps;
       if (!dev_isfinite(sum_sq[r])) {
-        const Acc s = overflow_scale(row_abs_max<kVec>(src(r), accesses));
+        const Acc s = overflow_scale(row_abs_max<kVec>(src(r), accesses, reduce));
         if (s != Acc(0)) {
           scale[r] = s;
           eps_scaled = eps * s * s;
-          sum_sq[r] = row_centered_squares<kVec>(src(r), accesses, s, Acc(0));  // sum of (x * s)^2
+          sum_sq[r] = row_centered_squares<kVec>(src(r), accesses, s, Acc(0), reduce);  // sum of (x * s)^2
         }
       }
       rstd[r] = Acc(1) / dev_sqrt(sum_sq[r] / static_cast<Acc>(cols) + eps_scaled);
@@ -260,7 +370,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       const int64_t j = v * kVec;
       const Pack<T, kVec> w = weight.pack(i, v);
 #pragma unroll
-      for (int r = 0; r < kMaxStepRows; ++r) {
+      for (int r = 0; r < kStep; ++r) {
         if (r > 0 && r >= nrows) break;
         Acc out[kVec];
         load_acc<kVec>(src(r) + j, out);
@@ -269,10 +379,11 @@ __global__ void __launch_bounds__(kMaxRowThreads)
           out[e] = (scale[r] != Acc(1) ? out[e] * scale[r] : out[e]) * rstd[r];
           if (weight.base != nullptr) out[e] = out[e] * to_acc(w.v[e]);
         }
-        store_acc<kVec>(static_cast<T*>(a.output) + (row0 + r) * cols + j, out);
+        store_acc<kVec>(static_cast<T*>(a.output) + (row0 + r) * cols + slice.col0 + j, out);
       }
     });
   }
+  if constexpr (kCluster) cluster_sync();  // no block leaves while another reads its exchange
 }
 
 // Launches a forward norm's kernel<kVec, kHeld> (run(vec, held, threads), as
@@ -291,6 +402,15 @@ void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
   const bool aligned = is_aligned16(a.input) && is_aligned16(a.output) &&
                        (a.weight == nullptr || is_aligned16(a.weight)) &&
                        (!fused || (is_aligned16(a.residual) && is_aligned16(a.residual_out)));
+  if constexpr (sizeof(T) < 8) {
+    if (const ForwardCluster c = plan_forward_cluster<T, 1>(a.rows, a.cols, aligned); c.blocks > 0) {
+      constexpr int kVec = kVecOf<T>;
+      if (launch_cluster_kernel<rms_norm_forward_kernel<T, kVec, kClusterHeldSlices<T, 1>, true>>(
+              c.grid, c.threads, c.blocks, c.step.cache_bytes, stream, a, c.step)) {
+        return;
+      }
+    }
+  }
   launch_forward<T, 1>(a.cols, aligned, [&](auto vec, auto held, int threads) {
     constexpr int kHeld = decltype(held)::value;
     const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols);
@@ -876,54 +996,61 @@ __device__ __forceinline__ void uncached_row_moments(const T* rows, int64_t cols
   block_reduce(m2, SumOp{});
 }
 
-template <typename T, int kVec, int kHeld>
-__global__ void __launch_bounds__(kMaxRowThreads)
+template <typename T, int kVec, int kHeld, bool kCluster = false>
+__global__ void __launch_bounds__(kCluster ? kClusterThreads : kMaxRowThreads)
     layer_norm_forward_kernel(LayerNormArgs a, ForwardRows step) {
   using Acc = acc_t<T>;
+  constexpr int kStep = kCluster ? kClusterStepRows : kMaxStepRows;
   T* const cache = reinterpret_cast<T*>(dynamic_shared_bytes());
   const int64_t cols = a.cols;
-  const int64_t accesses = cols / kVec;
+  const RowSlice slice = forward_slice<kCluster>(cols, step);
+  const int64_t cache_stride = kCluster ? step.slice_cols : cols;
+  const int64_t accesses = slice.cols / kVec;
   const Acc eps = static_cast<Acc>(a.eps);
   const Acc n = static_cast<Acc>(cols);
-  ColumnParam<T, kVec, kHeld> weight{static_cast<const T*>(a.weight)};
-  ColumnParam<T, kVec, kHeld> bias{static_cast<const T*>(a.bias)};
+  auto reduce = forward_reduce<kCluster, Acc>(step);
+  ColumnParam<T, kVec, kHeld> weight{a.weight != nullptr ? static_cast<const T*>(a.weight) + slice.col0 : nullptr};
+  ColumnParam<T, kVec, kHeld> bias{a.bias != nullptr ? static_cast<const T*>(a.bias) + slice.col0 : nullptr};
   weight.load(accesses);
   bias.load(accesses);
-  for (int64_t row0 = int64_t{blockIdx.x} * step.step_rows; row0 < a.rows;
-       row0 += int64_t{gridDim.x} * step.step_rows) {
+  const T* const input = static_cast<const T*>(a.input) + slice.col0;
+  for (int64_t row0 = slice.unit * step.step_rows; row0 < a.rows; row0 += slice.units * step.step_rows) {
     const int nrows = static_cast<int>(min(int64_t{step.step_rows}, a.rows - row0));
     const auto src = [&](int r) -> const T* {
-      return step.cached ? cache + r * cols : static_cast<const T*>(a.input) + (row0 + r) * cols;
+      return step.cached ? cache + r * cache_stride : input + (row0 + r) * cols;
     };
     // The row's mean, and var: its sum of squared deviations from the mean.
-    Acc mean[kMaxStepRows] = {};
-    Acc var[kMaxStepRows] = {};
-    if (kHeld == 0 && !step.cached) {
-      // Only the kernels of rows too long to hold take this branch: a held row
-      // (at most 32 KiB) always fits the cache (at least 44 KiB).
-      uncached_row_moments<kVec>(static_cast<const T*>(a.input) + row0 * cols, cols, accesses, nrows, mean, var);
+    Acc mean[kStep] = {};
+    Acc var[kStep] = {};
+    // Only the kernels of rows too long to hold read the moments uncached: a
+    // held row (at most 32 KiB) always fits the cache (at least 44 KiB), and
+    // so does a cluster's slice.
+    bool uncached = false;
+    if constexpr (!kCluster) uncached = kHeld == 0 && !step.cached;
+    if (uncached) {
+      if constexpr (!kCluster) uncached_row_moments<kVec>(input + row0 * cols, cols, accesses, nrows, mean, var);
     } else {
       for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
         const int64_t j = v * kVec;
 #pragma unroll
-        for (int r = 0; r < kMaxStepRows; ++r) {
+        for (int r = 0; r < kStep; ++r) {
           if (r > 0 && r >= nrows) break;
-          const Pack<T, kVec> pack = load_pack<kVec>(static_cast<const T*>(a.input) + (row0 + r) * cols + j);
-          if (step.cached) store_pack<kVec>(cache + r * cols + j, pack);
+          const Pack<T, kVec> pack = load_pack<kVec>(input + (row0 + r) * cols + j);
+          if (step.cached) store_pack<kVec>(cache + r * cache_stride + j, pack);
           Acc xv[kVec];
           widen(pack, xv);
 #pragma unroll
           for (int e = 0; e < kVec; ++e) mean[r] += xv[e];
         }
       });
-      block_reduce(mean, SumOp{});
+      reduce(mean, SumOp{});
       // Two-pass variance, the row read back from the cache: no cancellation
       // for rows with a large mean.
 #pragma unroll
-      for (int r = 0; r < kMaxStepRows; ++r) mean[r] /= n;
+      for (int r = 0; r < kStep; ++r) mean[r] /= n;
       for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
 #pragma unroll
-        for (int r = 0; r < kMaxStepRows; ++r) {
+        for (int r = 0; r < kStep; ++r) {
           if (r > 0 && r >= nrows) break;
           Acc xv[kVec];
           load_acc<kVec>(src(r) + v * kVec, xv);
@@ -931,28 +1058,28 @@ __global__ void __launch_bounds__(kMaxRowThreads)
           for (int e = 0; e < kVec; ++e) var[r] += (xv[e] - mean[r]) * (xv[e] - mean[r]);
         }
       });
-      block_reduce(var, SumOp{});
+      reduce(var, SumOp{});
     }
     // Mean and variance are those of x * scale; scale is 1 unless they
     // overflowed. Both tests are on reduced values: uniform over the block.
-    Acc scale[kMaxStepRows], rstd[kMaxStepRows];
+    Acc scale[kStep], rstd[kStep];
 #pragma unroll
-    for (int r = 0; r < kMaxStepRows; ++r) {
+    for (int r = 0; r < kStep; ++r) {
       if (r > 0 && r >= nrows) break;  // a step has a row: row 0 needs no test
       scale[r] = Acc(1);
       Acc eps_scaled = eps;
       if (!dev_isfinite(mean[r]) || !dev_isfinite(var[r])) {
-        const Acc s = overflow_scale(row_abs_max<kVec>(src(r), accesses));
+        const Acc s = overflow_scale(row_abs_max<kVec>(src(r), accesses, reduce));
         if (s != Acc(0)) {
           scale[r] = s;
           eps_scaled = eps * s * s;
-          mean[r] = row_shifted_sum<kVec>(src(r), accesses, s, Acc(0)) / n;
-          var[r] = row_centered_squares<kVec>(src(r), accesses, s, mean[r]);
+          mean[r] = row_shifted_sum<kVec>(src(r), accesses, s, Acc(0), reduce) / n;
+          var[r] = row_centered_squares<kVec>(src(r), accesses, s, mean[r], reduce);
         }
       }
       if (mean_needs_refining(mean[r], var[r] / n, eps_scaled)) {
-        mean[r] += row_shifted_sum<kVec>(src(r), accesses, scale[r], mean[r]) / n;
-        var[r] = row_centered_squares<kVec>(src(r), accesses, scale[r], mean[r]);
+        mean[r] += row_shifted_sum<kVec>(src(r), accesses, scale[r], mean[r], reduce) / n;
+        var[r] = row_centered_squares<kVec>(src(r), accesses, scale[r], mean[r], reduce);
       }
       rstd[r] = Acc(1) / dev_sqrt(var[r] / n + eps_scaled);
     }
@@ -962,7 +1089,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       if (weight.base != nullptr) w = weight.pack(i, v);
       if (bias.base != nullptr) b = bias.pack(i, v);
 #pragma unroll
-      for (int r = 0; r < kMaxStepRows; ++r) {
+      for (int r = 0; r < kStep; ++r) {
         if (r > 0 && r >= nrows) break;
         Acc out[kVec];
         load_acc<kVec>(src(r) + j, out);
@@ -972,10 +1099,11 @@ __global__ void __launch_bounds__(kMaxRowThreads)
           if (weight.base != nullptr) out[e] = out[e] * to_acc(w.v[e]);
           if (bias.base != nullptr) out[e] = out[e] + to_acc(b.v[e]);
         }
-        store_acc<kVec>(static_cast<T*>(a.output) + (row0 + r) * cols + j, out);
+        store_acc<kVec>(static_cast<T*>(a.output) + (row0 + r) * cols + slice.col0 + j, out);
       }
     });
   }
+  if constexpr (kCluster) cluster_sync();  // no block leaves while another reads its exchange
 }
 
 template <typename T>
@@ -984,6 +1112,15 @@ void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
   const bool aligned = is_aligned16(a.input) && is_aligned16(a.output) &&
                        (a.weight == nullptr || is_aligned16(a.weight)) &&
                        (a.bias == nullptr || is_aligned16(a.bias));
+  if constexpr (sizeof(T) < 8) {
+    if (const ForwardCluster c = plan_forward_cluster<T, 2>(a.rows, a.cols, aligned); c.blocks > 0) {
+      constexpr int kVec = kVecOf<T>;
+      if (launch_cluster_kernel<layer_norm_forward_kernel<T, kVec, kClusterHeldSlices<T, 2>, true>>(
+              c.grid, c.threads, c.blocks, c.step.cache_bytes, stream, a, c.step)) {
+        return;
+      }
+    }
+  }
   launch_forward<T, 2>(a.cols, aligned, [&](auto vec, auto held, int threads) {
     constexpr int kHeld = decltype(held)::value;
     const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols);

@@ -64,6 +64,70 @@ inline unsigned row_grid(int64_t rows) {
   return static_cast<unsigned>(rows < kMaxGridBlocks ? rows : kMaxGridBlocks);
 }
 
+// ---- combining a row's statistics: one block, or the blocks of a cluster --------------
+//
+// A row held by one block reduces its statistics with block_reduce. A row held
+// by a thread-block cluster (sm_90; norm.cu, "rows held by a cluster") is cut
+// into one slice of columns per block: each block reduces its slice, then every
+// block combines the blocks' values in rank order, so all the blocks of the
+// cluster get the same bits, run after run. The kernels and the helpers below
+// take either reducer as `reduce(values, op)`.
+
+struct BlockRowReduce {
+  template <typename Op, typename Acc, int N>
+  __device__ __forceinline__ void operator()(Acc (&v)[N], const Op& op) {
+    block_reduce(v, op);
+  }
+};
+
+// Values a cluster reduction exchanges at most (a step's rows).
+inline constexpr int kClusterExchangeValues = 4;
+
+// The dynamic shared memory a cluster reduction uses, after the row cache:
+// two slots that alternate between calls, and the combined values.
+template <typename Acc>
+inline constexpr size_t kClusterExchangeBytes = 3 * kClusterExchangeValues * sizeof(Acc);
+
+template <typename Acc>
+struct ClusterRowReduce {
+  Acc* exchange;      // kClusterExchangeBytes of this block's dynamic shared memory
+  unsigned blocks;    // of the cluster
+  int parity = 0;     // the slot this call writes
+
+  // Each block publishes its values in a slot of its shared memory; after the
+  // cluster barrier, lane i of warp 0 reads value i of every block's slot (in
+  // rank order, distributed shared memory) and the block shares the result.
+  // Why two slots: a block may publish call k + 1's values while a slower
+  // block still reads call k's; call k + 2 writes the first slot again only
+  // after call k + 1's barrier, which every block reaches after its reads of
+  // call k. The kernel ends with cluster_sync(), so no block exits while
+  // another still reads its slots.
+  template <typename Op, int N>
+  __device__ __forceinline__ void operator()(Acc (&v)[N], const Op& op) {
+    static_assert(N <= kClusterExchangeValues, "more values than the exchange holds");
+    block_reduce(v, op);  // every thread has the block's values
+    Acc* const slot = exchange + parity * kClusterExchangeValues;
+    Acc* const combined = exchange + 2 * kClusterExchangeValues;
+    parity ^= 1;
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) slot[i] = v[i];
+    }
+    cluster_sync();
+    const int lane = static_cast<int>(threadIdx.x);
+    if (lane < N) {
+      Acc total = cluster_map_shared(slot, 0)[lane];
+      for (unsigned r = 1; r < blocks; ++r) total = op(total, cluster_map_shared(slot, r)[lane]);
+      combined[lane] = total;
+    }
+    // block_reduce's opening barrier keeps the next call's writes of
+    // `combined` behind these reads.
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = combined[i];
+  }
+};
+
 // ---- rows whose squares overflow ---------------------------------------------------
 //
 // A float sum of squares overflows once |x| passes ~1.8e19 (a dot product dy*x
@@ -75,8 +139,8 @@ inline unsigned row_grid(int64_t rows) {
 // block_reduce calls inside it are reached by every thread.
 
 // max |x| over the row (NaN if the row holds one); every thread gets it.
-template <int kVec, typename T>
-__device__ __forceinline__ acc_t<T> row_abs_max(const T* src, int64_t accesses) {
+template <int kVec, typename T, typename Reduce>
+__device__ __forceinline__ acc_t<T> row_abs_max(const T* src, int64_t accesses, Reduce& reduce) {
   using Acc = acc_t<T>;
   Acc m[1] = {Acc(0)};
   for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
@@ -85,14 +149,15 @@ __device__ __forceinline__ acc_t<T> row_abs_max(const T* src, int64_t accesses) 
 #pragma unroll
     for (int e = 0; e < kVec; ++e) m[0] = MaxOp{}(m[0], dev_abs(xv[e]));
   }
-  block_reduce(m, MaxOp{});
+  reduce(m, MaxOp{});
   return m[0];
 }
 
 // sum over the row of x * scale - shift (x - shift when scale is 1); every
 // thread gets it. The scaled mean (shift 0) and the LayerNorm mean refinement.
-template <int kVec, typename T>
-__device__ __forceinline__ acc_t<T> row_shifted_sum(const T* src, int64_t accesses, acc_t<T> scale, acc_t<T> shift) {
+template <int kVec, typename T, typename Reduce>
+__device__ __forceinline__ acc_t<T> row_shifted_sum(const T* src, int64_t accesses, acc_t<T> scale, acc_t<T> shift,
+                                                    Reduce& reduce) {
   using Acc = acc_t<T>;
   Acc sum[1] = {Acc(0)};
   for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
@@ -101,15 +166,16 @@ __device__ __forceinline__ acc_t<T> row_shifted_sum(const T* src, int64_t access
 #pragma unroll
     for (int e = 0; e < kVec; ++e) sum[0] += (scale != Acc(1) ? xv[e] * scale : xv[e]) - shift;
   }
-  block_reduce(sum, SumOp{});
+  reduce(sum, SumOp{});
   return sum[0];
 }
 
 // sum over the row of (x * scale - mean)^2 (scale 1: x - mean); every thread
 // gets it. LayerNorm's variance, recomputed for a rescaled or refined mean, and
 // (mean 0) RMSNorm's sum of squares of a rescaled row.
-template <int kVec, typename T>
-__device__ __forceinline__ acc_t<T> row_centered_squares(const T* src, int64_t accesses, acc_t<T> scale, acc_t<T> mean) {
+template <int kVec, typename T, typename Reduce>
+__device__ __forceinline__ acc_t<T> row_centered_squares(const T* src, int64_t accesses, acc_t<T> scale,
+                                                         acc_t<T> mean, Reduce& reduce) {
   using Acc = acc_t<T>;
   Acc sum[1] = {Acc(0)};
   for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
@@ -121,8 +187,26 @@ __device__ __forceinline__ acc_t<T> row_centered_squares(const T* src, int64_t a
       sum[0] += d * d;
     }
   }
-  block_reduce(sum, SumOp{});
+  reduce(sum, SumOp{});
   return sum[0];
+}
+
+// The same over a row held by one block.
+template <int kVec, typename T>
+__device__ __forceinline__ acc_t<T> row_abs_max(const T* src, int64_t accesses) {
+  BlockRowReduce reduce;
+  return row_abs_max<kVec>(src, accesses, reduce);
+}
+template <int kVec, typename T>
+__device__ __forceinline__ acc_t<T> row_shifted_sum(const T* src, int64_t accesses, acc_t<T> scale, acc_t<T> shift) {
+  BlockRowReduce reduce;
+  return row_shifted_sum<kVec>(src, accesses, scale, shift, reduce);
+}
+template <int kVec, typename T>
+__device__ __forceinline__ acc_t<T> row_centered_squares(const T* src, int64_t accesses, acc_t<T> scale,
+                                                         acc_t<T> mean) {
+  BlockRowReduce reduce;
+  return row_centered_squares<kVec>(src, accesses, scale, mean, reduce);
 }
 
 // The power of two that brings max_abs into [0.5, 1); 0 when scaling cannot

@@ -1,0 +1,123 @@
+"""The forward norms of rows held by a thread-block cluster (sm_90) on the CPU
+harness: rows longer than one block holds in registers take a cluster of 2, 4
+or 8 blocks, each owning a slice of the columns (its slice of the weight and
+bias held, its slice of a step's rows cached) and combining the row statistics
+with the others through distributed shared memory (norm.cu, "rows held by a
+cluster"). Against float64 torch on the same inputs; the launch is checked to be
+the cluster kernel, and the same call configured as sm_80 (no clusters) to take
+the one-block kernel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from op_extension import cuda_sim
+from reference import DTYPE_IDS, tolerance
+
+# (op, dtype, cols, cluster blocks): the smallest cluster whose blocks hold a
+# slice (512 threads x twice the one-block held slices) is taken.
+CASES = [
+    ("rms_norm", torch.float32, 20480, 2),        # one block holds 16384
+    ("rms_norm", torch.bfloat16, 65536, 4),
+    ("fused_add_rms_norm", torch.bfloat16, 32768, 2),
+    ("layer_norm", torch.bfloat16, 65536, 8),    # the 4 x 65536 traffic sample's row
+    ("layer_norm", torch.float32, 65536, 8),     # past the row cache: read twice by one block
+    ("layer_norm", torch.float16, 24580, 4),     # slices of 6148, the last one 6136
+]
+
+
+def _case_id(case):
+    op, dtype, cols, blocks = case
+    return f"{op}-{DTYPE_IDS[dtype]}-{cols}-x{blocks}"
+
+
+def _rows(cols: int, dtype: torch.dtype) -> torch.Tensor:
+    """5 rows (steps of 2: a last step of 1): plain, one whose squares overflow
+    float (rescaled), a constant row far from 0 (LayerNorm refines its mean, and
+    its output is the bias), a mean of 1e4 over a unit spread (refined too), and
+    one outlier."""
+    g = torch.Generator().manual_seed(cols)
+    x = torch.randn(5, cols, dtype=torch.float64, generator=g)
+    x[1, 3] = 3e38
+    x[2] = 1000.1
+    spread = 200.0 if dtype != torch.float32 else 1.0  # 16-bit spacing at 1e4 is 8-64
+    x[3] = 1e4 + spread * x[3]
+    x[4, cols // 3] = 1e4
+    if dtype == torch.float16:
+        x[1, 3] = 6e4  # float16's range: no overflow of float's squares, a large value still
+        x[3] = 1e3 + 8.0 * torch.randn(cols, dtype=torch.float64, generator=g)
+    return x.to(dtype)
+
+
+def _call(op, x, w, b, arch):
+    cols = x.shape[-1]
+    if op == "layer_norm":
+        return cuda_sim.run(op, x, [cols], w, b, 1e-5, arch=arch)
+    if op == "rms_norm":
+        return cuda_sim.run(op, x, [cols], w, 1e-6, arch=arch)
+    got, residual_out = cuda_sim.run(op, x, torch.zeros_like(x), [cols], w, 1e-6, arch=arch)
+    assert torch.equal(residual_out, x), "residual_out of a zero residual is the input"
+    return got
+
+
+def _expected(op, x, w, b):
+    cols = x.shape[-1]
+    x64 = x.double()
+    w64 = None if w is None else w.double()
+    if op == "layer_norm":
+        return F.layer_norm(x64, [cols], w64, None if b is None else b.double(), 1e-5)
+    return F.rms_norm(x64, [cols], w64, 1e-6)
+
+
+def _kernel_of(op, x, w, b, arch) -> str:
+    cols = x.shape[-1]
+    if op == "layer_norm":
+        t = cuda_sim.traffic(op, x, [cols], w, b, 1e-5, arch=arch)
+    elif op == "rms_norm":
+        t = cuda_sim.traffic(op, x, [cols], w, 1e-6, arch=arch)
+    else:
+        t = cuda_sim.traffic(op, x, torch.zeros_like(x), [cols], w, 1e-6, arch=arch)
+    assert t["launches"] == 1
+    return t["per_launch"][0]["signature"]
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_forward_norms_of_rows_held_by_a_cluster(case, affine):
+    op, dtype, cols, blocks = case
+    x = _rows(cols, dtype)
+    g = torch.Generator().manual_seed(7)
+    w = (1.0 + 0.2 * torch.randn(cols, dtype=torch.float64, generator=g)).to(dtype) if affine else None
+    b = torch.randn(cols, dtype=torch.float64, generator=g).to(dtype) if affine and op == "layer_norm" else None
+    got = _call(op, x, w, b, "sm_90")
+    expected = _expected(op, x, w, b)
+    assert torch.isfinite(got).all()
+    if op == "layer_norm":
+        assert torch.equal(got[2], b if b is not None else torch.zeros_like(got[2])), \
+            "a constant row's output is its bias"
+    tol = tolerance(dtype, op, "forward")
+    if dtype == torch.float32:
+        tol = {"atol": 1e-5, "rtol": 1e-5}
+    # LayerNorm: the float mean's own rounding (a few ulp of 1e4), carried by rstd.
+    x64 = x.double()
+    rstd = torch.rsqrt(x64.var(-1, unbiased=False) + 1e-5)
+    w_max = 1.0 if w is None else w.double().abs().max().item()
+    slack = 4 * torch.finfo(torch.float32).eps * x64.mean(-1).abs() * rstd * w_max if op == "layer_norm" \
+        else torch.zeros(x.shape[0], dtype=torch.float64)
+    for r in range(x.shape[0]):
+        torch.testing.assert_close(got[r].double(), expected[r], rtol=tol["rtol"], atol=tol["atol"] + slack[r].item(),
+                                   msg=lambda m, r=r: f"{_case_id(case)} row {r}: {m}")
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=_case_id)
+def test_the_cluster_kernel_runs_on_sm_90_only(case):
+    """The launch is the cluster instantiation (its last template argument) on
+    sm_90; on sm_80, which has no clusters, the one-block kernel of the same op."""
+    op, dtype, cols, _ = case
+    x = _rows(cols, dtype)[:2]
+    w = torch.ones(cols, dtype=dtype)
+    b = torch.zeros(cols, dtype=dtype) if op == "layer_norm" else None
+    assert _kernel_of(op, x, w, b, "sm_90").endswith(", true>")
+    assert _kernel_of(op, x, w, b, "sm_80").endswith(", false>")
