@@ -93,12 +93,14 @@ def _cases():
             continue
         for s in samples:
             for direction in ("forward", "backward"):
-                params.append(pytest.param(op, s, direction, id=f"{op}-{s.id}-{direction}"))
-        # Counts only: the sanitizers see these kernels in test_cuda_sim.py's and
-        # test_cuda_sim_long_rows.py's long rows, at a fraction of the cost.
+                params.append(pytest.param(op, s, direction, "sm_80", id=f"{op}-{s.id}-{direction}"))
+        # Counts only: the sanitizers see these kernels in test_cuda_sim.py's,
+        # test_cuda_sim_long_rows.py's and test_cuda_sim_cluster_rows.py's long
+        # rows, at a fraction of the cost. The forward also on sm_90, where the
+        # norms hold such rows in thread-block clusters.
         for s in op_cases.get(op, "TRAFFIC_LONG_ROWS", []):
-            for direction in ("forward", "backward"):
-                params.append(pytest.param(op, s, direction, id=f"{op}-{s.id}-{direction}",
+            for direction, arch in (("forward", "sm_80"), ("forward", "sm_90"), ("backward", "sm_80")):
+                params.append(pytest.param(op, s, direction, arch, id=f"{op}-{s.id}-{direction}-{arch}",
                                            marks=pytest.mark.counts_only))
     return params
 
@@ -107,33 +109,40 @@ def is_long_row(op: str, sample) -> bool:
     return sample in op_cases.get(op, "TRAFFIC_LONG_ROWS", [])
 
 
-def measure(op: str, sample, direction: str, dtype: torch.dtype) -> dict:
-    """cuda_sim.traffic of the call; for a long-row sample, with extra_read_bytes:
-    the bytes of the call's row-shaped inputs (2 dims or more: not a weight or a
-    bias), which such a row may read once more."""
+def measure(op: str, sample, direction: str, dtype: torch.dtype, arch: str = "sm_80") -> dict:
+    """cuda_sim.traffic of the call with `arch`'s launch limits; for a long-row
+    sample, with extra_read_bytes: the bytes of the call's row-shaped inputs (2
+    dims or more: not a weight or a bias), which such a row may read once more."""
     args, kwargs = sample.build(Maker(dtype))
     if direction == "forward":
-        call_args, t = args, cuda_sim.traffic(op, *args, **kwargs)
+        call_args, t = args, cuda_sim.traffic(op, *args, arch=arch, **kwargs)
     else:
         name, call_args = reference.backward_args(op, args, kwargs)
         assert name == f"{op}_backward"
-        t = cuda_sim.traffic(op, *call_args, backward=True)
+        t = cuda_sim.traffic(op, *call_args, backward=True, arch=arch)
     if is_long_row(op, sample):
         t["extra_read_bytes"] = sum(a.numel() * a.element_size() for a in call_args
                                     if isinstance(a, torch.Tensor) and a.dim() >= 2)
     return t
 
 
-@pytest.mark.parametrize("op,sample,direction", _cases())
-def test_kernels_move_their_minimum_coalesced(op, sample, direction):
+def ceiling_of(op: str, sample_id: str, direction: str, arch: str) -> dict | None:
+    """The op's TRAFFIC_CEILING for the call: keyed (sample, direction, arch), or
+    (sample, direction) for every arch."""
+    ceilings = op_cases.get(op, "TRAFFIC_CEILING", {})
+    return ceilings.get((sample_id, direction, arch), ceilings.get((sample_id, direction)))
+
+
+@pytest.mark.parametrize("op,sample,direction,arch", _cases())
+def test_kernels_move_their_minimum_coalesced(op, sample, direction, arch):
     assert sample is not None, f"tests/op_cases/{op}.py has no TRAFFIC (LLM-like calls for the traffic model)"
-    ceiling = op_cases.get(op, "TRAFFIC_CEILING", {}).get((sample.id, direction))
+    ceiling = ceiling_of(op, sample.id, direction, arch)
     problems, slack = [], []
     for dtype in DTYPES:
-        t = measure(op, sample, direction, dtype)
+        t = measure(op, sample, direction, dtype, arch)
         problems += [f"{reference.DTYPE_IDS[dtype]}: {p}" for p in broken_rules(t, ceiling)]
         slack.append(loose(t, ceiling) if ceiling else [])
-    assert not problems, f"{op} {direction} ({sample.id}): " + "; ".join(problems)
+    assert not problems, f"{op} {direction} ({sample.id}, {arch}): " + "; ".join(problems)
     # A ceiling is the worst dtype's figure: it is loose only if every dtype beats it.
     if ceiling and all(slack):
         pytest.fail(f"{op} {direction}: better than TRAFFIC_CEILING in tests/op_cases/{op}.py "
@@ -144,8 +153,10 @@ def test_ceilings_are_above_the_targets_only():
     """A recorded ceiling may only relax a target, never sit inside it."""
     for op in reference.OPS:
         ids = {s.id for s in op_cases.get(op, "TRAFFIC", []) + op_cases.get(op, "TRAFFIC_LONG_ROWS", [])}
-        for (sample_id, direction), ceiling in op_cases.get(op, "TRAFFIC_CEILING", {}).items():
-            assert sample_id in ids and direction in ("forward", "backward"), (op, sample_id, direction)
+        for key, ceiling in op_cases.get(op, "TRAFFIC_CEILING", {}).items():
+            sample_id, direction, *arch = key
+            assert sample_id in ids and direction in ("forward", "backward"), (op, key)
+            assert arch in ([], ["sm_80"], ["sm_90"]), (op, key)
             assert ceiling.get("moved", MAX_MOVED + 1) > MAX_MOVED, (op, direction)
             assert ceiling.get("efficiency", 0) < MIN_EFFICIENCY, (op, direction)
             assert ceiling.get("launches", MAX_LAUNCHES + 1) > MAX_LAUNCHES, (op, direction)

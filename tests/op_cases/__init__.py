@@ -34,7 +34,8 @@ Required
                    builder(Maker) -> (args, kwargs) (test_ops.py)
   TRAFFIC          list[Sample]: LLM-like calls for the CUDA traffic model
                    (test_cuda_sim_traffic.py; TRAFFIC_CEILING, optional, holds a
-                   kernel that misses its targets to its present figures;
+                   kernel that misses its targets to its present figures, keyed
+                   (sample id, direction) or (sample id, direction, arch);
                    TRAFFIC_LONG_ROWS, optional, row ops' calls with rows too long
                    for any on-chip copy, allowed one extra read of their inputs)
   fuzz_case(fz), fuzz_model(case, args, grad_outputs)  the op's fuzzing: the
