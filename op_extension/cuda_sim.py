@@ -177,3 +177,12 @@ def _order_dependent_sum(block_order: str) -> float:
     (csrc/cuda_sim/misuse): its bits depend on `block_order`."""
     _configure("sm_80", block_order)
     return _cuda_sim._order_dependent_sum()
+
+
+def _cluster_clean(threads: int, block_order: str = "linear") -> tuple[list[float], list[float]]:
+    """A planted correct cluster kernel (csrc/cuda_sim/misuse, sm_90): 8 blocks
+    of `threads` threads in clusters of 4, each thread summing one value of every
+    block of its cluster through distributed shared memory. Returns the
+    per-thread sums and the per-block totals."""
+    _configure("sm_90", block_order)
+    return _cuda_sim._cluster_clean(threads)

@@ -1,23 +1,31 @@
-// The CPU harness's scheduler: blocks one after another, a block's threads as
-// ucontext fibers on the calling OS thread (see include/cuda_sim/runtime.h for
-// what it checks).
+// The CPU harness's scheduler: blocks one after another (a thread-block
+// cluster's blocks together), a block's threads as ucontext fibers on the
+// calling OS thread (see include/cuda_sim/runtime.h for what it checks).
 //
-// A block runs in rounds: every runnable fiber runs until it blocks (at
-// __syncthreads or a shuffle) or returns. When none is runnable, the shuffles
-// whose lanes have all arrived complete; failing that, the barrier opens if
-// every thread waits at the same one. Anything else is a kernel that would hang
-// or read garbage on the GPU, and is reported.
+// A cluster (a launch without clusters: each block is a cluster of one) runs in
+// rounds: every runnable fiber runs until it blocks (at __syncthreads,
+// cluster_sync or a shuffle) or returns. When none is runnable, the shuffles
+// whose lanes have all arrived complete; failing that, each block whose threads
+// all wait at the same __syncthreads goes on; failing that, the cluster barrier
+// opens if every thread of the cluster waits at the same cluster_sync. Anything
+// else is a kernel that would hang or read garbage on the GPU, and is reported.
 //
-// Shared memory is watched (x86-64 Linux): the dynamic window's pages, and the
+// Shared memory is watched (x86-64 Linux): each block's dynamic window, and the
 // pages around the kernels' static __shared__ arrays, stay PROT_NONE during a
 // launch, so every access faults; the SIGSEGV handler checks the address against
 // the bounds of the array it falls in or next to and against the other threads'
-// accesses since the last barrier (racecheck's read-after-write,
-// write-after-read and write-after-write hazards between threads), then opens
+// accesses that no barrier orders before it (racecheck's read-after-write,
+// write-after-read and write-after-write hazards between threads, of one block
+// or, through distributed shared memory, of two blocks of a cluster), then opens
 // the page for one single-stepped instruction and the SIGTRAP handler closes it
 // again. Slow per access, exact, and it needs nothing from the kernel sources. A
 // report leaves the fiber through report_pending() instead of the faulting
 // instruction.
+//
+// A static __shared__ array is one C++ static, but each block of a cluster has
+// its own: the bytes in place are one block's copy (its owner), the others wait
+// in the Watch, and an access by another block's thread (it faults, as every
+// access does) swaps that block's copy in first.
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <elf.h>
@@ -64,17 +72,25 @@ constexpr unsigned kMaxGridDimYZ = 65535;
 constexpr size_t kDefaultDynamicShared = 48 * 1024;
 constexpr size_t kOptinDynamicSharedSm80 = 163 * 1024;
 constexpr size_t kOptinDynamicSharedSm90 = 227 * 1024;
+// The portable cluster size (CUDA C++ Programming Guide, "Thread Block
+// Clusters"): 16 needs cudaFuncAttributeNonPortableClusterSizeAllowed, which
+// the kernels do not ask for.
+constexpr unsigned kMaxClusterBlocks = 8;
 // Kernels keep few locals; ASan builds need the extra room.
 constexpr size_t kStackBytes = 256 * 1024;
 
-enum class State { Runnable, AtBarrier, AtShuffle, Exited };
+enum class State { Runnable, AtBarrier, AtClusterBarrier, AtShuffle, Exited };
 
 struct Fiber {
   ucontext_t context;
   void* stack = nullptr;
   State state = State::Runnable;
   uint3 thread_idx{};
-  // AtBarrier: where
+  unsigned thread = 0;  // linear index in its block
+  // Its block: the fibers of a cluster's blocks are scheduled together.
+  unsigned rank = 0;
+  uint3 block_idx{};
+  // AtBarrier, AtClusterBarrier: where
   const char* barrier_file = nullptr;
   int barrier_line = 0;
   // AtShuffle: the exchange
@@ -104,11 +120,25 @@ const char* kind_name(ShuffleKind k) {
 struct Launch {
   std::string name;
   dim3 grid, block;
-  uint3 block_idx{};
+  unsigned cluster_blocks = 1;
+  size_t threads = 0;  // per block
+  size_t dynamic_bytes = 0;  // per block
   void (*body)(void*) = nullptr;
   void* closure = nullptr;
-  std::vector<Fiber> fibers;  // one per thread of the current block, in linear order
-  unsigned char* dynamic_shared = nullptr;  // inside the watched window
+  // One per thread of the current cluster: rank * threads + linear thread index.
+  std::vector<Fiber> fibers;
+  std::vector<unsigned char*> dynamic_shared;  // per rank, inside its watched window; none without
+  std::vector<size_t> exited;                  // per rank: its threads that have exited
+  // Barrier intervals, read by racecheck: every opening of a barrier takes the
+  // next value of `clock`. block_epoch[rank] is when the block's last barrier
+  // (__syncthreads or cluster_sync) opened, cluster_epoch when the last
+  // cluster_sync did (or the cluster started). Two accesses of one block are
+  // ordered if the block's epoch moved between them, of two blocks if the
+  // cluster's did: an access stamped before cluster_epoch precedes it. 32 bits:
+  // a launch that opens 2^32 barriers would take the harness days.
+  uint32_t clock = 0;
+  uint32_t cluster_epoch = 0;
+  std::vector<uint32_t> block_epoch;
   // Zeroed: ASan's swapcontext interceptor reads the stack of the context it
   // switches to, which getcontext/swapcontext never fill in for this one.
   ucontext_t scheduler{};
@@ -127,15 +157,22 @@ thread_local BlockOrder g_block_order = BlockOrder::Linear;
 // than the kernels. Pages are only touched as far as a kernel's frames go.
 thread_local std::vector<void*> g_stacks;
 
-std::string where(const Launch& l, const Fiber& f) {
+std::string where(const Fiber& f) {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "block (%u,%u,%u) thread (%u,%u,%u)", l.block_idx.x, l.block_idx.y,
-                l.block_idx.z, f.thread_idx.x, f.thread_idx.y, f.thread_idx.z);
+  std::snprintf(buf, sizeof buf, "block (%u,%u,%u) thread (%u,%u,%u)", f.block_idx.x, f.block_idx.y,
+                f.block_idx.z, f.thread_idx.x, f.thread_idx.y, f.thread_idx.z);
   return buf;
 }
 
 std::string report(const Launch& l, const Fiber& f, const std::string& what) {
-  return "cuda_sim: kernel " + l.name + ": " + where(l, f) + ": " + what;
+  return "cuda_sim: kernel " + l.name + ": " + where(f) + ": " + what;
+}
+
+// A cluster starts, or its cluster_sync opens: every shared-memory access of the
+// cluster before it is ordered before every access after it.
+void open_cluster_interval(Launch& l) {
+  l.cluster_epoch = ++l.clock;
+  l.block_epoch.assign(l.cluster_blocks, l.cluster_epoch);
 }
 
 // ASan keeps one stack per thread: it must be told of every switch between the
@@ -190,7 +227,7 @@ static_assert(kSharedSlot >= 2 * kPage && kSharedSlot % kPage == 0, "a slot is w
 
 uintptr_t page_up(uintptr_t a) { return (a + kPage - 1) & ~(kPage - 1); }
 
-// One watched array: the launch's dynamic shared memory, or a static __shared__
+// One watched array: a block's dynamic shared memory, or a static __shared__
 // array of some kernel (found in this library's symbol table).
 struct Region {
   uintptr_t begin = 0, end = 0;
@@ -199,19 +236,34 @@ struct Region {
   uintptr_t guard_begin = 0, guard_end = 0;
   std::string name;            // for reports
   const char* unit = "array";  // "... byte offset 132 of a 132-byte <unit>"
-  size_t shadow = 0;           // index of its first byte in the Watch's shadow arrays
+  // Index of its first byte in a block's part of the Watch's shadow arrays.
+  size_t shadow = 0;
+  // A dynamic window: the rank of the block it belongs to. A static array
+  // (-1): the bytes in place are the accessing block's (see own_static_copy).
+  int rank = -1;
+};
+
+// A block's dynamic shared memory: guard page, data pages, guard page.
+struct Window {
+  unsigned char* map = nullptr;
+  size_t map_bytes = 0;
+  Region region;
 };
 
 struct Watch {
-  unsigned char* map = nullptr;  // dynamic: guard page, data pages, guard page
-  size_t map_bytes = 0;
-  Region dynamic;
+  std::vector<Window> windows;  // per rank; none without dynamic shared memory
   std::vector<Region> statics;
   std::vector<std::pair<uintptr_t, size_t>> static_pages;  // (first page, bytes): runs closed during the launch
-  // Per watched byte: the last writer and reader (fiber index) and when.
-  std::vector<int32_t> writer, reader;
-  std::vector<uint64_t> write_epoch, read_epoch;
-  std::vector<uint8_t> many_readers;
+  // Cluster launches: per static array, the rank whose copy is in place, and
+  // every rank's copy (rank-major; the owner's is stale until it is swapped out).
+  std::vector<unsigned> static_owner;
+  std::vector<std::vector<unsigned char>> static_copies;
+  // Per watched byte of each block (rank * block_shadow + Region::shadow +
+  // offset): the last writer and two readers (fiber index, -1: none) and the
+  // barrier interval of their block when they accessed it (Launch::block_epoch).
+  size_t block_shadow = 0;
+  std::vector<int32_t> writer, reader, other_reader;
+  std::vector<uint32_t> write_stamp, read_stamp, other_stamp;
   uintptr_t open_pages[2] = {0, 0};  // opened for the instruction being stepped
   std::string pending;               // a report on its way to report_pending()
   struct sigaction old_segv {}, old_trap {};
@@ -226,9 +278,6 @@ struct alignas(kPage) HandlerState {
   // The thread running the launch: only its faults are the fibers' accesses.
   // Another thread touching an unrelated object on a closed page is let through.
   pthread_t thread{};
-  // The barrier interval every access belongs to: bumped when a barrier opens
-  // and when a block starts, so hazards never span a barrier or two blocks.
-  uint64_t epoch = 1;
 };
 static_assert(sizeof(HandlerState) == kPage, "the handlers' state fills its page");
 HandlerState g_handler;
@@ -243,6 +292,7 @@ std::mutex g_watch_mutex;  // one launch at a time holds the process-wide handle
 // "" when the access is fine; records it.
 std::string check_access(Watch& w, const Launch& l, const Region& r, uintptr_t addr, bool write) {
   const int me = l.current;
+  const unsigned my_rank = l.fibers[me].rank;
   char what[640];
   if (addr < r.begin || addr >= r.end) {
     std::snprintf(what, sizeof what, "%s %s out of bounds: byte offset %lld of a %zu-byte %s", r.name.c_str(),
@@ -250,28 +300,54 @@ std::string check_access(Watch& w, const Launch& l, const Region& r, uintptr_t a
                   static_cast<size_t>(r.end - r.begin), r.unit);
     return what;
   }
-  const size_t i = r.shadow + (addr - r.begin);
-  const uint64_t e = g_handler.epoch;
+  // Undefined on the GPU (the block's SM may already run another block); the
+  // harness still has the window, so it can say so.
+  if (r.rank >= 0 && l.exited[r.rank] == l.threads) {
+    std::snprintf(what, sizeof what,
+                  "%s at byte offset %zu of %s: block rank %d of the cluster has exited: its shared memory is gone "
+                  "(cluster_sync before a block exits)",
+                  write ? "write" : "read", static_cast<size_t>(addr - r.begin), r.name.c_str(), r.rank);
+    return what;
+  }
+  const size_t owner = r.rank >= 0 ? static_cast<size_t>(r.rank) : my_rank;  // a static: the accessing block's copy
+  const size_t i = owner * w.block_shadow + r.shadow + (addr - r.begin);
+  const uint32_t now = l.block_epoch[my_rank];
+  // Whether fiber `other`'s access in its block's interval `stamp` happens before this one.
+  auto ordered = [&](int32_t other, uint32_t stamp) {
+    if (other < 0 || other == me) return true;
+    if (l.fibers[other].rank == my_rank) return stamp != now;  // a barrier of this block between
+    return stamp < l.cluster_epoch;                           // a cluster_sync between
+  };
   auto race = [&](const char* hazard, int other) {
-    std::snprintf(what, sizeof what, "shared memory race (%s) at byte offset %zu of %s with %s, no __syncthreads between",
-                  hazard, static_cast<size_t>(addr - r.begin), r.name.c_str(), where(l, l.fibers[other]).c_str());
+    const bool same_block = l.fibers[other].rank == my_rank;
+    std::snprintf(what, sizeof what, "shared memory race (%s) at byte offset %zu of %s with %s, no %s between", hazard,
+                  static_cast<size_t>(addr - r.begin), r.name.c_str(), where(l.fibers[other]).c_str(),
+                  same_block ? "__syncthreads" : "cluster_sync");
     return std::string(what);
   };
   if (write) {
-    if (w.write_epoch[i] == e && w.writer[i] != me) return race("write after write", w.writer[i]);
-    if (w.read_epoch[i] == e && (w.reader[i] != me || w.many_readers[i])) {
-      return race("write after read", w.reader[i] != me ? w.reader[i] : me);
-    }
+    if (!ordered(w.writer[i], w.write_stamp[i])) return race("write after write", w.writer[i]);
+    if (!ordered(w.reader[i], w.read_stamp[i])) return race("write after read", w.reader[i]);
+    if (!ordered(w.other_reader[i], w.other_stamp[i])) return race("write after read", w.other_reader[i]);
     w.writer[i] = me;
-    w.write_epoch[i] = e;
+    w.write_stamp[i] = now;
   } else {
-    if (w.write_epoch[i] == e && w.writer[i] != me) return race("read after write", w.writer[i]);
-    if (w.read_epoch[i] == e) {
-      if (w.reader[i] != me) w.many_readers[i] = 1;
-    } else {
+    if (!ordered(w.writer[i], w.write_stamp[i])) return race("read after write", w.writer[i]);
+    // A later write races with every reader it does not follow. A reader that
+    // this one follows can be forgotten: whatever does not follow it does not
+    // follow this one either. Two are kept, which sees every hazard within a
+    // block (the readers of an interval all precede its next barrier); a third
+    // reader from another block while two are outstanding is not recorded.
+    if (w.reader[i] == me) {
+      w.read_stamp[i] = now;
+    } else if (w.other_reader[i] == me) {
+      w.other_stamp[i] = now;
+    } else if (ordered(w.reader[i], w.read_stamp[i])) {
       w.reader[i] = me;
-      w.read_epoch[i] = e;
-      w.many_readers[i] = 0;
+      w.read_stamp[i] = now;
+    } else if (ordered(w.other_reader[i], w.other_stamp[i])) {
+      w.other_reader[i] = me;
+      w.other_stamp[i] = now;
     }
   }
   return "";
@@ -334,6 +410,29 @@ std::vector<Region> find_static_shared() {
   return regions;
 }
 
+// Puts block `rank`'s copy of static array r in place (a cluster launch). The
+// static's pages are closed, and may hold other arrays' guards: they are opened
+// for the copy and closed again, except a page opened for the instruction being
+// stepped (one that touches two pages faults once for each).
+void own_static_copy(Watch& w, const Region& r, unsigned rank) {
+  if (w.static_copies.empty()) return;  // one block at a time: the bytes in place are its
+  const auto k = static_cast<size_t>(&r - w.statics.data());
+  const unsigned owner = w.static_owner[k];
+  if (owner == rank) return;
+  const size_t bytes = r.end - r.begin;
+  auto* in_place = reinterpret_cast<unsigned char*>(r.begin);
+  unsigned char* copies = w.static_copies[k].data();
+  const size_t span = page_up(r.end) - r.begin;  // r.begin starts a slot, so a page
+  mprotect(in_place, span, PROT_READ | PROT_WRITE);
+  std::memcpy(copies + owner * bytes, in_place, bytes);
+  std::memcpy(in_place, copies + rank * bytes, bytes);
+  mprotect(in_place, span, PROT_NONE);
+  for (const uintptr_t page : w.open_pages) {
+    if (page != 0) mprotect(reinterpret_cast<void*>(page), kPage, PROT_READ | PROT_WRITE);
+  }
+  w.static_owner[k] = rank;
+}
+
 #if defined(__x86_64__) && defined(__linux__)
 constexpr bool kCanWatch = true;
 constexpr greg_t kTrapFlag = 0x100;
@@ -347,11 +446,14 @@ void on_segv(int, siginfo_t* si, void* raw) {
   const Region* region = nullptr;
   bool watched = false;
   if (w != nullptr) {
-    const auto map = reinterpret_cast<uintptr_t>(w->map);
-    if (w->map != nullptr && addr >= map && addr < map + w->map_bytes) {
-      region = &w->dynamic;
-      watched = true;
-    } else {
+    for (const Window& window : w->windows) {
+      const auto map = reinterpret_cast<uintptr_t>(window.map);
+      if (addr >= map && addr < map + window.map_bytes) {
+        region = &window.region;
+        watched = true;
+      }
+    }
+    if (!watched) {
       for (const auto& [first, bytes] : w->static_pages) watched = watched || (addr >= first && addr < first + bytes);
       // The array the address falls in, else the nearest one whose guard holds
       // it: an index past the end (or before the start) of that array.
@@ -375,6 +477,7 @@ void on_segv(int, siginfo_t* si, void* raw) {
   // and other threads' accesses to unrelated objects on a closed page, pass.
   if (region != nullptr && l != nullptr && l->current >= 0 && pthread_equal(pthread_self(), g_handler.thread)) {
     const bool write = (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+    if (region->rank < 0) own_static_copy(*w, *region, l->fibers[l->current].rank);
     std::string problem = check_access(*w, *l, *region, addr, write);
     if (!problem.empty()) {
       w->pending = std::move(problem);
@@ -413,28 +516,39 @@ void protect_statics(const Watch& w, int prot) {
   for (const auto& [first, bytes] : w.static_pages) mprotect(reinterpret_cast<void*>(first), bytes, prot);
 }
 
-// Maps the dynamic window for `size` bytes (if any), finds the static arrays and,
-// where possible, installs the handlers.
+// Maps each block's dynamic window for `size` bytes (if any), finds the static
+// arrays and, where possible, installs the handlers.
 void watch_begin(Watch& w, Launch& l, size_t size) {
   static const std::vector<Region> statics = find_static_shared();
-  size_t shadow = 0;
+  const unsigned blocks = l.cluster_blocks;
   if (size > 0) {
     const size_t data = (size + kPage - 1) / kPage * kPage;
-    w.map_bytes = data + 2 * kPage;
-    void* m = mmap(nullptr, w.map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map dynamic shared memory");
-    w.map = static_cast<unsigned char*>(m);
-    w.dynamic.begin = reinterpret_cast<uintptr_t>(w.map) + kPage;
-    w.dynamic.end = w.dynamic.begin + size;
-    w.dynamic.name = "dynamic shared memory";
-    w.dynamic.unit = "allocation";
-    shadow = size;
-    l.dynamic_shared = w.map + kPage;
+    w.windows.resize(blocks);
+    for (unsigned rank = 0; rank < blocks; ++rank) {
+      Window& window = w.windows[rank];
+      window.map_bytes = data + 2 * kPage;
+      void* m = mmap(nullptr, window.map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map dynamic shared memory");
+      window.map = static_cast<unsigned char*>(m);
+      Region& r = window.region;
+      r.begin = reinterpret_cast<uintptr_t>(window.map) + kPage;
+      r.end = r.begin + size;
+      // A launch without clusters keeps the name its reports always had.
+      r.name = blocks == 1 ? "dynamic shared memory" : "dynamic shared memory of block rank " + std::to_string(rank);
+      r.unit = "allocation";
+      r.rank = static_cast<int>(rank);
+      l.dynamic_shared.push_back(window.map + kPage);
+    }
   }
   w.statics = statics;
+  w.block_shadow = size;
   for (Region& r : w.statics) {
-    r.shadow = shadow;
-    shadow += r.end - r.begin;
+    r.shadow = w.block_shadow;
+    w.block_shadow += r.end - r.begin;
+  }
+  if (blocks > 1) {
+    w.static_owner.assign(w.statics.size(), 0);
+    for (const Region& r : w.statics) w.static_copies.emplace_back(blocks * (r.end - r.begin));
   }
   // The guards as runs of whole pages (they may overlap): one mprotect per run.
   std::vector<std::pair<uintptr_t, uintptr_t>> guards;
@@ -448,11 +562,13 @@ void watch_begin(Watch& w, Launch& l, size_t size) {
       w.static_pages.emplace_back(first, last - first);
     }
   }
+  const size_t shadow = blocks * w.block_shadow;
   w.writer.assign(shadow, -1);
   w.reader.assign(shadow, -1);
-  w.write_epoch.assign(shadow, 0);
-  w.read_epoch.assign(shadow, 0);
-  w.many_readers.assign(shadow, 0);
+  w.other_reader.assign(shadow, -1);
+  w.write_stamp.assign(shadow, 0);
+  w.read_stamp.assign(shadow, 0);
+  w.other_stamp.assign(shadow, 0);
 #if defined(__x86_64__) && defined(__linux__)
   struct sigaction sa {};
   sa.sa_flags = SA_SIGINFO | SA_NODEFER;
@@ -467,17 +583,20 @@ void watch_begin(Watch& w, Launch& l, size_t size) {
 #endif
 }
 
-// At a block's start: shared memory is garbage on the GPU, NaN bits here; the
-// pages are closed again when watched.
-void watch_block(Watch& w) {
-  if (w.map != nullptr) {
-    mprotect(w.map + kPage, w.map_bytes - 2 * kPage, PROT_READ | PROT_WRITE);
-    std::memset(w.map + kPage, 0xff, w.dynamic.end - w.dynamic.begin);
-    if (kCanWatch) mprotect(w.map + kPage, w.map_bytes - 2 * kPage, PROT_NONE);
+// At a cluster's start: shared memory is garbage on the GPU, NaN bits here, in
+// every block's window and every block's copy of the static arrays; the pages
+// are closed again when watched.
+void watch_cluster(Watch& w) {
+  for (Window& window : w.windows) {
+    mprotect(window.map + kPage, window.map_bytes - 2 * kPage, PROT_READ | PROT_WRITE);
+    std::memset(window.map + kPage, 0xff, window.region.end - window.region.begin);
+    if (kCanWatch) mprotect(window.map + kPage, window.map_bytes - 2 * kPage, PROT_NONE);
   }
   protect_statics(w, PROT_READ | PROT_WRITE);
   for (const Region& r : w.statics) std::memset(reinterpret_cast<void*>(r.begin), 0xff, r.end - r.begin);
   if (kCanWatch) protect_statics(w, PROT_NONE);
+  for (auto& copies : w.static_copies) std::fill(copies.begin(), copies.end(), 0xff);
+  std::fill(w.static_owner.begin(), w.static_owner.end(), 0u);
 }
 
 void watch_end(Watch& w) {
@@ -490,15 +609,17 @@ void watch_end(Watch& w) {
     g_handler.launch = nullptr;
   }
 #endif
-  if (w.map != nullptr) munmap(w.map, w.map_bytes);
-  w.map = nullptr;
+  for (Window& window : w.windows) munmap(window.map, window.map_bytes);
+  w.windows.clear();
 }
 
 void fiber_main() {
   Launch& l = *g_launch;
   switch_finish(nullptr, &l.scheduler_stack, &l.scheduler_stack_bytes);
   l.body(l.closure);
-  l.fibers[l.current].state = State::Exited;
+  Fiber& f = l.fibers[l.current];
+  f.state = State::Exited;
+  ++l.exited[f.rank];  // the block's shared memory is gone with its last thread
   // uc_link returns to the scheduler, for good.
   switch_start(nullptr, l.scheduler_stack, l.scheduler_stack_bytes);
 }
@@ -509,6 +630,8 @@ const char* state_name(State s) {
       return "runs on";
     case State::AtBarrier:
       return "waits at __syncthreads";
+    case State::AtClusterBarrier:
+      return "waits at cluster_sync";
     case State::AtShuffle:
       return "waits at a shuffle";
     case State::Exited:
@@ -572,8 +695,22 @@ bool resolve_warp(Launch& l, size_t first, size_t count, bool* resolved) {
   return true;
 }
 
-void run_block(Launch& l) {
-  const size_t n = l.fibers.size();
+// Whether fiber f waits at the same barrier (kind and place) as `waiting`.
+bool waits_with(const Fiber& f, const Fiber& waiting) {
+  return f.state == waiting.state && f.barrier_line == waiting.barrier_line &&
+         std::strcmp(f.barrier_file, waiting.barrier_file) == 0;
+}
+
+// Fibers [first, first + count) that do not wait with `waiting`: the first, or nullptr.
+const Fiber* first_not_waiting_with(const Launch& l, size_t first, size_t count, const Fiber& waiting) {
+  for (size_t i = first; i < first + count; ++i) {
+    if (!waits_with(l.fibers[i], waiting)) return &l.fibers[i];
+  }
+  return nullptr;
+}
+
+void run_cluster(Launch& l) {
+  const size_t n = l.fibers.size(), threads = l.threads;
   for (size_t i = 0; i < n; ++i) {
     Fiber& f = l.fibers[i];
     f.state = State::Runnable;
@@ -583,6 +720,7 @@ void run_block(Launch& l) {
     f.context.uc_link = &l.scheduler;
     makecontext(&f.context, fiber_main, 0);
   }
+  l.exited.assign(l.cluster_blocks, 0);
   while (true) {
     bool ran = false;
     for (size_t i = 0; i < n; ++i) {
@@ -590,46 +728,62 @@ void run_block(Launch& l) {
       if (f.state != State::Runnable) continue;
       l.current = static_cast<int>(i);
       g_view.thread_idx = f.thread_idx;
+      g_view.block_idx = f.block_idx;
       switch_start(&l.scheduler_fake_stack, f.stack, kStackBytes);
       swapcontext(&l.scheduler, &f.context);
       switch_finish(l.scheduler_fake_stack, nullptr, nullptr);
-      l.current = -1;  // the scheduler is not a thread of the block
+      l.current = -1;  // the scheduler is not a thread of the cluster
       if (!l.error.empty()) return;
       ran = true;
     }
     if (ran) continue;
+    // Warps are a block's: one never spans two blocks, even when the block's
+    // threads are not a multiple of 32.
     bool resolved = false;
-    for (size_t w = 0; w < n; w += 32) {
-      if (!resolve_warp(l, w, std::min<size_t>(32, n - w), &resolved)) return;
+    for (size_t block = 0; block < n; block += threads) {
+      for (size_t w = 0; w < threads; w += 32) {
+        if (!resolve_warp(l, block + w, std::min<size_t>(32, threads - w), &resolved)) return;
+      }
     }
     if (resolved) continue;
-    // Only barriers (or nothing) remain.
+    // Only barriers (or nothing) remain. A block whose threads all wait at one
+    // __syncthreads goes on, whatever the other blocks wait at.
+    bool opened = false;
+    for (size_t block = 0; block < n; block += threads) {
+      const Fiber& first = l.fibers[block];
+      if (first.state != State::AtBarrier || first_not_waiting_with(l, block, threads, first) != nullptr) continue;
+      l.block_epoch[first.rank] = ++l.clock;
+      for (size_t i = block; i < block + threads; ++i) l.fibers[i].state = State::Runnable;
+      opened = true;
+    }
+    if (opened) continue;
+    if (l.fibers[0].state == State::AtClusterBarrier && first_not_waiting_with(l, 0, n, l.fibers[0]) == nullptr) {
+      open_cluster_interval(l);
+      for (Fiber& f : l.fibers) f.state = State::Runnable;
+      continue;
+    }
+    // A hang on the GPU. A __syncthreads is named first (its block is the
+    // smaller scope), then a cluster_sync.
     const Fiber* waiting = nullptr;
-    for (const Fiber& f : l.fibers) {
-      if (f.state == State::AtBarrier) {
-        waiting = &f;
-        break;
+    for (const State barrier : {State::AtBarrier, State::AtClusterBarrier}) {
+      for (size_t i = 0; i < n && waiting == nullptr; ++i) {
+        if (l.fibers[i].state == barrier) waiting = &l.fibers[i];
       }
     }
     if (waiting == nullptr) return;  // every thread has exited
-    for (const Fiber& f : l.fibers) {
-      if (f.state == State::AtBarrier &&
-          (f.barrier_line == waiting->barrier_line && std::strcmp(f.barrier_file, waiting->barrier_file) == 0)) {
-        continue;
-      }
-      std::string what = "__syncthreads at " + std::string(waiting->barrier_file) + ":" +
-                         std::to_string(waiting->barrier_line) + " is not reached by " + where(l, f) +
-                         ", which ";
-      if (f.state == State::AtBarrier) {
-        what += "waits at __syncthreads at " + std::string(f.barrier_file) + ":" + std::to_string(f.barrier_line);
-      } else {
-        what += state_name(f.state);
-      }
-      l.error = report(l, *waiting, what);
-      return;
+    const bool block_barrier = waiting->state == State::AtBarrier;
+    const size_t scope = block_barrier ? static_cast<size_t>(waiting->rank) * threads : 0;
+    const Fiber* f = first_not_waiting_with(l, scope, block_barrier ? threads : n, *waiting);
+    const char* barrier = block_barrier ? "__syncthreads" : "cluster_sync";
+    std::string what = std::string(barrier) + " at " + waiting->barrier_file + ":" +
+                       std::to_string(waiting->barrier_line) + " is not reached by " + where(*f) + ", which ";
+    if (f->state == State::AtBarrier || f->state == State::AtClusterBarrier) {
+      what += std::string(state_name(f->state)) + " at " + f->barrier_file + ":" + std::to_string(f->barrier_line);
+    } else {
+      what += state_name(f->state);
     }
-    ++g_handler.epoch;
-    for (Fiber& f : l.fibers) f.state = State::Runnable;
+    l.error = report(l, *waiting, what);
+    return;
   }
 }
 
@@ -645,8 +799,9 @@ void run_block(Launch& l) {
 struct TrafficState {
   bool on = false;
   TrafficCounts counts;
-  // This block's accesses: per (lane, place) how often it was reached, and per
-  // (warp, place, occurrence) the byte ranges its lanes asked for.
+  // This cluster's accesses: per (lane, place) how often it was reached, and per
+  // (warp, place, occurrence) the byte ranges its lanes asked for; a warp is
+  // rank * 32 + its index in its block (a block has at most 32 warps).
   struct Place {
     uint32_t fiber;
     uintptr_t site;
@@ -674,7 +829,7 @@ struct TrafficState {
 };
 thread_local TrafficState g_traffic;
 
-// At a block's end: per warp-wide instruction, the distinct bytes its lanes asked
+// At a cluster's end: per warp-wide instruction, the distinct bytes its lanes asked
 // for (lanes reading one address are served once, as on the GPU) and the distinct
 // 32-byte sectors those bytes lie in.
 void fold_block_traffic() {
@@ -698,14 +853,15 @@ void fold_block_traffic() {
   g_traffic.reached.clear();
 }
 
-// True for memory that is not global: the launch's shared memory (dynamic, or a
-// static __shared__ array) and the running fiber's stack (a kernel's local arrays).
+// True for memory that is not global: the launch's shared memory (a block's
+// dynamic window, or a static __shared__ array) and the running fiber's stack
+// (a kernel's local arrays).
 bool is_shared_or_local(uintptr_t a, const void* stack) {
   const Watch* w = g_handler.watch;
   if (w != nullptr) {
-    if (w->map != nullptr && a >= reinterpret_cast<uintptr_t>(w->map) &&
-        a < reinterpret_cast<uintptr_t>(w->map) + w->map_bytes) {
-      return true;
+    for (const Window& window : w->windows) {
+      const auto map = reinterpret_cast<uintptr_t>(window.map);
+      if (a >= map && a < map + window.map_bytes) return true;
     }
     for (const Region& r : w->statics) {
       if (a >= r.guard_begin && a < r.guard_end) return true;
@@ -725,7 +881,7 @@ size_t allowed_dynamic_shared(const std::string& name) {
   return it == g_allowed_shared.end() ? 0 : it->second;
 }
 
-void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared) {
+void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared, unsigned cluster_blocks) {
   auto fail = [&](const std::string& what) {
     char dims[128];
     std::snprintf(dims, sizeof dims, " (grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of dynamic shared memory)",
@@ -739,6 +895,21 @@ void check_config(const std::string& name, dim3 grid, dim3 block, size_t shared)
   }
   if (grid.x > kMaxGridDimX || grid.y > kMaxGridDimYZ || grid.z > kMaxGridDimYZ) fail("grid beyond the GPU's limits");
   const char* arch_name = g_arch == Arch::Sm80 ? "sm_80" : "sm_90";
+  if (cluster_blocks != 1) {
+    const std::string cluster = "a cluster of " + std::to_string(cluster_blocks) + " blocks";
+    if (cluster_blocks == 0) fail(cluster);
+    if (g_arch != Arch::Sm90) fail(cluster + " on " + arch_name + ": thread-block clusters need sm_90");
+    if (cluster_blocks > kMaxClusterBlocks) {
+      fail(cluster + ", beyond the portable maximum of " + std::to_string(kMaxClusterBlocks));
+    }
+    if (grid.x % cluster_blocks != 0) {
+      fail("grid.x of " + std::to_string(grid.x) + " is not a multiple of the cluster size " +
+           std::to_string(cluster_blocks) + " (clusters are 1-D, along x)");
+    }
+    // Each block of a cluster must have its own static __shared__ arrays: the
+    // harness swaps them on the faults of watched memory.
+    if (!kCanWatch) fail(cluster + ": the harness runs clusters only where it watches shared memory (x86-64 Linux)");
+  }
   if (shared > kDefaultDynamicShared) {
     const size_t allowed = allowed_dynamic_shared(name);
     if (allowed == 0) {
@@ -804,33 +975,88 @@ __attribute__((noinline)) void record_global(const void* p, size_t bytes, bool w
   if (is_shared_or_local(a, l.fibers[l.current].stack)) return;
   const auto site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   const auto fiber = static_cast<uint32_t>(l.current);
+  const Fiber& f = l.fibers[l.current];
   const uint32_t occurrence = g_traffic.reached[{fiber, site}]++;
-  g_traffic.accesses[{fiber / 32, site, occurrence}].emplace_back(a, bytes);
+  g_traffic.accesses[{f.rank * 32 + f.thread / 32, site, occurrence}].emplace_back(a, bytes);
   (write ? g_traffic.counts.bytes_written : g_traffic.counts.bytes_read) += bytes;
   LaunchTraffic& this_launch = g_traffic.counts.per_launch.back();  // launch() opened it
   (write ? this_launch.bytes_written : this_launch.bytes_read) += bytes;
 }
 Arch arch() { return g_arch; }
 
-unsigned char* dynamic_shared_memory() { return g_launch->dynamic_shared; }
+unsigned char* dynamic_shared_memory() {
+  const Launch& l = *g_launch;
+  if (l.dynamic_shared.empty()) return nullptr;
+  return l.dynamic_shared[l.current >= 0 ? l.fibers[l.current].rank : 0];
+}
 
-void syncthreads(const char* file, int line) {
+namespace {
+void wait_at_barrier(State barrier, const char* file, int line) {
   Launch& l = *g_launch;
   Fiber& f = l.fibers[l.current];
-  f.state = State::AtBarrier;
+  f.state = barrier;
   // Reports name the file from the package root, not the build machine's path.
   const char* rel = std::strstr(file, "op_extension/");
   f.barrier_file = rel != nullptr ? rel : file;
   f.barrier_line = line;
   yield();
 }
+}  // namespace
+
+void syncthreads(const char* file, int line) { wait_at_barrier(State::AtBarrier, file, line); }
+
+namespace {
+// cuda_common.cuh's wrappers __trap() before sm_90, where barrier.cluster and
+// mapa do not exist.
+void require_clusters(const char* what) {
+  if (g_arch != Arch::Sm90) fail_in_fiber(std::string(what) + " on sm_80: thread-block clusters need sm_90");
+}
+}  // namespace
+
+void cluster_sync(const char* file, int line) {
+  require_clusters("cluster_sync");
+  wait_at_barrier(State::AtClusterBarrier, file, line);
+}
+
+unsigned cluster_block_rank() {
+  const Launch* l = g_launch;
+  return l != nullptr && l->current >= 0 ? l->fibers[l->current].rank : 0;
+}
+
+unsigned cluster_blocks() { return g_launch != nullptr ? g_launch->cluster_blocks : 1; }
+
+void* map_shared_rank(void* p, unsigned rank) {
+  require_clusters("map_shared_rank");
+  const Launch& l = *g_launch;
+  const Fiber& f = l.fibers[l.current];
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  // One past the end is still a pointer into the window, as in C++.
+  const auto mine = l.dynamic_shared.empty() ? 0 : reinterpret_cast<uintptr_t>(l.dynamic_shared[f.rank]);
+  if (l.dynamic_shared.empty() || a < mine || a > mine + l.dynamic_bytes) {
+    std::string what = "map_shared_rank of an address outside dynamic shared memory";
+    const Watch* w = g_handler.watch;
+    if (w != nullptr) {
+      for (const Region& r : w->statics) {
+        if (a >= r.begin && a < r.end) what += " (in " + r.name + ")";
+      }
+    }
+    fail_in_fiber(what + ": the harness models distributed shared memory for the dynamic window only");
+  }
+  if (rank >= l.cluster_blocks) {
+    fail_in_fiber("map_shared_rank to block rank " + std::to_string(rank) + " of a cluster of " +
+                  std::to_string(l.cluster_blocks) + " blocks (ranks 0 to " + std::to_string(l.cluster_blocks - 1) +
+                  ")");
+  }
+  return l.dynamic_shared[rank] + (a - mine);
+}
 
 void shuffle(unsigned mask, ShuffleKind kind, int arg, int width, const void* value, void* result, size_t size) {
   Launch& l = *g_launch;
   Fiber& f = l.fibers[l.current];
-  const unsigned lane = static_cast<unsigned>(l.current) & 31u;
-  const size_t warp_first = static_cast<size_t>(l.current) & ~size_t{31};
-  const size_t lanes = std::min<size_t>(32, l.fibers.size() - warp_first);
+  // The warps of the fiber's block (warps never span two blocks of a cluster).
+  const unsigned lane = f.thread & 31u;
+  const size_t warp_in_block = f.thread & ~size_t{31};
+  const size_t lanes = std::min<size_t>(32, l.threads - warp_in_block);
   char what[160];
   if (!(mask >> lane & 1u)) {
     std::snprintf(what, sizeof what, "%s with mask 0x%08x called by lane %u, which the mask leaves out",
@@ -858,8 +1084,8 @@ void shuffle(unsigned mask, ShuffleKind kind, int arg, int width, const void* va
 }
 
 void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_shared_bytes, void (*body)(void*),
-            void* closure) {
-  check_config(kernel_name, grid, block, dynamic_shared_bytes);
+            void* closure, unsigned cluster_blocks) {
+  check_config(kernel_name, grid, block, dynamic_shared_bytes, cluster_blocks);
   if (g_launch != nullptr) throw std::runtime_error("cuda_sim: a kernel launched from inside a kernel");
   g_launches.fetch_add(1, std::memory_order_relaxed);
   if (g_traffic.on) {
@@ -870,18 +1096,25 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   l.name = kernel_name;
   l.grid = grid;
   l.block = block;
+  l.cluster_blocks = cluster_blocks;
+  l.dynamic_bytes = dynamic_shared_bytes;
   l.body = body;
   l.closure = closure;
   const size_t threads = static_cast<size_t>(block.x) * block.y * block.z;
-  while (g_stacks.size() < threads) {
+  l.threads = threads;
+  const size_t fibers = threads * cluster_blocks;
+  while (g_stacks.size() < fibers) {
     void* s = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (s == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map a fiber stack");
     g_stacks.push_back(s);
   }
-  l.fibers.resize(threads);
-  for (size_t i = 0; i < threads; ++i) {
-    Fiber& f = l.fibers[i];
-    f.stack = g_stacks[i];
+  l.fibers.resize(fibers);
+  for (size_t k = 0; k < fibers; ++k) {
+    Fiber& f = l.fibers[k];
+    const size_t i = k % threads;
+    f.stack = g_stacks[k];
+    f.thread = static_cast<unsigned>(i);
+    f.rank = static_cast<unsigned>(k / threads);
     f.thread_idx = uint3{static_cast<unsigned>(i % block.x), static_cast<unsigned>(i / block.x % block.y),
                          static_cast<unsigned>(i / (block.x * block.y))};
   }
@@ -900,15 +1133,20 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   } reset{watch};
   watch_lock.lock();
   watch_begin(watch, l, dynamic_shared_bytes);
-  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
-  for (uint64_t i = 0; i < blocks; ++i) {
-    const uint64_t b = g_block_order == BlockOrder::Reverse ? blocks - 1 - i : i;
-    l.block_idx = uint3{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
-                        static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y))};
-    g_view.block_idx = l.block_idx;
-    ++g_handler.epoch;
-    watch_block(watch);
-    run_block(l);
+  // Clusters in order (x fastest), each its blocks x .. x + cluster_blocks - 1;
+  // without clusters, the blocks in order.
+  const uint64_t clusters_x = grid.x / cluster_blocks;
+  const uint64_t clusters = clusters_x * grid.y * grid.z;
+  for (uint64_t i = 0; i < clusters; ++i) {
+    const uint64_t c = g_block_order == BlockOrder::Reverse ? clusters - 1 - i : i;
+    const auto first_x = static_cast<unsigned>(c % clusters_x * cluster_blocks);
+    const uint3 first{first_x, static_cast<unsigned>(c / clusters_x % grid.y),
+                      static_cast<unsigned>(c / (clusters_x * grid.y))};
+    for (Fiber& f : l.fibers) f.block_idx = uint3{first.x + f.rank, first.y, first.z};
+    g_view.block_idx = first;
+    open_cluster_interval(l);
+    watch_cluster(watch);
+    run_cluster(l);
     fold_block_traffic();
     if (!l.error.empty()) throw std::runtime_error(l.error);
   }

@@ -26,6 +26,7 @@
 
 extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name);
 extern "C" float op_ext_cuda_sim_order_dependent_sum();
+extern "C" void op_ext_cuda_sim_cluster_clean(unsigned threads, float* sums, float* totals);
 
 namespace op_ext {
 namespace {
@@ -144,4 +145,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_kernel_stub_address", [] { return reinterpret_cast<uintptr_t>(&op_ext::cpu::rms_norm_forward); });
   m.def("_run_misuse", &op_ext_cuda_sim_run_misuse_kernel);
   m.def("_order_dependent_sum", &op_ext_cuda_sim_order_dependent_sum);
+  // The planted clean cluster kernel's outputs: per-thread sums (8 blocks of
+  // `threads`) and per-block totals.
+  m.def("_cluster_clean", [](unsigned threads) {
+    std::vector<float> sums(8 * static_cast<size_t>(threads)), totals(8);
+    op_ext_cuda_sim_cluster_clean(threads, sums.data(), totals.data());
+    return pybind11::make_tuple(sums, totals);
+  });
 }

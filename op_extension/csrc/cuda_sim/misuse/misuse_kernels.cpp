@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -178,7 +179,118 @@ __global__ void order_dependent_sum_kernel(const float* values, float* total) {
   if (threadIdx.x == 0) *total += values[blockIdx.x];
 }
 
+// ---- thread-block clusters (sm_90; tests/test_cuda_sim_cluster.py) ------------------
+//
+// Through cuda_common.cuh's wrappers, as the kernels use them. The cluster's
+// size is the harness's cuda_sim::cluster_blocks() (%cluster_nctarank).
+
+// Every block fills its dynamic shared memory with values of its own; after a
+// cluster_sync each thread adds to its own value one value of every block of the
+// cluster, read through distributed shared memory in rank order (its own value
+// makes each block's total differ, so a block that summed another's static
+// __shared__ array would show); the block then sums those as
+// block_reduce does (a warp sum through shuffles, the last warp possibly
+// partial, and the warps' sums through a static __shared__ array); the last
+// cluster_sync keeps each block's shared memory alive while peers read it.
+__global__ void cluster_clean_kernel(float* sums, float* totals) {
+  float* mine = reinterpret_cast<float*>(detail::dynamic_shared_bytes());
+  const unsigned t = threadIdx.x, threads = blockDim.x;
+  mine[t] = static_cast<float>(blockIdx.x * 1000 + t);
+  detail::cluster_sync();
+  float s = mine[t];
+  for (unsigned rank = 0; rank < cuda_sim::cluster_blocks(); ++rank) {
+    s += detail::cluster_map_shared(mine, rank)[(t + rank) % threads];
+  }
+  sums[blockIdx.x * threads + t] = s;
+  __shared__ float warp_sums[32];
+  const unsigned lane = t % 32, warp = t / 32;
+  const unsigned lanes = min(32u, threads - warp * 32);
+  const unsigned mask = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+  float v = s;
+  for (unsigned offset = 16; offset > 0; offset >>= 1) {
+    const float other = __shfl_down_sync(mask, v, offset);
+    if (lane + offset < lanes) v += other;
+  }
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (t == 0) {
+    float total = 0.0f;
+    for (unsigned w = 0; w < (threads + 31) / 32; ++w) total += warp_sums[w];
+    totals[blockIdx.x] = total;
+  }
+  detail::cluster_sync();
+}
+
+// Each block writes its rank into a static __shared__ array and reads it back:
+// its own copy, whatever the other blocks of the cluster wrote into theirs.
+__global__ void cluster_static_shared_per_block_kernel(unsigned* out) {
+  __shared__ unsigned ranks[64];
+  ranks[threadIdx.x] = detail::cluster_block_rank();
+  detail::cluster_sync();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = ranks[threadIdx.x];
+}
+
+__global__ void cluster_remote_read_without_sync_kernel(float* out) {
+  float* mine = reinterpret_cast<float*>(detail::dynamic_shared_bytes());
+  const unsigned peer = (detail::cluster_block_rank() + 1) % cuda_sim::cluster_blocks();
+  mine[threadIdx.x] = static_cast<float>(threadIdx.x);
+  // MISTAKE: no cluster_sync between the peer's write and this read.
+  out[blockIdx.x * blockDim.x + threadIdx.x] = detail::cluster_map_shared(mine, peer)[threadIdx.x];
+  detail::cluster_sync();
+}
+
+__global__ void cluster_peer_exited_kernel(float* out) {
+  float* mine = reinterpret_cast<float*>(detail::dynamic_shared_bytes());
+  mine[threadIdx.x] = 1.0f;
+  if (detail::cluster_block_rank() == 1) return;  // MISTAKE: no cluster_sync before rank 1 exits
+  // On the harness rank 1's threads run to their end while rank 0's wait here
+  // (on the GPU they may or may not have: undefined either way).
+  __syncthreads();
+  out[threadIdx.x] = detail::cluster_map_shared(mine, 1)[threadIdx.x];
+}
+
+__global__ void cluster_sync_skipped_by_a_block_kernel() {
+  if (detail::cluster_block_rank() != 0) detail::cluster_sync();  // MISTAKE: rank 0 skips this one
+  detail::cluster_sync();
+}
+
+__global__ void cluster_sync_after_exit_kernel() {
+  if (detail::cluster_block_rank() == 1 && threadIdx.x == 5) return;  // MISTAKE: one thread of rank 1 leaves
+  detail::cluster_sync();
+}
+
+__global__ void cluster_rank_out_of_range_kernel(float* out) {
+  float* mine = reinterpret_cast<float*>(detail::dynamic_shared_bytes());
+  mine[threadIdx.x] = 1.0f;
+  detail::cluster_sync();
+  out[threadIdx.x] = *detail::cluster_map_shared(mine, cuda_sim::cluster_blocks());  // MISTAKE: one past the last
+  detail::cluster_sync();
+}
+
+// Valid on the GPU, beyond what the harness models: it maps dynamic shared memory only.
+__global__ void cluster_map_static_shared_kernel(float* out) {
+  __shared__ float cache[32];
+  cache[threadIdx.x] = 1.0f;
+  detail::cluster_sync();
+  out[threadIdx.x] = *detail::cluster_map_shared(&cache[threadIdx.x], 1);
+  detail::cluster_sync();
+}
+
+// A local variable is no shared memory at all (mapa of it is undefined).
+__global__ void cluster_map_local_variable_kernel(float* out) {
+  float local = 1.0f;
+  out[threadIdx.x] = *detail::cluster_map_shared(&local, 0);
+}
+
 }  // namespace op_ext::cuda::misuse
+
+// cluster_clean_kernel over 8 blocks of `threads` threads in clusters of 4:
+// sums[8 * threads], totals[8] (tests/test_cuda_sim_cluster.py checks them).
+extern "C" void op_ext_cuda_sim_cluster_clean(unsigned threads, float* sums, float* totals) {
+  using namespace op_ext::cuda;
+  (void)detail::launch_cluster_kernel<misuse::cluster_clean_kernel>(8, threads, 4, threads * sizeof(float), nullptr,
+                                                                    sums, totals);
+}
 
 // The total of order_dependent_sum_kernel over 4 blocks in the current block
 // order: (((1e8 + 1) - 1e8) + 1) = 1 in linear order, 0 in reverse.
@@ -188,6 +300,58 @@ extern "C" float op_ext_cuda_sim_order_dependent_sum() {
   cuda_sim::launch_kernel<op_ext::cuda::misuse::order_dependent_sum_kernel>(4, 32, 0, nullptr, values, &total);
   return total;
 }
+
+namespace {
+
+// The cluster kernels (sm_90), launched as the kernels launch them.
+void run_cluster_misuse_kernel(const std::string& n) {
+  using cuda_sim::launch_kernel;
+  using op_ext::cuda::detail::launch_cluster_kernel;
+  using namespace op_ext::cuda::misuse;
+  float out[64] = {};
+  const size_t shared = 32 * sizeof(float);
+  if (n == "cluster_clean") {
+    for (const unsigned threads : {64u, 48u}) {
+      std::vector<float> sums(8 * threads), totals(8);
+      op_ext_cuda_sim_cluster_clean(threads, sums.data(), totals.data());
+    }
+  } else if (n == "cluster_static_shared_per_block") {
+    std::vector<unsigned> ranks(8 * 64, ~0u);
+    (void)launch_cluster_kernel<cluster_static_shared_per_block_kernel>(8, 64, 4, 0, nullptr, ranks.data());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i] != i / 64 % 4) {
+        throw std::runtime_error("cuda_sim misuse: block " + std::to_string(i / 64) + " read rank " +
+                                 std::to_string(ranks[i]) + " from its static __shared__ array");
+      }
+    }
+  } else if (n == "cluster_remote_read_without_sync") {
+    (void)launch_cluster_kernel<cluster_remote_read_without_sync_kernel>(2, 32, 2, shared, nullptr, out);
+  } else if (n == "cluster_peer_exited") {
+    (void)launch_cluster_kernel<cluster_peer_exited_kernel>(2, 32, 2, shared, nullptr, out);
+  } else if (n == "cluster_sync_skipped_by_a_block") {
+    (void)launch_cluster_kernel<cluster_sync_skipped_by_a_block_kernel>(4, 32, 2, 0, nullptr);
+  } else if (n == "cluster_sync_after_exit") {
+    (void)launch_cluster_kernel<cluster_sync_after_exit_kernel>(2, 32, 2, 0, nullptr);
+  } else if (n == "cluster_rank_out_of_range") {
+    (void)launch_cluster_kernel<cluster_rank_out_of_range_kernel>(2, 32, 2, shared, nullptr, out);
+  } else if (n == "cluster_map_outside_dynamic") {
+    (void)launch_cluster_kernel<cluster_map_static_shared_kernel>(2, 32, 2, shared, nullptr, out);
+  } else if (n == "cluster_map_local_variable") {
+    (void)launch_cluster_kernel<cluster_map_local_variable_kernel>(2, 32, 2, shared, nullptr, out);
+  } else if (n == "cluster_sync_on_sm80") {  // run at sm_80, without clusters
+    launch_kernel<cluster_sync_skipped_by_a_block_kernel>(1, 32, 0, nullptr);
+  } else if (n == "cluster_on_sm80") {  // run at sm_80
+    (void)launch_cluster_kernel<empty_kernel>(4, 32, 2, 0, nullptr);
+  } else if (n == "cluster_of_16") {
+    (void)launch_cluster_kernel<empty_kernel>(16, 32, 16, 0, nullptr);
+  } else if (n == "cluster_grid_not_multiple") {
+    (void)launch_cluster_kernel<empty_kernel>(6, 32, 4, 0, nullptr);
+  } else {
+    throw std::invalid_argument("cuda_sim: no misuse kernel " + n);
+  }
+}
+
+}  // namespace
 
 extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
   const std::string n = name;
@@ -266,6 +430,8 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
     if (out[0] != 100.0f * 1024) throw std::runtime_error("cuda_sim misuse: opted-in shared kernel read wrong");
   } else if (n == "empty_grid") {
     launch_kernel<empty_kernel>(0, 32, 0, nullptr);
+  } else if (n.rfind("cluster_", 0) == 0) {
+    run_cluster_misuse_kernel(n);
   } else {
     throw std::invalid_argument("cuda_sim: no misuse kernel " + n);
   }

@@ -1,19 +1,25 @@
 // The CUDA language and runtime pieces the kernels use, for g++ and the CPU
-// harness (harness.cpp). A launch runs every block in turn; a block runs each of
-// its threads as a fiber on the calling OS thread, switching at __syncthreads
-// and at warp shuffles, so barriers and shuffles have their GPU meaning, and
-// misuse that a GPU would turn into a hang or garbage is reported instead:
-//   * a __syncthreads not reached by every thread of the block (a thread exited,
-//     or waits at a shuffle or at another __syncthreads);
+// harness (harness.cpp). A launch runs every block in turn (the blocks of a
+// thread-block cluster together); a block runs each of its threads as a fiber on
+// the calling OS thread, switching at __syncthreads, cluster_sync and warp
+// shuffles, so barriers and shuffles have their GPU meaning, and misuse that a
+// GPU would turn into a hang or garbage is reported instead:
+//   * a __syncthreads not reached by every thread of the block, or a
+//     cluster_sync not reached by every thread of the cluster (a thread exited,
+//     or waits at a shuffle or at another barrier);
 //   * a shuffle whose mask leaves out the calling lane, names a lane that does
 //     not exist, or names a lane that does not reach the same shuffle;
 //   * launch configurations beyond the GPU's limits (threads, grid, dynamic
 //     shared memory for the configured sm_80 / sm_90);
 //   * shared memory accessed by two threads between the same two barriers with
-//     at least one write, and shared memory accessed out of bounds: dynamic
+//     at least one write (threads of two blocks of a cluster: with no
+//     cluster_sync between), and shared memory accessed out of bounds: dynamic
 //     shared memory beyond the launch's size, a static __shared__ array past
 //     its end or before its start (x86-64 Linux: every access is trapped, see
-//     harness.cpp).
+//     harness.cpp);
+//   * distributed shared memory misused: a block rank past the cluster, an
+//     address outside the dynamic window mapped, an access to the shared memory
+//     of a block whose threads have all exited.
 // A report is a std::runtime_error naming the kernel, block and thread, thrown
 // by the launch. A lane that reads a shuffled value from a lane outside the mask
 // gets NaN bits (all ones), as undefined as on the GPU but easy to see.
@@ -41,7 +47,10 @@
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 // Blocks run one after another, so a static variable is one block's shared
-// memory. Dynamic shared memory: cuda_sim::dynamic_shared_memory().
+// memory. The blocks of a cluster run together: each has its own copy of every
+// array, which the harness puts in place when one of the block's threads
+// accesses the array (harness.cpp). Dynamic shared memory:
+// cuda_sim::dynamic_shared_memory().
 //
 // Each static __shared__ array starts a slot of its own (CUDA_SIM_SHARED_SLOT
 // bytes, at least two pages): the linker puts no other shared array in the rest
@@ -93,7 +102,8 @@ T shuffle_typed(unsigned mask, ShuffleKind kind, int arg, int width, const T& va
   return result;
 }
 
-// The launch's dynamic shared memory (the bytes of its third <<<>>> argument).
+// The launch's dynamic shared memory (the bytes of its third <<<>>> argument):
+// the calling thread's block's.
 unsigned char* dynamic_shared_memory();
 
 // GPU generations whose limits the launches are checked against.
