@@ -112,7 +112,8 @@ def is_long_row(op: str, sample) -> bool:
 def measure(op: str, sample, direction: str, dtype: torch.dtype, arch: str = "sm_80") -> dict:
     """cuda_sim.traffic of the call with `arch`'s launch limits; for a long-row
     sample, with extra_read_bytes: the bytes of the call's row-shaped inputs (2
-    dims or more: not a weight or a bias), which such a row may read once more."""
+    dims or more: not a weight or a bias), which such a row may read once more
+    (unless the op's TRAFFIC_NO_EXTRA_READ names the call)."""
     args, kwargs = sample.build(Maker(dtype))
     if direction == "forward":
         call_args, t = args, cuda_sim.traffic(op, *args, arch=arch, **kwargs)
@@ -120,7 +121,7 @@ def measure(op: str, sample, direction: str, dtype: torch.dtype, arch: str = "sm
         name, call_args = reference.backward_args(op, args, kwargs)
         assert name == f"{op}_backward"
         t = cuda_sim.traffic(op, *call_args, backward=True, arch=arch)
-    if is_long_row(op, sample):
+    if is_long_row(op, sample) and (sample.id, direction, arch) not in op_cases.get(op, "TRAFFIC_NO_EXTRA_READ", set()):
         t["extra_read_bytes"] = sum(a.numel() * a.element_size() for a in call_args
                                     if isinstance(a, torch.Tensor) and a.dim() >= 2)
     return t
@@ -226,7 +227,8 @@ def test_each_launch_is_counted_on_its_own():
 
 def test_the_long_row_allowance_is_one_read_of_the_row_inputs_only():
     """A long row's extra read covers the row-shaped inputs once (a statistics pass),
-    not the weight, and no other call gets it: a second extra read still fails."""
+    not the weight, and no other call gets it: a second extra read still fails,
+    and a row a cluster holds gets none."""
     sample = op_cases.get("rms_norm", "TRAFFIC_LONG_ROWS")[0]
     t = measure("rms_norm", sample, "forward", torch.float32)
     x_bytes = 4 * 65536 * 4
@@ -236,3 +238,7 @@ def test_the_long_row_allowance_is_one_read_of_the_row_inputs_only():
     assert broken_rules(twice) and broken_rules(twice)[0].startswith("moves ")
     short = op_cases.get("rms_norm", "TRAFFIC")[0]
     assert "extra_read_bytes" not in measure("rms_norm", short, "forward", torch.float32)
+    # On sm_90 a cluster holds the row (TRAFFIC_NO_EXTRA_READ): no allowance, and
+    # none needed.
+    held = measure("rms_norm", sample, "forward", torch.float32, "sm_90")
+    assert "extra_read_bytes" not in held and moved_ratio(held) <= 1.0 + 1e-9

@@ -37,7 +37,9 @@ Required
                    kernel that misses its targets to its present figures, keyed
                    (sample id, direction) or (sample id, direction, arch);
                    TRAFFIC_LONG_ROWS, optional, row ops' calls with rows too long
-                   for any on-chip copy, allowed one extra read of their inputs)
+                   for one block's on-chip copy, allowed one extra read of their
+                   inputs, except where TRAFFIC_NO_EXTRA_READ names the call as
+                   (sample id, direction, arch): rows a cluster holds)
   fuzz_case(fz), fuzz_model(case, args, grad_outputs)  the op's fuzzing: the
                    calls hypothesis draws and their float64 model
                    (test_fuzz.py; tests/fuzz_kit.py says what they return, and

@@ -219,6 +219,7 @@ inline constexpr int kMaxClusterBlocks = 8;
 // within those registers too.
 inline constexpr int kClusterThreads = 512;
 inline constexpr int kClusterStepRows = 2;
+inline constexpr int64_t kClusterMinRows = 4;
 template <typename T, int kHeldArrays>
 inline constexpr int kClusterHeldSlices = 2 * kForwardHeldSlices<T, kVecOf<T>, kHeldArrays>;
 
@@ -256,9 +257,12 @@ ForwardCluster plan_forward_cluster(int64_t rows, int64_t cols, bool aligned) {
     c.step.slice_cols = slice_cols;
     c.step.exchange_offset = (slice_bytes * static_cast<size_t>(c.step.step_rows) + 15) / 16 * 16;
     c.step.cache_bytes = c.step.exchange_offset + kClusterExchangeBytes<acc_t<T>>;
-    // As forward_grid: each cluster reads the weight once, so fewer clusters read it less.
+    // Each cluster reads the weight (and bias) once: as forward_grid caps the
+    // blocks that hold them, at most kMaxHeldBlocks blocks, and each cluster
+    // takes at least kClusterMinRows rows, so that the weight is read at most
+    // once per 4 rows, as a one-block step of 4 reads it.
     const int64_t clusters =
-        std::min(ceil_div(rows, int64_t{c.step.step_rows}), std::max<int64_t>(1, kMaxHeldBlocks / blocks));
+        std::min(ceil_div(rows, kClusterMinRows), std::max<int64_t>(1, kMaxHeldBlocks / blocks));
     c.grid = static_cast<unsigned>(clusters * blocks);
     return c;
   }
