@@ -17,15 +17,18 @@ from op_extension import cuda_sim
 from reference import DTYPE_IDS, tolerance
 
 # (op, dtype, cols, cluster blocks): the smallest cluster whose blocks hold a
-# slice (512 threads x twice the one-block held slices) is taken.
+# slice (512 threads x twice the one-block held slices) is taken. float16 runs
+# the bfloat16 kernels' template and plan. Few, as the harness (and ASan, in
+# check_sanitizers.sh) pays per shared-memory access.
 CASES = [
     ("rms_norm", torch.float32, 20480, 2),        # one block holds 16384
-    ("rms_norm", torch.bfloat16, 65536, 4),
-    ("fused_add_rms_norm", torch.bfloat16, 32768, 2),
+    ("rms_norm", torch.bfloat16, 40960, 4),
+    ("fused_add_rms_norm", torch.bfloat16, 24576, 2),
     ("layer_norm", torch.bfloat16, 65536, 8),    # the 4 x 65536 traffic sample's row
-    ("layer_norm", torch.float32, 65536, 8),     # past the row cache: read twice by one block
-    ("layer_norm", torch.float16, 24580, 4),     # slices of 6148, the last one 6136
+    ("layer_norm", torch.float32, 24580, 4),     # slices of 6148, the last one 6136
 ]
+# Without weight (and bias): the one-block kernels' other path, on two of them.
+PLAIN = [CASES[0], CASES[4]]
 
 
 def _case_id(case):
@@ -42,12 +45,9 @@ def _rows(cols: int, dtype: torch.dtype) -> torch.Tensor:
     x = torch.randn(5, cols, dtype=torch.float64, generator=g)
     x[1, 3] = 3e38
     x[2] = 1000.1
-    spread = 200.0 if dtype != torch.float32 else 1.0  # 16-bit spacing at 1e4 is 8-64
+    spread = 200.0 if dtype == torch.bfloat16 else 1.0  # bfloat16's spacing at 1e4 is 64
     x[3] = 1e4 + spread * x[3]
     x[4, cols // 3] = 1e4
-    if dtype == torch.float16:
-        x[1, 3] = 6e4  # float16's range: no overflow of float's squares, a large value still
-        x[3] = 1e3 + 8.0 * torch.randn(cols, dtype=torch.float64, generator=g)
     return x.to(dtype)
 
 
@@ -83,8 +83,8 @@ def _kernel_of(op, x, w, b, arch) -> str:
     return t["per_launch"][0]["signature"]
 
 
-@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
-@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@pytest.mark.parametrize("case,affine", [pytest.param(c, True, id=_case_id(c)) for c in CASES] +
+                         [pytest.param(c, False, id=f"{_case_id(c)}-plain") for c in PLAIN])
 def test_forward_norms_of_rows_held_by_a_cluster(case, affine):
     op, dtype, cols, blocks = case
     x = _rows(cols, dtype)
@@ -111,7 +111,7 @@ def test_forward_norms_of_rows_held_by_a_cluster(case, affine):
                                    msg=lambda m, r=r: f"{_case_id(case)} row {r}: {m}")
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=_case_id)
+@pytest.mark.parametrize("case", [CASES[0], CASES[4]], ids=_case_id)
 def test_the_cluster_kernel_runs_on_sm_90_only(case):
     """The launch is the cluster instantiation (its last template argument,
     kCluster) on sm_90; on sm_80, which has no clusters, the one-block kernel of
