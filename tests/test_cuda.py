@@ -233,6 +233,34 @@ def test_long_rows_against_reference(op, cols, dtype):
         torch.testing.assert_close(g, ref_grads[i], **tol)
 
 
+@pytest.mark.parametrize("case", [("rms_norm", torch.float32, 20480), ("layer_norm", torch.bfloat16, 65536),
+                                  ("fused_add_rms_norm", torch.bfloat16, 40960)], ids=str)
+def test_rows_held_by_a_cluster_many_rows(case):
+    """Forward norms whose rows a thread-block cluster holds on sm_90 (norm.cu,
+    "rows held by a cluster"), at 600 rows: clusters of several steps, the
+    launch capped at 256 blocks. Against torch in float64, and the same bits on
+    a second run (the blocks combine their statistics in rank order)."""
+    op, dtype, cols = case
+    rows = 600
+    x = _randn(rows, cols, dtype=dtype, scale=2)
+    w = _weight(cols, dtype)
+    if op == "layer_norm":
+        b = _randn(cols, dtype=dtype)
+        run = lambda: ops.layer_norm(x, [cols], w, b)  # noqa: E731
+        expected = torch.nn.functional.layer_norm(x.double(), [cols], w.double(), b.double())
+    elif op == "rms_norm":
+        run = lambda: ops.rms_norm(x, [cols], w, 1e-6)  # noqa: E731
+        expected = torch.nn.functional.rms_norm(x.double(), [cols], w.double(), 1e-6)
+    else:
+        r = _randn(rows, cols, dtype=dtype)
+        run = lambda: ops.fused_add_rms_norm(x, r, [cols], w, 1e-6)[0]  # noqa: E731
+        expected = torch.nn.functional.rms_norm((x + r).double(), [cols], w.double(), 1e-6)
+    got = run()
+    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else tolerance(dtype)
+    torch.testing.assert_close(got.double(), expected, **tol)
+    assert torch.equal(run(), got)
+
+
 # ---------------------------------------------------------------------------
 # Determinism of the sums over rows
 # ---------------------------------------------------------------------------
