@@ -123,3 +123,50 @@ def test_the_cluster_kernel_runs_on_sm_90_only(case):
     assert _kernel_of(op, x, w, b, "sm_90").endswith(", true>")
     one_block = _kernel_of(op, x, w, b, "sm_80")
     assert "_forward_kernel<" in one_block and not one_block.endswith(", true>")
+
+
+# (dtype, cols, backward, cluster blocks): rows just past what one block caches
+# (128 KiB; the backward caches dy and y).
+SOFTMAX_CASES = [
+    (torch.float32, 32776, False, 2),      # slices of 16392, the last one 16384
+    (torch.bfloat16, 65544, False, 2),
+    (torch.float32, 16392, True, 2),
+    (torch.bfloat16, 32776, True, 2),
+]
+
+
+def _softmax_id(case):
+    dtype, cols, backward, blocks = case
+    return f"{DTYPE_IDS[dtype]}-{cols}-{'backward' if backward else 'forward'}-x{blocks}"
+
+
+@pytest.mark.parametrize("case", SOFTMAX_CASES, ids=_softmax_id)
+def test_softmax_of_rows_held_by_a_cluster(case):
+    """Softmax rows a cluster holds: the max and the sum (the backward's
+    sum(dy * y)) of each block's cached slice combined across the cluster. Rows:
+    plain, masked to -inf but for a few values in the last slice, all -inf (NaN,
+    as torch), one +inf (NaN), one dominant value in the first slice. Against
+    float64 torch; the launch is the cluster kernel."""
+    dtype, cols, backward, _ = case
+    g = torch.Generator().manual_seed(cols)
+    rows = [torch.randn(cols, dtype=torch.float64, generator=g) * 3 for _ in range(5)]
+    rows[1][: cols - 50] = float("-inf")
+    rows[2][:] = float("-inf")
+    rows[3][cols // 2] = float("inf")
+    rows[4][5] = 60.0
+    x = torch.stack(rows).to(dtype)
+    if not backward:
+        got = cuda_sim.run("softmax", x, -1, arch="sm_90")
+        expected = torch.softmax(x.double(), -1)
+        signature = cuda_sim.traffic("softmax", x[:1], -1, arch="sm_90")["per_launch"][0]["signature"]
+    else:
+        y = torch.softmax(x.double(), -1).nan_to_num().to(dtype)  # an output without NaN rows
+        dy = torch.randn(x.shape, dtype=torch.float64, generator=g).to(dtype)
+        got = cuda_sim.run_backward("softmax", dy, y, -1, arch="sm_90")
+        y64, dy64 = y.double(), dy.double()
+        expected = y64 * (dy64 - (dy64 * y64).sum(-1, keepdim=True))
+        signature = cuda_sim.traffic("softmax", dy[:1], y[:1], -1, backward=True,
+                                     arch="sm_90")["per_launch"][0]["signature"]
+    assert signature.endswith(", true>"), signature
+    tol = tolerance(dtype, "softmax", "backward" if backward else "forward")
+    torch.testing.assert_close(got.double(), expected, equal_nan=True, **tol)

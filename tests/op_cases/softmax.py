@@ -36,6 +36,11 @@ TRAFFIC = [sample("4x2048", lambda m: ((m(4, 2048, scale=3), -1), {})),
 # Rows longer than any on-chip copy: one extra read of each row input allowed
 # (test_cuda_sim_traffic.py); the forward takes the max and the sum in one pass.
 TRAFFIC_LONG_ROWS = [sample("4x65536", lambda m: ((m(4, 65536, scale=3), -1), {}))]
+# On sm_90 a thread-block cluster holds such rows where one block cannot cache
+# them (softmax.cu: float32 forward, both dtypes backward, which caches dy and
+# y): read once, no extra read allowed there. bfloat16's forward row (128 KiB)
+# fits one block's row cache, and also reads it once.
+TRAFFIC_NO_EXTRA_READ = {("4x65536", "forward", "sm_90"), ("4x65536", "backward", "sm_90")}
 
 
 def schema_args(x):

@@ -130,45 +130,10 @@ struct ForwardRows {
   int step_rows;       // rows per step, 1..kMaxStepRows
   bool cached;         // the step's rows are kept in the row cache
   size_t cache_bytes;  // the launch's dynamic shared memory
-  // A row held by a cluster ("rows held by a cluster" below): block rank k of
-  // the cluster owns the columns [k * slice_cols, (k + 1) * slice_cols) (the
-  // last rank fewer), cached at r * slice_cols; the cluster's exchange sits at
-  // exchange_offset. Without a cluster, slice_cols is cols.
-  int cluster_blocks = 1;
-  int64_t slice_cols = 0;
-  size_t exchange_offset = 0;
+  // A row held by a cluster ("rows held by a cluster" below): the slices of
+  // the columns its blocks own (row_common.cuh), cached at r * slice_cols.
+  RowCluster cluster;
 };
-
-// The part of the rows a forward block works on: its columns (all, or its
-// cluster slice) and its steps (by block, or by cluster).
-struct RowSlice {
-  int64_t col0;     // first column
-  int64_t cols;     // columns of the slice
-  int64_t unit;     // this block's (or cluster's) index among ...
-  int64_t units;    // ... the launch's blocks (or clusters)
-};
-
-template <bool kCluster>
-__device__ __forceinline__ RowSlice forward_slice(int64_t cols, const ForwardRows& step) {
-  if constexpr (kCluster) {
-    const int64_t col0 = static_cast<int64_t>(cluster_block_rank()) * step.slice_cols;
-    return {col0, min(step.slice_cols, cols - col0), blockIdx.x / step.cluster_blocks,
-            gridDim.x / step.cluster_blocks};
-  } else {
-    return {0, cols, blockIdx.x, gridDim.x};
-  }
-}
-
-// The reducer of a forward kernel's row statistics (row_common.cuh).
-template <bool kCluster, typename Acc>
-__device__ __forceinline__ auto forward_reduce(const ForwardRows& step) {
-  if constexpr (kCluster) {
-    return ClusterRowReduce<Acc>{reinterpret_cast<Acc*>(dynamic_shared_bytes() + step.exchange_offset),
-                                 static_cast<unsigned>(step.cluster_blocks)};
-  } else {
-    return BlockRowReduce{};
-  }
-}
 
 // The step of a forward row launch: as many rows (up to kMaxStepRows) as the
 // row cache holds, or, when not even one fits, kMaxStepRows uncached rows, so
@@ -177,7 +142,7 @@ template <typename T>
 ForwardRows plan_forward_rows(int64_t rows, int64_t cols) {
   const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
   ForwardRows f{1, false, 0};
-  f.slice_cols = cols;
+  f.cluster.slice_cols = cols;
   const size_t cache_bytes = row_cache_bytes();
   if (row_bytes > cache_bytes) {
     f.step_rows = static_cast<int>(std::min<int64_t>(kMaxStepRows, std::max<int64_t>(rows, 1)));
@@ -210,7 +175,7 @@ inline unsigned forward_grid(int64_t rows, int step_rows, bool held) {
 // bias for every row (1.20x). A row takes the smallest cluster whose slices are
 // held and cached; rows that need more than 8 blocks (the portable cluster
 // size) keep the one-block kernels, as do unaligned rows and GPUs before sm_90.
-inline constexpr int kMaxClusterBlocks = 8;
+//
 // A cluster's blocks run 512 threads with twice the held slices of a
 // one-block row: as many columns per block, and 128 registers per thread for
 // the held weight (and bias), the cluster's reducer and a step's loads
@@ -239,33 +204,26 @@ ForwardCluster plan_forward_cluster(int64_t rows, int64_t cols, bool aligned) {
   if (sizeof(T) == 8 || rows <= 0 || !aligned || cols % kVec != 0 || !cluster_launch_supported()) return c;
   // One block holds it.
   if (cols <= int64_t{kMaxRowThreads} * kForwardHeldSlices<T, kVec, kHeldArrays> * kVec) return c;
-  // The slices take the row cache; the exchange follows, 16-byte aligned, in
-  // the room the opt-in leaves past it (sm_90: 227 KiB less the static reserve).
-  const size_t room = row_cache_bytes();
-  if (room + 16 + kClusterExchangeBytes<acc_t<T>> > max_dynamic_shared_optin() - kStaticSharedReserveBytes) return c;
-  for (int blocks = 2; blocks <= kMaxClusterBlocks; blocks *= 2) {
-    const int64_t slice_cols = ceil_div(ceil_div(cols, blocks), kVec) * kVec;
-    const int64_t accesses = slice_cols / kVec;
-    const size_t slice_bytes = static_cast<size_t>(slice_cols) * sizeof(T);
-    if (accesses > int64_t{kClusterThreads} * kHeld || slice_bytes > room) continue;
-    if ((blocks - 1) * slice_cols >= cols) continue;  // every block owns columns
-    const int64_t fit = static_cast<int64_t>(room / slice_bytes);
-    c.blocks = blocks;
-    c.threads = static_cast<int>(std::max<int64_t>(32, ceil_div(ceil_div(accesses, kHeld), 32) * 32));
-    c.step.step_rows = static_cast<int>(std::min<int64_t>({fit, int64_t{kClusterStepRows}, rows}));
-    c.step.cluster_blocks = blocks;
-    c.step.slice_cols = slice_cols;
-    c.step.exchange_offset = (slice_bytes * static_cast<size_t>(c.step.step_rows) + 15) / 16 * 16;
-    c.step.cache_bytes = c.step.exchange_offset + kClusterExchangeBytes<acc_t<T>>;
-    // Each cluster reads the weight (and bias) once: as forward_grid caps the
-    // blocks that hold them, at most kMaxHeldBlocks blocks, and each cluster
-    // takes at least kClusterMinRows rows, so that the weight is read at most
-    // once per 4 rows, as a one-block step of 4 reads it.
-    const int64_t clusters =
-        std::min(ceil_div(rows, kClusterMinRows), std::max<int64_t>(1, kMaxHeldBlocks / blocks));
-    c.grid = static_cast<unsigned>(clusters * blocks);
-    return c;
-  }
+  // The smallest cluster whose blocks hold their slice of the row (and of the
+  // weight) in registers, and cache it for at least one row.
+  const RowCluster cluster = plan_row_cluster<T>(cols, int64_t{kClusterThreads} * kHeld * kVec, sizeof(T));
+  if (cluster.blocks == 0) return c;
+  const int64_t accesses = cluster.slice_cols / kVec;
+  const size_t slice_bytes = static_cast<size_t>(cluster.slice_cols) * sizeof(T);
+  const int64_t fit = static_cast<int64_t>(row_cache_bytes() / slice_bytes);
+  c.blocks = cluster.blocks;
+  c.threads = static_cast<int>(std::max<int64_t>(32, ceil_div(ceil_div(accesses, kHeld), 32) * 32));
+  c.step.step_rows = static_cast<int>(std::min<int64_t>({fit, int64_t{kClusterStepRows}, rows}));
+  c.step.cluster = cluster;
+  c.step.cache_bytes =
+      cluster_shared_bytes<acc_t<T>>(slice_bytes * static_cast<size_t>(c.step.step_rows), &c.step.cluster);
+  // Each cluster reads the weight (and bias) once: as forward_grid caps the
+  // blocks that hold them, at most kMaxHeldBlocks blocks, and each cluster
+  // takes at least kClusterMinRows rows, so that the weight is read at most
+  // once per 4 rows, as a one-block step of 4 reads it.
+  const int64_t clusters =
+      std::min(ceil_div(rows, kClusterMinRows), std::max<int64_t>(1, kMaxHeldBlocks / cluster.blocks));
+  c.grid = static_cast<unsigned>(clusters * cluster.blocks);
   return c;
 }
 
@@ -308,12 +266,12 @@ __global__ void __launch_bounds__(kCluster ? kClusterThreads : kMaxRowThreads)
   constexpr int kStep = kCluster ? kClusterStepRows : kMaxStepRows;
   T* const cache = reinterpret_cast<T*>(dynamic_shared_bytes());
   const int64_t cols = a.cols;
-  const RowSlice slice = forward_slice<kCluster>(cols, step);
-  const int64_t cache_stride = kCluster ? step.slice_cols : cols;
+  const RowSlice slice = row_slice<kCluster>(cols, step.cluster);
+  const int64_t cache_stride = kCluster ? step.cluster.slice_cols : cols;
   const int64_t accesses = slice.cols / kVec;
   const Acc eps = static_cast<Acc>(a.eps);
   const bool fused = a.residual != nullptr;
-  auto reduce = forward_reduce<kCluster, Acc>(step);
+  auto reduce = row_reduce<kCluster, Acc>(step.cluster);
   ColumnParam<T, kVec, kHeld> weight{a.weight != nullptr ? static_cast<const T*>(a.weight) + slice.col0 : nullptr};
   weight.load(accesses);
   for (int64_t row0 = slice.unit * step.step_rows; row0 < a.rows; row0 += slice.units * step.step_rows) {
@@ -1007,12 +965,12 @@ __global__ void __launch_bounds__(kCluster ? kClusterThreads : kMaxRowThreads)
   constexpr int kStep = kCluster ? kClusterStepRows : kMaxStepRows;
   T* const cache = reinterpret_cast<T*>(dynamic_shared_bytes());
   const int64_t cols = a.cols;
-  const RowSlice slice = forward_slice<kCluster>(cols, step);
-  const int64_t cache_stride = kCluster ? step.slice_cols : cols;
+  const RowSlice slice = row_slice<kCluster>(cols, step.cluster);
+  const int64_t cache_stride = kCluster ? step.cluster.slice_cols : cols;
   const int64_t accesses = slice.cols / kVec;
   const Acc eps = static_cast<Acc>(a.eps);
   const Acc n = static_cast<Acc>(cols);
-  auto reduce = forward_reduce<kCluster, Acc>(step);
+  auto reduce = row_reduce<kCluster, Acc>(step.cluster);
   ColumnParam<T, kVec, kHeld> weight{a.weight != nullptr ? static_cast<const T*>(a.weight) + slice.col0 : nullptr};
   ColumnParam<T, kVec, kHeld> bias{a.bias != nullptr ? static_cast<const T*>(a.bias) + slice.col0 : nullptr};
   weight.load(accesses);

@@ -128,6 +128,85 @@ struct ClusterRowReduce {
   }
 };
 
+// ---- rows held by a cluster (sm_90) ------------------------------------------------
+//
+// Block rank k of a cluster of `blocks` owns the columns [k * slice_cols,
+// (k + 1) * slice_cols) of each row (the last rank fewer); the cluster takes
+// rows where a block would. blocks 1: no cluster, one block owns the row.
+struct RowCluster {
+  int blocks = 1;
+  int64_t slice_cols = 0;
+  size_t exchange_offset = 0;  // of ClusterRowReduce's exchange in dynamic shared memory
+};
+
+inline constexpr int kMaxClusterBlocks = 8;  // the portable cluster size
+
+// The part of the rows a block works on: its columns, and its index among the
+// launch's blocks (or, in a cluster, the cluster's among the clusters).
+struct RowSlice {
+  int64_t col0;
+  int64_t cols;
+  int64_t unit;
+  int64_t units;
+};
+
+template <bool kCluster>
+__device__ __forceinline__ RowSlice row_slice(int64_t cols, const RowCluster& cluster) {
+  if constexpr (kCluster) {
+    const int64_t col0 = static_cast<int64_t>(cluster_block_rank()) * cluster.slice_cols;
+    return {col0, min(cluster.slice_cols, cols - col0), blockIdx.x / cluster.blocks, gridDim.x / cluster.blocks};
+  } else {
+    return {0, cols, blockIdx.x, gridDim.x};
+  }
+}
+
+// The reducer of a row's statistics: the block's, or the cluster's.
+template <bool kCluster, typename Acc>
+__device__ __forceinline__ auto row_reduce(const RowCluster& cluster) {
+  if constexpr (kCluster) {
+    return ClusterRowReduce<Acc>{reinterpret_cast<Acc*>(dynamic_shared_bytes() + cluster.exchange_offset),
+                                 static_cast<unsigned>(cluster.blocks)};
+  } else {
+    return BlockRowReduce{};
+  }
+}
+
+// The smallest cluster (2, 4 or 8 blocks) whose slices of a row of `cols` have
+// at most max_slice_cols columns each (a multiple of kVecOf<T>; every block gets
+// some) and whose cached slice, cached_bytes_per_col a column, fits the row
+// cache. blocks 0: none, also where the GPU has no clusters or the exchange
+// finds no room past the cache.
+template <typename T>
+RowCluster plan_row_cluster(int64_t cols, int64_t max_slice_cols, size_t cached_bytes_per_col) {
+  RowCluster c;
+  c.blocks = 0;
+  if (!cluster_launch_supported()) return c;
+  if (row_cache_bytes() + 16 + kClusterExchangeBytes<acc_t<T>> >
+      max_dynamic_shared_optin() - kStaticSharedReserveBytes) {
+    return c;
+  }
+  for (int blocks = 2; blocks <= kMaxClusterBlocks; blocks *= 2) {
+    const int64_t slice_cols = ceil_div(ceil_div(cols, blocks), kVecOf<T>) * kVecOf<T>;
+    if (slice_cols > max_slice_cols || static_cast<size_t>(slice_cols) * cached_bytes_per_col > row_cache_bytes()) {
+      continue;
+    }
+    if ((blocks - 1) * slice_cols >= cols) continue;
+    c.blocks = blocks;
+    c.slice_cols = slice_cols;
+    return c;
+  }
+  return c;
+}
+
+// The dynamic shared memory of a cluster launch whose blocks cache
+// `cache_bytes`: the cache, then the exchange, 16-byte aligned (its offset is
+// set in *cluster).
+template <typename Acc>
+size_t cluster_shared_bytes(size_t cache_bytes, RowCluster* cluster) {
+  cluster->exchange_offset = (cache_bytes + 15) / 16 * 16;
+  return cluster->exchange_offset + kClusterExchangeBytes<Acc>;
+}
+
 // ---- rows whose squares overflow ---------------------------------------------------
 //
 // A float sum of squares overflows once |x| passes ~1.8e19 (a dot product dy*x
