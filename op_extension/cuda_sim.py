@@ -97,8 +97,9 @@ def traffic(op: str, *args, backward: bool = False, arch: str = "sm_80", **kwarg
                          every warp's accesses use whole sectors (coalesced)
       per_launch         each launch in order: {"kernel": its name without
                          namespaces and template arguments, "signature": the full
-                         name, "bytes_read", "bytes_written"}; they sum to the
-                         totals
+                         name, "cluster_blocks": blocks per thread-block cluster
+                         (1: none), "bytes_read", "bytes_written"}; the bytes sum
+                         to the totals
 
     Every read counts, as on a GPU without caches: a row read twice counts twice,
     a weight re-read for every row counts each time. Timing is not modelled.
@@ -119,8 +120,9 @@ def _with_efficiency(counts: dict) -> dict:
     """The harness's counts with requested and sector bytes turned into sector_efficiency."""
     requested, sectors = counts.pop("requested_bytes"), counts.pop("sector_bytes")
     counts["sector_efficiency"] = requested / sectors if sectors else 1.0
-    counts["per_launch"] = [{"kernel": kernel_short_name(name), "signature": name, "bytes_read": read,
-                             "bytes_written": written} for name, read, written in counts["per_launch"]]
+    counts["per_launch"] = [{"kernel": kernel_short_name(name), "signature": name, "cluster_blocks": cluster,
+                             "bytes_read": read, "bytes_written": written}
+                            for name, cluster, read, written in counts["per_launch"]]
     return counts
 
 

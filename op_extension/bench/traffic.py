@@ -60,6 +60,15 @@ def recorded_calls(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS, hidden=No
     return mode.calls
 
 
+def harness_arch() -> str:
+    """The arch whose launch limits the harness counts with: the GPU's where the
+    benchmark runs on one (sm_90 from compute capability 9.0: thread-block
+    clusters; sm_80 below), else sm_90, the H100/H200 the project is timed on."""
+    if torch.cuda.is_available():
+        return "sm_90" if torch.cuda.get_device_capability()[0] >= 9 else "sm_80"
+    return "sm_90"
+
+
 def harness_traffic(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS, hidden=None):
     """{"model": bytes moved / minimum, "launches": n, "tokens": tokens,
     "per_launch": [{"op", "kernel", "bytes", "share"}]} of the row's kernels on the
@@ -75,7 +84,8 @@ def harness_traffic(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS, hidden=N
     per_launch = []
     for op, args, kwargs in recorded_calls(ops, name, direction, dtype, tokens, hidden):
         backward = op.endswith("_backward")
-        t = cuda_sim.traffic(op.removesuffix("_backward") if backward else op, *args, backward=backward, **kwargs)
+        t = cuda_sim.traffic(op.removesuffix("_backward") if backward else op, *args, backward=backward,
+                             arch=harness_arch(), **kwargs)
         moved += t["bytes_read"] + t["bytes_written"] - 2 * t["workspace_bytes"]
         minimum += t["min_bytes"]
         launches += t["launches"]

@@ -1090,7 +1090,7 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   g_launches.fetch_add(1, std::memory_order_relaxed);
   if (g_traffic.on) {
     ++g_traffic.counts.launches;
-    g_traffic.counts.per_launch.push_back(LaunchTraffic{kernel_name});
+    g_traffic.counts.per_launch.push_back(LaunchTraffic{kernel_name, cluster_blocks});
   }
   Launch l;
   l.name = kernel_name;

@@ -135,7 +135,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     counts["workspace_bytes"] = c.workspace_bytes;
     pybind11::list per_launch;
     for (const cuda_sim::LaunchTraffic& l : c.per_launch) {
-      per_launch.append(pybind11::make_tuple(l.kernel, l.bytes_read, l.bytes_written));
+      per_launch.append(pybind11::make_tuple(l.kernel, l.cluster_blocks, l.bytes_read, l.bytes_written));
     }
     counts["per_launch"] = per_launch;
     return counts;

@@ -138,6 +138,7 @@ uint64_t launches();
 // One launch's share of it: the kernel (as the harness names it) and its bytes.
 struct LaunchTraffic {
   std::string kernel;
+  unsigned cluster_blocks = 1;  // blocks per thread-block cluster (1: none)
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
 };
