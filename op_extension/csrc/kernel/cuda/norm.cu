@@ -227,6 +227,16 @@ ForwardCluster plan_forward_cluster(int64_t rows, int64_t cols, bool aligned) {
   return c;
 }
 
+// Launches Kernel, a forward norm's cluster instantiation, where a cluster
+// holds the rows: false where none does, or the GPU refused the launch.
+template <typename T, int kHeldArrays, auto Kernel, typename Args>
+bool launch_forward_cluster(const Args& a, bool aligned, cudaStream_t stream) {
+  const ForwardCluster c = plan_forward_cluster<T, kHeldArrays>(a.rows, a.cols, aligned);
+  return c.blocks > 0 &&
+         launch_cluster_kernel<Kernel>(c.grid, c.threads, static_cast<unsigned>(c.blocks), c.step.cache_bytes, stream,
+                                       a, c.step);
+}
+
 // The packs of an optional per-column parameter (weight, bias) a thread uses:
 // held in registers (kHeld > 0, read once by load) or read where used. Kept as
 // T packs, widened element by element where used: widened copies of a 16-bit
@@ -364,13 +374,11 @@ void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
   const bool aligned = is_aligned16(a.input) && is_aligned16(a.output) &&
                        (a.weight == nullptr || is_aligned16(a.weight)) &&
                        (!fused || (is_aligned16(a.residual) && is_aligned16(a.residual_out)));
-  if constexpr (sizeof(T) < 8) {
-    if (const ForwardCluster c = plan_forward_cluster<T, 1>(a.rows, a.cols, aligned); c.blocks > 0) {
-      constexpr int kVec = kVecOf<T>;
-      if (launch_cluster_kernel<rms_norm_forward_kernel<T, kVec, kClusterHeldSlices<T, 1>, true>>(
-              c.grid, c.threads, c.blocks, c.step.cache_bytes, stream, a, c.step)) {
-        return;
-      }
+  if constexpr (sizeof(T) < 8) {  // double keeps the one-block kernels
+    constexpr int kVec = kVecOf<T>;
+    if (launch_forward_cluster<T, 1, rms_norm_forward_kernel<T, kVec, kClusterHeldSlices<T, 1>, true>>(
+            a, aligned, stream)) {
+      return;
     }
   }
   launch_forward<T, 1>(a.cols, aligned, [&](auto vec, auto held, int threads) {
@@ -1074,13 +1082,11 @@ void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
   const bool aligned = is_aligned16(a.input) && is_aligned16(a.output) &&
                        (a.weight == nullptr || is_aligned16(a.weight)) &&
                        (a.bias == nullptr || is_aligned16(a.bias));
-  if constexpr (sizeof(T) < 8) {
-    if (const ForwardCluster c = plan_forward_cluster<T, 2>(a.rows, a.cols, aligned); c.blocks > 0) {
-      constexpr int kVec = kVecOf<T>;
-      if (launch_cluster_kernel<layer_norm_forward_kernel<T, kVec, kClusterHeldSlices<T, 2>, true>>(
-              c.grid, c.threads, c.blocks, c.step.cache_bytes, stream, a, c.step)) {
-        return;
-      }
+  if constexpr (sizeof(T) < 8) {  // double keeps the one-block kernels
+    constexpr int kVec = kVecOf<T>;
+    if (launch_forward_cluster<T, 2, layer_norm_forward_kernel<T, kVec, kClusterHeldSlices<T, 2>, true>>(
+            a, aligned, stream)) {
+      return;
     }
   }
   launch_forward<T, 2>(a.cols, aligned, [&](auto vec, auto held, int threads) {
