@@ -130,21 +130,46 @@ inline bool cluster_launch_supported() {
 #endif
 }
 
+#ifndef OP_EXT_CUDA_SIM
+// Whether Kernel's code for the current device was generated for sm_90 or later
+// (its virtual arch, cudaFuncAttributes::ptxVersion), read once per device. Its
+// cluster calls exist only there: built for an older arch (TORCH_CUDA_ARCH_LIST
+// without 9.0, the PTX JIT-compiled on an H100) they trap.
+template <auto Kernel>
+bool compiled_for_clusters() {
+  static std::atomic<int> known[kMaxDevices];  // 0: not read, 1: no, 2: yes
+  const int device = current_device_slot();
+  if (device < 0) return false;
+  int state = known[device].load(std::memory_order_relaxed);
+  if (state == 0) {
+    cudaFuncAttributes attributes{};
+    const bool read = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(Kernel)) == cudaSuccess;
+    if (!read) (void)cudaGetLastError();
+    state = read && attributes.ptxVersion >= 90 ? 2 : 1;
+    known[device].store(state, std::memory_order_relaxed);
+  }
+  return state == 2;
+}
+#endif
+
 // Kernel<<<grid, block, shared_bytes, stream>>>(args...) in clusters of
 // cluster_blocks blocks along x (grid.x a multiple of it; at most 8, the
 // portable cluster size). False, with the error cleared, where the GPU cannot
-// co-schedule such a cluster (cudaErrorClusterOutOfResources and the like):
-// the caller then launches its one-block kernel instead. A sticky error (a
-// fault of an earlier kernel) is left for the glue's launch check.
+// co-schedule such a cluster (cudaErrorClusterOutOfResources and the like), and
+// without launching where the kernel was not built for sm_90: the caller then
+// launches its one-block kernel instead. A sticky error (a fault of an earlier
+// kernel) is left for the glue's launch check.
 template <auto Kernel, typename... Args>
 bool launch_cluster_kernel(dim3 grid, dim3 block, unsigned cluster_blocks, size_t shared_bytes,
                            cudaStream_t stream, Args&&... args) {
-  if (shared_bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared<Kernel>(shared_bytes);
 #ifdef OP_EXT_CUDA_SIM
+  if (shared_bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared<Kernel>(shared_bytes);
   ::cuda_sim::launch_kernel_cluster<Kernel>(grid, block, cluster_blocks, shared_bytes, stream,
                                             std::forward<Args>(args)...);
   return true;
 #else
+  if (!compiled_for_clusters<Kernel>()) return false;
+  if (shared_bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared<Kernel>(shared_bytes);
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
