@@ -142,7 +142,6 @@ template <typename T>
 ForwardRows plan_forward_rows(int64_t rows, int64_t cols) {
   const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
   ForwardRows f{1, false, 0};
-  f.cluster.slice_cols = cols;
   const size_t cache_bytes = row_cache_bytes();
   if (row_bytes > cache_bytes) {
     f.step_rows = static_cast<int>(std::min<int64_t>(kMaxStepRows, std::max<int64_t>(rows, 1)));

@@ -36,13 +36,14 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
   T* cache = reinterpret_cast<T*>(row_cache);
   const RowSlice slice = row_slice<kCluster>(cols, cluster);
   auto reduce = row_reduce<kCluster, Acc>(cluster);
+  cached = kCluster || cached;  // a cluster's slices always fit
   const int64_t accesses = slice.cols / kVec;
   for (int64_t row = slice.unit; row < rows; row += slice.units) {
     const T* x = input + row * cols + slice.col0;
     T* y = output + row * cols + slice.col0;
     Acc row_max[1] = {neg_infinity<Acc>()};
     Acc sum[1] = {Acc(0)};
-    if (kCluster || cached) {
+    if (cached) {
       for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
         const int64_t j = v * kVec;
         const Pack<T, kVec> pack = load_pack<kVec>(x + j);
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
       block_reduce(sum, SumOp{});
     }
     const Acc m = row_max[0];
-    const T* src = kCluster || cached ? cache : x;
+    const T* src = cached ? cache : x;
     const Acc inv = Acc(1) / sum[0];
     for (int64_t v = threadIdx.x; v < accesses; v += blockDim.x) {
       const int64_t j = v * kVec;
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   auto reduce = row_reduce<kCluster, Acc>(cluster);
   T* cache_dy = reinterpret_cast<T*>(row_cache);
   T* cache_y = cache_dy + (kCluster ? cluster.slice_cols : cols);
-  cached = kCluster || cached;
+  cached = kCluster || cached;  // a cluster's slices always fit
   const int64_t accesses = slice.cols / kVec;
   for (int64_t row = slice.unit; row < rows; row += slice.units) {
     const T* dy = grad_output + row * cols + slice.col0;
