@@ -27,11 +27,11 @@ Build switches (environment variables), all read in build_config():
   OP_EXT_ASCEND_SOC=<SoC>     the SoC the Ascend kernels target, e.g. Ascend910B4
                               (default: the name of NPU 0)
   OP_EXT_CPU_ISAS=default,avx2,avx512   CPU kernel variants to build (x86-64)
-  OP_EXT_DEBUG=1              -O0 -g instead of -O3
+  OP_EXT_DEBUG=1              -O0 -g instead of -O3 -g1 (line tables only: see optimisation())
   OP_EXT_EXTENSIONS=_C,_cuda_sim,_ascend_sim   which extensions to build (default: all);
                               scripts/gpu_check.sh builds them side by side, one process each
   OP_EXT_SANITIZE=address,undefined   build both extensions with these sanitizers
-                              (any of address, undefined): -O1 -g, frame pointers kept,
+                              (any of address, undefined): -O1 -g1, frame pointers kept,
                               UBSan aborting on its first report, -fno-wrapv; linked
                               with the same -fsanitize. Python and torch are not sanitized, so
                               the ASan runtime must be preloaded: scripts/check_sanitizers.sh
@@ -108,10 +108,22 @@ class BuildConfig:
     sanitize: tuple[str, ...]
 
     def optimisation(self, release: str) -> list[str]:
+        """The optimisation level and the debug information of g++'s flags.
+
+        Python's own CFLAGS carry -g, full debug information, which doubles the
+        compile time of the files that include torch's headers (a glue file: 25 s
+        with it, 14 s with -g1 on the 2-core machines). Only OP_EXT_DEBUG keeps it;
+        other builds take -g1 (it comes later, so it wins): line tables and
+        function names, which is what backtraces, ASan's reports and profilers
+        read. nvcc_optimisation() is nvcc's."""
         if self.sanitize:
             # -O1: readable stacks at a tolerable speed (ASan's own advice).
-            return ["-O1", "-g"]
-        return ["-O0", "-g"] if self.debug else [release]
+            return ["-O1", "-g1"]
+        return ["-O0", "-g"] if self.debug else [release, "-g1"]
+
+    def nvcc_optimisation(self, release: str) -> list[str]:
+        """optimisation() for nvcc, which has no -g1 (its host code gets it through -Xcompiler)."""
+        return [f if f != "-g1" else "-Xcompiler=-g1" for f in self.optimisation(release)]
 
     def sanitizer_flags(self) -> tuple[list[str], list[str]]:
         """(compile flags, link flags) for OP_EXT_SANITIZE."""
@@ -249,7 +261,7 @@ def extensions(config: BuildConfig):
                 define_macros=[("OP_EXT_WITH_CUDA", "1")],
                 # No --use_fast_math: its exp, division and denormal flushing cost
                 # more float32 accuracy than the tests allow.
-                extra_compile_args={"cxx": cxx_flags, "nvcc": opt + [f"-Xcompiler={flag}" for flag in HIDDEN]},
+                extra_compile_args={"cxx": cxx_flags, "nvcc": config.nvcc_optimisation("-O3") + [f"-Xcompiler={flag}" for flag in HIDDEN]},
                 extra_link_args=["-fopenmp"],
             )
         ]

@@ -1,11 +1,12 @@
-"""The forward norms of rows held by a thread-block cluster (sm_90) on the CPU
-harness: rows longer than one block holds in registers take a cluster of 2, 4
-or 8 blocks, each owning a slice of the columns (its slice of the weight and
+"""The norms and softmax of rows held by a thread-block cluster (sm_90) on the
+CPU harness: rows longer than one block holds in registers take a cluster of 2,
+4 or 8 blocks, each owning a slice of the columns (its slice of the weight and
 bias held, its slice of a step's rows cached) and combining the row statistics
 with the others through distributed shared memory (norm.cu, "rows held by a
-cluster"). Against float64 torch on the same inputs; the launch is checked to be
-the cluster kernel, and the same call configured as sm_80 (no clusters) to take
-the one-block kernel."""
+cluster" and "backward rows held by a cluster"; softmax.cu). Against float64 on
+the same inputs; the launch is checked to be the cluster kernel, and the same
+call configured as sm_80 (no clusters) to take the one-block (forward) or
+long-row (backward) kernels."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from op_extension import cuda_sim
-from reference import DTYPE_IDS, tolerance
+from reference import DTYPE_IDS, backward_args, tolerance
+from test_cuda_sim_long_rows import assert_backward_matches_float64
 
 # (op, dtype, cols, cluster blocks): the smallest cluster whose blocks hold a
 # slice (512 threads x twice the one-block held slices) is taken. float16 runs
@@ -172,3 +174,67 @@ def test_softmax_of_rows_held_by_a_cluster(case):
     assert launch["signature"].endswith(", true>") and launch["cluster_blocks"] == case[3], launch
     tol = tolerance(dtype, "softmax", "backward" if backward else "forward")
     torch.testing.assert_close(got.double(), expected, equal_nan=True, **tol)
+
+
+# ---- backward norms -----------------------------------------------------------------
+
+# (op, dtype, cols, cluster blocks): rows past the 8192 elements one block
+# holds, which GPUs before sm_90 give the two long-row launches (x and dy read
+# twice, test_cuda_sim_long_rows.py). A cluster block holds 256 threads x four
+# times the one-block slices: 8192 columns, in float32 and the 16-bit types.
+BACKWARD_CASES = [
+    ("rms_norm", torch.float32, 20480, 4),        # slices of 5120
+    ("rms_norm", torch.bfloat16, 16392, 4),       # slices of 4104, the last one 4080
+    ("fused_add_rms_norm", torch.bfloat16, 12288, 2),
+    ("layer_norm", torch.float32, 16392, 4),      # slices of 4100, the last one 4092
+    ("layer_norm", torch.bfloat16, 32776, 8),     # slices of 4104, the last one 4048
+]
+# Without weight (and bias): weight_or_ones's other path, and LayerNorm's
+# cluster kernel without its cached weight slice.
+BACKWARD_PLAIN = [BACKWARD_CASES[0], BACKWARD_CASES[3]]
+
+
+def _backward_args(op, x, w, b):
+    cols = x.shape[-1]
+    if op == "layer_norm":
+        return (x, [cols], w, b, 1e-5)
+    if op == "rms_norm":
+        return (x, [cols], w, 1e-6)
+    return (x, torch.zeros_like(x), [cols], w, 1e-6)
+
+
+@pytest.mark.parametrize("case,affine", [pytest.param(c, True, id=_case_id(c)) for c in BACKWARD_CASES] +
+                         [pytest.param(c, False, id=f"{_case_id(c)}-plain") for c in BACKWARD_PLAIN])
+def test_backward_norms_of_rows_held_by_a_cluster(case, affine):
+    """The rows of the forward test (plain, squares past float's range,
+    constant, a mean of 1e4, an outlier): a cluster's blocks combine each row's
+    sums (LayerNorm: its mean too, and the rescaled and refined statistics of
+    those rows), and the 5 rows make 2 groups (clusters) of 3 and 2 rows whose
+    partial weight (and bias) gradients sum_partials adds. Every output against
+    the CPU kernel in float64 on the same inputs, as the long-row test compares."""
+    op, dtype, cols, _ = case
+    x = _rows(cols, dtype)
+    g = torch.Generator().manual_seed(11)
+    w = (1.0 + 0.2 * torch.randn(cols, dtype=torch.float64, generator=g)).to(dtype) if affine else None
+    b = torch.randn(cols, dtype=torch.float64, generator=g).to(dtype) if affine and op == "layer_norm" else None
+    assert_backward_matches_float64(op, dtype, _backward_args(op, x, w, b), arch="sm_90", label=_case_id(case))
+
+
+@pytest.mark.parametrize("case", BACKWARD_CASES, ids=_case_id)
+def test_the_backward_cluster_kernel_runs_on_sm_90_only(case):
+    """On sm_90 the backward is the cluster kernel, in clusters of the planned
+    size, then sum_partials; on sm_80 the long-row statistics and column
+    launches. One row."""
+    op, dtype, cols, blocks = case
+    x = torch.randn(1, cols).to(dtype)
+    w = torch.ones(cols, dtype=dtype)
+    b = torch.zeros(cols, dtype=dtype) if op == "layer_norm" else None
+    _, bw_args = backward_args(op, _backward_args(op, x, w, b))
+    held = cuda_sim.traffic(op, *bw_args, backward=True, arch="sm_90")["per_launch"]
+    assert [launch["kernel"] for launch in held] == [f"{'layer' if op == 'layer_norm' else 'rms'}_norm_backward_kernel",
+                                                     "sum_partials_kernel"], held
+    assert held[0]["signature"].endswith(", true>") and held[0]["cluster_blocks"] == blocks, held[0]
+    long_rows = cuda_sim.traffic(op, *bw_args, backward=True, arch="sm_80")["per_launch"]
+    assert [launch["kernel"] for launch in long_rows] == [
+        f"{'layer' if op == 'layer_norm' else 'rms'}_norm_long_row_stats_kernel", "long_row_backward_columns_kernel"]
+    assert all(launch["cluster_blocks"] == 1 for launch in long_rows), long_rows

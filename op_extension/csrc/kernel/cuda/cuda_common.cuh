@@ -527,37 +527,53 @@ void launch_map(const MapPtrs<T, kIn, kOut>& p, int64_t n, const F& f, cudaStrea
 // ---- fixed-order sums of partial rows ------------------------------------------------
 
 // out[a * C + c] = alpha * sum over k in [0, K) of partial[(a * K + k) * C + c].
-// A (32 x 8) block owns 32 columns of one `a`: each thread row sums every 8th
-// partial in order, then thread row 0 adds the 8 sums in order. The result
-// depends on K and C only, never on timing: no atomics. With `out_1` set (and
-// A == 2), row a == 1 goes there instead: two sums of one workspace, each into a
-// tensor of its own (LayerNorm's weight and bias gradients), in one launch.
+// Few partial rows (K <= kFewPartialRows: a norm backward of up to 32 rows, a
+// cluster's groups): a thread per column adds them in order, no shared memory
+// and no barrier. More: a (32 x 8) block owns 32 columns of one `a`: each
+// thread row sums every 8th partial in order, then thread row 0 adds the 8 sums
+// in order. Which of the two runs depends on K only, and the result on K and C
+// only, never on timing: no atomics. With `out_1` set (and A == 2), row a == 1
+// goes there instead: two sums of one workspace, each into a tensor of its own
+// (LayerNorm's weight and bias gradients), in one launch.
 inline constexpr int kPartialCols = 32;
 inline constexpr int kPartialRows = 8;
+inline constexpr int64_t kFewPartialRows = 16;
+inline constexpr int kFewPartialThreads = 256;
 
-template <typename T>
+template <typename T, bool kFew>
 __global__ void sum_partials_kernel(const acc_t<T>* partial, T* out, T* out_1, int64_t A, int64_t K,
                                     int64_t C, acc_t<T> alpha) {
   using Acc = acc_t<T>;
-  __shared__ Acc sums[kPartialRows][kPartialCols];
-  const int64_t col_blocks = ceil_div(C, kPartialCols);
-  for (int64_t b = blockIdx.x; b < A * col_blocks; b += gridDim.x) {
-    const int64_t a = b / col_blocks;
-    const int64_t c = (b % col_blocks) * kPartialCols + threadIdx.x;
-    Acc s = Acc(0);
-    if (c < C) {
-      for (int64_t k = threadIdx.y; k < K; k += kPartialRows) s += load_global(partial + (a * K + k) * C + c);
-    }
-    sums[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
+  if constexpr (kFew) {
+    for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < A * C; i += int64_t{gridDim.x} * blockDim.x) {
+      const int64_t a = i / C;
+      const int64_t c = i % C;
       Acc total = Acc(0);
-#pragma unroll
-      for (int r = 0; r < kPartialRows; ++r) total += sums[r][threadIdx.x];
+      for (int64_t k = 0; k < K; ++k) total += load_global(partial + (a * K + k) * C + c);
       T* const dst = out_1 != nullptr && a == 1 ? out_1 + c : out + a * C + c;
       store_global(dst, from_acc<T>(total * alpha));
     }
-    __syncthreads();  // `sums` is reused by the next column block
+  } else {
+    __shared__ Acc sums[kPartialRows][kPartialCols];
+    const int64_t col_blocks = ceil_div(C, kPartialCols);
+    for (int64_t b = blockIdx.x; b < A * col_blocks; b += gridDim.x) {
+      const int64_t a = b / col_blocks;
+      const int64_t c = (b % col_blocks) * kPartialCols + threadIdx.x;
+      Acc s = Acc(0);
+      if (c < C) {
+        for (int64_t k = threadIdx.y; k < K; k += kPartialRows) s += load_global(partial + (a * K + k) * C + c);
+      }
+      sums[threadIdx.y][threadIdx.x] = s;
+      __syncthreads();
+      if (threadIdx.y == 0 && c < C) {
+        Acc total = Acc(0);
+#pragma unroll
+        for (int r = 0; r < kPartialRows; ++r) total += sums[r][threadIdx.x];
+        T* const dst = out_1 != nullptr && a == 1 ? out_1 + c : out + a * C + c;
+        store_global(dst, from_acc<T>(total * alpha));
+      }
+      __syncthreads();  // `sums` is reused by the next column block
+    }
   }
 }
 
@@ -565,8 +581,13 @@ template <typename T>
 void launch_sum_partials(const acc_t<T>* partial, T* out, int64_t A, int64_t K, int64_t C,
                          acc_t<T> alpha, cudaStream_t stream, T* out_1 = nullptr) {
   if (A <= 0 || C <= 0) return;
+  if (K <= kFewPartialRows) {
+    launch_kernel<sum_partials_kernel<T, true>>(grid_for(A * C, kFewPartialThreads), kFewPartialThreads, 0, stream,
+                                                partial, out, out_1, A, K, C, alpha);
+    return;
+  }
   const dim3 block(kPartialCols, kPartialRows);
-  launch_kernel<sum_partials_kernel<T>>(grid_for(A * ceil_div(C, kPartialCols), 1), block, 0,
+  launch_kernel<sum_partials_kernel<T, false>>(grid_for(A * ceil_div(C, kPartialCols), 1), block, 0,
       stream, partial, out, out_1, A, K, C, alpha);
 }
 

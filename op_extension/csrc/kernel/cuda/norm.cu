@@ -635,6 +635,33 @@ void launch_long_row_backward(const Args& a, const RowLaunch& launch, const Long
 template <typename T, int kVec>
 inline constexpr int kHeldSlices = std::clamp(8 / (kVec * static_cast<int>(sizeof(acc_t<T>) / 4)), 1, 4);
 
+// ---- backward rows held by a cluster (sm_90) -----------------------------------------
+//
+// A backward row past what one block holds (8192 elements) takes the two
+// long-row launches above, which read x and dy twice. On sm_90 a thread-block
+// cluster holds it instead, as the forward rows ("rows held by a cluster"):
+// block k of a cluster of 2, 4 or 8 owns the k-th slice of the columns, holds
+// its slice of the weight and of the weight-gradient sums in registers for all
+// the cluster's rows, caches its slice of a row's x and dy, and the row's sums
+// are combined across the cluster (ClusterRowReduce). x and dy are read once,
+// and the weight once per cluster. A group is a cluster's rows (at least
+// kClusterMinRows of them; at most kMaxHeldBlocks blocks run), each block
+// writes its slice of the group's partial row, and sum_partials adds the
+// groups' partials as after the one-block kernels: two launches, the same
+// bits run after run. Double, unaligned rows, rows that need more than 8
+// blocks and GPUs before sm_90 keep the long-row launches.
+//
+// A cluster's blocks run 256 threads with four times the one-block held
+// slices: as many columns per block as 1024 threads hold, up to 65536 columns
+// in 8 blocks. The held weight and sums (32 registers) and a row's loads need
+// more than the 128 registers of a 512-thread block (ptxas spilled 4-60 bytes
+// there). LayerNorm's bias sums make 48 registers, and its float kernel still
+// spilled at 256 threads (at 384 too): its cluster kernel keeps its slice of
+// the weight in shared memory, beside the cached x and dy, instead.
+inline constexpr int kBackwardClusterThreads = 256;
+template <typename T>
+inline constexpr int kClusterBackwardHeldSlices = 4 * kHeldSlices<T, kVecOf<T>>;
+
 // With g = dy * w and xhat = x * rstd (y = w * xhat):
 //   dx = rstd * (g - xhat * mean(g * xhat)),  dw = sum over rows of dy * xhat,
 // written with xhat rather than rstd^3 * x * mean(g * x), whose rstd^3
@@ -645,15 +672,16 @@ inline constexpr int kHeldSlices = std::clamp(8 / (kVec * static_cast<int>(sizeo
 // [kStatMeanGxhat], [kStatScale]. Where the sums overflowed float, they are
 // taken again (x, dy and the weight read again: rows past |x| ~ 1.8e19 only)
 // on x * scale, the power of two that brings max |x| into [0.5, 1).
-// Uniform over the block (the tests are on reduced values).
-template <int kVec, typename T, int kStats>
+// Uniform over the block, or the cluster (the tests are on reduced values):
+// x, dy and weight are the slices `reduce` combines.
+template <int kVec, typename T, int kStats, typename Reduce>
 __device__ __forceinline__ void rms_norm_row_stats(const T* x, const T* dy, const T* weight, int64_t accesses,
                                                    acc_t<T> eps, acc_t<T> n, acc_t<T> (&sums)[2],
-                                                   acc_t<T> (&stats)[kStats]) {
+                                                   acc_t<T> (&stats)[kStats], Reduce& reduce) {
   using Acc = acc_t<T>;
   Acc scale = Acc(1);
   if (!dev_isfinite(sums[0]) || !dev_isfinite(sums[1])) {
-    const Acc s = overflow_scale(row_abs_max<kVec>(x, accesses));
+    const Acc s = overflow_scale(row_abs_max<kVec>(x, accesses, reduce));
     if (s != Acc(0)) {
       scale = s;
       sums[0] = sums[1] = Acc(0);
@@ -669,7 +697,7 @@ __device__ __forceinline__ void rms_norm_row_stats(const T* x, const T* dy, cons
           sums[1] += gv[e] * w[e] * xs;
         }
       }
-      block_reduce(sums, SumOp{});
+      reduce(sums, SumOp{});
     }
   }
   // rstd of the scaled row; the true rstd is rstd * scale.
@@ -693,35 +721,44 @@ __device__ __forceinline__ Acc rms_norm_dx(const Acc* stats, Acc x, Acc dy, Acc 
 // weight are read once per group and its sums of dy * xhat are kept in
 // registers over the group's rows (in row order) and written once, a whole
 // pack per slice, to the group's partial row.
-template <typename T, int kVec, int kHeld>
-__global__ void __launch_bounds__(kMaxRowThreads)
-    rms_norm_backward_kernel(RmsNormBackwardArgs a, acc_t<T>* partial_w, RowGroups groups,
-                             bool cached) {
+//
+// kCluster: a row held by a thread-block cluster ("backward rows held by a
+// cluster" below). A group is then a cluster's rows; block k owns the k-th
+// slice of the columns, caches its slice of x and dy, holds its slice of the
+// weight and of the sums, and writes its slice of the group's partial row; the
+// row's two sums are combined across the cluster.
+template <typename T, int kVec, int kHeld, bool kCluster = false>
+__global__ void __launch_bounds__(kCluster ? kBackwardClusterThreads : kMaxRowThreads)
+    rms_norm_backward_kernel(RmsNormBackwardArgs a, acc_t<T>* partial_w, RowGroups groups, bool cached,
+                             RowCluster cluster) {
   static_assert(kHeld > 0, "a row too long to hold takes the long-row kernels");
   using Acc = acc_t<T>;
   unsigned char* const row_cache = dynamic_shared_bytes();
   const int64_t cols = a.cols;
+  const RowSlice slice = row_slice<kCluster>(cols, cluster);
+  const int64_t cache_stride = kCluster ? cluster.slice_cols : cols;
   T* cache_x = reinterpret_cast<T*>(row_cache);
-  T* cache_dy = cache_x + cols;
-  const T* weight = static_cast<const T*>(a.weight);
-  const int64_t accesses = cols / kVec;
+  T* cache_dy = cache_x + cache_stride;
+  const T* weight = a.weight != nullptr ? static_cast<const T*>(a.weight) + slice.col0 : nullptr;
+  const int64_t accesses = slice.cols / kVec;
   const Acc eps = static_cast<Acc>(a.eps);
   const Acc n = static_cast<Acc>(cols);
+  auto reduce = row_reduce<kCluster, Acc>(cluster);
   Acc w_held[kHeld][kVec];
   Acc dw_held[kHeld][kVec];
-  for (int64_t g = blockIdx.x; g < groups.groups; g += gridDim.x) {
+  for (int64_t g = slice.unit; g < groups.groups; g += slice.units) {
     const int64_t row_begin = g * groups.rows_per_group;
     const int64_t row_end = min(a.rows, row_begin + groups.rows_per_group);
-    Acc* partial = partial_w != nullptr ? partial_w + g * cols : nullptr;
+    Acc* partial = partial_w != nullptr ? partial_w + g * cols + slice.col0 : nullptr;
     for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
       weight_or_ones<kVec>(weight, v, w_held[i]);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) dw_held[i][e] = Acc(0);
     });
     for (int64_t row = row_begin; row < row_end; ++row) {
-      const T* x = static_cast<const T*>(a.input) + row * cols;
-      const T* dy = static_cast<const T*>(a.grad_output) + row * cols;
-      T* dx = static_cast<T*>(a.grad_input) + row * cols;
+      const T* x = static_cast<const T*>(a.input) + row * cols + slice.col0;
+      const T* dy = static_cast<const T*>(a.grad_output) + row * cols + slice.col0;
+      T* dx = static_cast<T*>(a.grad_input) + row * cols + slice.col0;
       Acc sums[2] = {Acc(0), Acc(0)};  // sum(x^2), sum(dy * w * x)
       for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
         const int64_t j = v * kVec;
@@ -740,13 +777,13 @@ __global__ void __launch_bounds__(kMaxRowThreads)
           sums[1] += gv[e] * w_held[i][e] * xv[e];
         }
       });
-      block_reduce(sums, SumOp{});
+      reduce(sums, SumOp{});
       const T* x_src = cached ? cache_x : x;
       const T* dy_src = cached ? cache_dy : dy;
       Acc stats[3];
-      rms_norm_row_stats<kVec>(x_src, dy_src, weight, accesses, eps, n, sums, stats);
+      rms_norm_row_stats<kVec>(x_src, dy_src, weight, accesses, eps, n, sums, stats, reduce);
       const T* gr = a.grad_residual_out != nullptr
-                        ? static_cast<const T*>(a.grad_residual_out) + row * cols
+                        ? static_cast<const T*>(a.grad_residual_out) + row * cols + slice.col0
                         : nullptr;
       for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
         const int64_t j = v * kVec;
@@ -777,6 +814,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       });
     }
   }
+  if constexpr (kCluster) cluster_sync();  // no block leaves while another reads its exchange
 }
 
 // Pass 1 of a long row's RMSNorm backward: each row's {rstd, rstd * mean(g * x), scale}.
@@ -819,7 +857,8 @@ __global__ void __launch_bounds__(kLongRowStatsThreads<acc_t<T>>)
     for (int r = 0; r < kStep; ++r) {
       if (r > 0 && r >= nrows) break;
       Acc row_sums[2] = {sums[2 * r], sums[2 * r + 1]};
-      rms_norm_row_stats<kVec>(x + r * cols, dy + r * cols, weight, accesses, eps, n, row_sums, row_stats[r]);
+      BlockRowReduce reduce;
+      rms_norm_row_stats<kVec>(x + r * cols, dy + r * cols, weight, accesses, eps, n, row_sums, row_stats[r], reduce);
     }
     store_row_stats(stats, row0, nrows, row_stats);
   }
@@ -851,14 +890,60 @@ bool rms_norm_backward_holds(const RowLaunch& launch, int64_t cols) {
   return row_is_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>>(launch, cols);
 }
 
+struct BackwardCluster {
+  RowCluster cluster;  // blocks 0: no cluster holds the rows
+  RowGroups groups;
+  int threads = 0;
+  size_t shared_bytes = 0;
+};
+
+// The cluster of blocks of kThreads threads, kHeld slices each, that holds a
+// backward row one block does not (`vectorized`: the rows are aligned for
+// kVec-element accesses), caching `cached_arrays` row inputs; blocks 0 where
+// none does.
+template <typename T, int kHeld, int kThreads>
+BackwardCluster plan_backward_cluster(int64_t rows, int64_t cols, bool vectorized, int cached_arrays) {
+  constexpr int kVec = kVecOf<T>;
+  BackwardCluster c;
+  c.cluster.blocks = 0;
+  if (sizeof(T) == 8 || rows <= 0 || !vectorized || cols % kVec != 0) return c;
+  const RowCluster cluster = plan_row_cluster<T>(cols, int64_t{kThreads} * kHeld * kVec,
+                                                 static_cast<size_t>(cached_arrays) * sizeof(T));
+  if (cluster.blocks == 0) return c;
+  const int64_t clusters =
+      std::min(ceil_div(rows, kClusterMinRows), std::max<int64_t>(1, kMaxHeldBlocks / cluster.blocks));
+  c.groups.rows_per_group = ceil_div(rows, clusters);
+  c.groups.groups = ceil_div(rows, c.groups.rows_per_group);
+  c.cluster = cluster;
+  const int64_t accesses = cluster.slice_cols / kVec;
+  c.threads = static_cast<int>(std::max<int64_t>(32, ceil_div(ceil_div(accesses, kHeld), 32) * 32));
+  c.shared_bytes = cluster_shared_bytes<acc_t<T>>(
+      static_cast<size_t>(cached_arrays) * static_cast<size_t>(cluster.slice_cols) * sizeof(T), &c.cluster);
+  return c;
+}
+
+template <typename T>
+BackwardCluster plan_rms_norm_backward_cluster(const RmsNormBackwardArgs& a, const RowLaunch& launch) {
+  return plan_backward_cluster<T, kClusterBackwardHeldSlices<T>, kBackwardClusterThreads>(a.rows, a.cols,
+                                                                                        launch.vectorized, 2);
+}
+
 template <typename T>
 size_t rms_norm_backward_workspace_typed(const RmsNormBackwardArgs& a) {
   using Acc = acc_t<T>;
   if (a.cols <= 0) return 0;
-  if (!rms_norm_backward_holds<T>(plan_rms_norm_backward<T>(a), a.cols)) {
-    return static_cast<size_t>(a.rows) * kRmsNormStats * sizeof(Acc);
+  const bool want_dw = a.weight != nullptr && a.grad_weight != nullptr;
+  const RowLaunch launch = plan_rms_norm_backward<T>(a);
+  if (!rms_norm_backward_holds<T>(launch, a.cols)) {
+    // The long-row launches' statistics, or, where a cluster holds the rows,
+    // its groups' partial rows (the long-row launches still run where the GPU
+    // refuses the cluster).
+    const size_t stats = static_cast<size_t>(a.rows) * kRmsNormStats * sizeof(Acc);
+    const BackwardCluster c = plan_rms_norm_backward_cluster<T>(a, launch);
+    if (c.cluster.blocks == 0 || !want_dw) return stats;
+    return std::max(stats, static_cast<size_t>(c.groups.groups * a.cols) * sizeof(Acc));
   }
-  if (a.weight == nullptr || a.grad_weight == nullptr) return 0;
+  if (!want_dw) return 0;
   return static_cast<size_t>(row_groups(a.rows).groups * a.cols) * sizeof(Acc);
 }
 
@@ -869,6 +954,21 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
   const bool want_dw = a.weight != nullptr && a.grad_weight != nullptr;
   const RowLaunch launch = plan_rms_norm_backward<T>(a);
   if (!rms_norm_backward_holds<T>(launch, a.cols)) {
+    if constexpr (sizeof(T) < 8) {  // double keeps the long-row launches
+      const BackwardCluster c = plan_rms_norm_backward_cluster<T>(a, launch);
+      Acc* partial_w = want_dw ? static_cast<Acc*>(workspace) : nullptr;
+      if (c.cluster.blocks > 0 &&
+          launch_cluster_kernel<rms_norm_backward_kernel<T, kVecOf<T>, kClusterBackwardHeldSlices<T>, true>>(
+              static_cast<unsigned>(c.groups.groups * c.cluster.blocks), c.threads,
+              static_cast<unsigned>(c.cluster.blocks), c.shared_bytes, stream, a, partial_w, c.groups, true,
+              c.cluster)) {
+        if (want_dw) {
+          launch_sum_partials<T>(partial_w, static_cast<T*>(a.grad_weight), 1, c.groups.groups, a.cols, Acc(1),
+                                 stream);
+        }
+        return;
+      }
+    }
     LongRowBackward<T> rows = long_rows_of<T>(a);
     rows.grad_residual_out = static_cast<const T*>(a.grad_residual_out);
     rows.column_sums[0] = want_dw ? static_cast<T*>(a.grad_weight) : nullptr;
@@ -882,7 +982,8 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
     launch_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>, true>(
         launch, a.cols, [&](auto vec, auto held, int threads) {
           launch_kernel<rms_norm_backward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
-              row_grid(groups.groups), threads, launch.cache_bytes, stream, a, partial_w, groups, cached);
+              row_grid(groups.groups), threads, launch.cache_bytes, stream, a, partial_w, groups, cached,
+              RowCluster{});
         });
   }
   // With no rows the sum is over nothing: sum_partials writes zeros.
@@ -1187,21 +1288,27 @@ __device__ __forceinline__ Acc layer_norm_dx(const Acc* stats, Acc x, Acc dy, Ac
 // layer_norm_row_stats step for step, written out here rather than called:
 // through those helpers (even with the rare rows reading the weight from
 // global memory) the double and 16-bit kernels spilled 4-72 bytes on sm_90.
-template <typename T, int kVec, int kHeld>
-__global__ void __launch_bounds__(kMaxRowThreads)
+// kCluster: a row held by a thread-block cluster, as rms_norm_backward_kernel's;
+// its slice of the weight is cached after x and dy rather than held.
+template <typename T, int kVec, int kHeld, bool kCluster = false>
+__global__ void __launch_bounds__(kCluster ? kBackwardClusterThreads : kMaxRowThreads)
     layer_norm_backward_kernel(LayerNormBackwardArgs a, acc_t<T>* partial_w, acc_t<T>* partial_b,
-                               RowGroups groups, bool cached) {
+                               RowGroups groups, bool cached, RowCluster cluster) {
   static_assert(kHeld > 0, "a row too long to hold takes the long-row kernels");
   using Acc = acc_t<T>;
   unsigned char* const row_cache = dynamic_shared_bytes();
   const int64_t cols = a.cols;
+  const RowSlice slice = row_slice<kCluster>(cols, cluster);
+  const int64_t cache_stride = kCluster ? cluster.slice_cols : cols;
   T* cache_x = reinterpret_cast<T*>(row_cache);
-  T* cache_dy = cache_x + cols;
-  const T* weight = static_cast<const T*>(a.weight);
-  const int64_t accesses = cols / kVec;
+  T* cache_dy = cache_x + cache_stride;
+  T* cache_w = cache_dy + cache_stride;  // kCluster: the weight's slice
+  const T* weight = a.weight != nullptr ? static_cast<const T*>(a.weight) + slice.col0 : nullptr;
+  const int64_t accesses = slice.cols / kVec;
   const Acc eps = static_cast<Acc>(a.eps);
   const Acc n = static_cast<Acc>(cols);
-  Acc w_held[kHeld][kVec];
+  auto reduce = row_reduce<kCluster, Acc>(cluster);
+  Acc w_held[kCluster ? 1 : kHeld][kVec];
   Acc dw_held[kHeld][kVec];
   Acc db_held[kHeld][kVec];
   // The weight of slice (i, v) (1 without a weight).
@@ -1209,25 +1316,33 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     if (weight == nullptr) {
 #pragma unroll
       for (int e = 0; e < kVec; ++e) w[e] = Acc(1);
+    } else if constexpr (kCluster) {
+      load_acc<kVec>(cache_w + v * kVec, w);
     } else {
 #pragma unroll
       for (int e = 0; e < kVec; ++e) w[e] = w_held[i][e];
     }
   };
-  for (int64_t g = blockIdx.x; g < groups.groups; g += gridDim.x) {
+  for (int64_t g = slice.unit; g < groups.groups; g += slice.units) {
     const int64_t row_begin = g * groups.rows_per_group;
     const int64_t row_end = min(a.rows, row_begin + groups.rows_per_group);
-    Acc* pw = partial_w != nullptr ? partial_w + g * cols : nullptr;
-    Acc* pb = partial_b != nullptr ? partial_b + g * cols : nullptr;
+    Acc* pw = partial_w != nullptr ? partial_w + g * cols + slice.col0 : nullptr;
+    Acc* pb = partial_b != nullptr ? partial_b + g * cols + slice.col0 : nullptr;
     for_each_slice<kHeld>(accesses, [&](int i, int64_t v) {
-      if (weight != nullptr) load_acc<kVec>(weight + v * kVec, w_held[i]);
+      if (weight != nullptr) {
+        if constexpr (kCluster) {
+          store_pack<kVec>(cache_w + v * kVec, load_pack<kVec>(weight + v * kVec));
+        } else {
+          load_acc<kVec>(weight + v * kVec, w_held[i]);
+        }
+      }
 #pragma unroll
       for (int e = 0; e < kVec; ++e) dw_held[i][e] = db_held[i][e] = Acc(0);
     });
     for (int64_t row = row_begin; row < row_end; ++row) {
-      const T* x = static_cast<const T*>(a.input) + row * cols;
-      const T* dy = static_cast<const T*>(a.grad_output) + row * cols;
-      T* dx = static_cast<T*>(a.grad_input) + row * cols;
+      const T* x = static_cast<const T*>(a.input) + row * cols + slice.col0;
+      const T* dy = static_cast<const T*>(a.grad_output) + row * cols + slice.col0;
+      T* dx = static_cast<T*>(a.grad_input) + row * cols + slice.col0;
       Acc sum[1] = {Acc(0)};
       for_each_slice<kHeld>(accesses, [&](int, int64_t v) {
         const int64_t j = v * kVec;
@@ -1241,7 +1356,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 #pragma unroll
         for (int e = 0; e < kVec; ++e) sum[0] += xv[e];
       });
-      block_reduce(sum, SumOp{});
+      reduce(sum, SumOp{});
       const T* x_src = cached ? cache_x : x;
       const T* dy_src = cached ? cache_dy : dy;
       // Statistics of x * scale; scale is 1 unless they overflowed.
@@ -1264,22 +1379,22 @@ __global__ void __launch_bounds__(kMaxRowThreads)
             sums[2] += gv[e] * d;
           }
         });
-        block_reduce(sums, SumOp{});
+        reduce(sums, SumOp{});
       };
       row_sums(Acc(1));
       Acc scale = Acc(1);
       Acc eps_scaled = eps;
       if (!dev_isfinite(mean) || !dev_isfinite(sums[0]) || !dev_isfinite(sums[2])) {
-        const Acc s = overflow_scale(row_abs_max<kVec>(x_src, accesses));
+        const Acc s = overflow_scale(row_abs_max<kVec>(x_src, accesses, reduce));
         if (s != Acc(0)) {
           scale = s;
           eps_scaled = eps * s * s;
-          mean = row_shifted_sum<kVec>(x_src, accesses, s, Acc(0)) / n;
+          mean = row_shifted_sum<kVec>(x_src, accesses, s, Acc(0), reduce) / n;
           row_sums(s);
         }
       }
       if (mean_needs_refining(mean, sums[0] / n, eps_scaled)) {
-        mean += row_shifted_sum<kVec>(x_src, accesses, scale, mean) / n;
+        mean += row_shifted_sum<kVec>(x_src, accesses, scale, mean, reduce) / n;
         row_sums(scale);
       }
       // rstd of the scaled row; the true rstd is rstd * scale.
@@ -1318,6 +1433,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       });
     }
   }
+  if constexpr (kCluster) cluster_sync();  // no block leaves while another reads its exchange
 }
 
 // Pass 1 of a long row's LayerNorm backward: each row's statistics (layer_norm_row_stats).
@@ -1444,14 +1560,32 @@ bool layer_norm_backward_holds(const RowLaunch& launch, int64_t cols) {
   return row_is_held<T, kLayerNormHeldSlices<T, kVecOf<T>>, kLayerNormHeldSlices<T, 1>>(launch, cols);
 }
 
+// The cluster that holds a LayerNorm backward row one block does not (above:
+// "backward rows held by a cluster"): four times the one-block held slices,
+// its slice of the weight cached with x and dy.
+template <typename T>
+inline constexpr int kClusterLayerNormHeldSlices = 4 * kLayerNormHeldSlices<T, kVecOf<T>>;
+
+template <typename T>
+BackwardCluster plan_layer_norm_backward_cluster(const LayerNormBackwardArgs& a, const RowLaunch& launch) {
+  return plan_backward_cluster<T, kClusterLayerNormHeldSlices<T>, kBackwardClusterThreads>(a.rows, a.cols,
+                                                                                            launch.vectorized, 3);
+}
+
 template <typename T>
 size_t layer_norm_backward_workspace_typed(const LayerNormBackwardArgs& a) {
   using Acc = acc_t<T>;
   if (a.cols <= 0) return 0;
-  if (!layer_norm_backward_holds<T>(plan_layer_norm_backward<T>(a), a.cols)) {
-    return static_cast<size_t>(a.rows) * kLayerNormStats * sizeof(Acc);
-  }
   const int64_t sums = (a.grad_weight != nullptr ? 1 : 0) + (a.grad_bias != nullptr ? 1 : 0);
+  const RowLaunch launch = plan_layer_norm_backward<T>(a);
+  if (!layer_norm_backward_holds<T>(launch, a.cols)) {
+    // The long-row launches' statistics, or a cluster's groups' partial rows
+    // (as rms_norm_backward_workspace_typed).
+    const size_t stats = static_cast<size_t>(a.rows) * kLayerNormStats * sizeof(Acc);
+    const BackwardCluster c = plan_layer_norm_backward_cluster<T>(a, launch);
+    if (c.cluster.blocks == 0 || sums == 0) return stats;
+    return std::max(stats, static_cast<size_t>(sums * c.groups.groups * a.cols) * sizeof(Acc));
+  }
   return static_cast<size_t>(sums * row_groups(a.rows).groups * a.cols) * sizeof(Acc);
 }
 
@@ -1463,7 +1597,43 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
   const RowLaunch launch = plan_layer_norm_backward<T>(a);
   T* const grad_weight = static_cast<T*>(a.grad_weight);
   T* const grad_bias = static_cast<T*>(a.grad_bias);
+  // The groups' partial rows in the workspace: the weight's, then the bias's.
+  Acc* partial_w = nullptr;
+  Acc* partial_b = nullptr;
+  const auto place_partials = [&](const RowGroups& groups) {
+    Acc* next = static_cast<Acc*>(workspace);
+    if (grad_weight != nullptr) {
+      partial_w = next;
+      next += groups.groups * a.cols;
+    }
+    if (grad_bias != nullptr) partial_b = next;
+  };
+  // Decided by the outputs, not the partial pointers: with no rows the
+  // workspace is empty (maybe null) and the sums over nothing are zeros. The
+  // bias partials follow the weight's in the workspace: one launch sums both.
+  const auto sum_groups = [&](const RowGroups& groups) {
+    if (grad_weight != nullptr && grad_bias != nullptr) {
+      launch_sum_partials<T>(partial_w, grad_weight, 2, groups.groups, a.cols, Acc(1), stream, grad_bias);
+    } else if (grad_weight != nullptr || grad_bias != nullptr) {
+      launch_sum_partials<T>(grad_weight != nullptr ? partial_w : partial_b,
+                             grad_weight != nullptr ? grad_weight : grad_bias, 1, groups.groups, a.cols, Acc(1),
+                             stream);
+    }
+  };
   if (!layer_norm_backward_holds<T>(launch, a.cols)) {
+    if constexpr (sizeof(T) < 8) {  // double keeps the long-row launches
+      const BackwardCluster c = plan_layer_norm_backward_cluster<T>(a, launch);
+      if (c.cluster.blocks > 0) {
+        place_partials(c.groups);
+        if (launch_cluster_kernel<layer_norm_backward_kernel<T, kVecOf<T>, kClusterLayerNormHeldSlices<T>, true>>(
+                static_cast<unsigned>(c.groups.groups * c.cluster.blocks), c.threads,
+                static_cast<unsigned>(c.cluster.blocks), c.shared_bytes, stream, a, partial_w, partial_b, c.groups,
+                true, c.cluster)) {
+          sum_groups(c.groups);
+          return;
+        }
+      }
+    }
     LongRowBackward<T> rows = long_rows_of<T>(a);
     rows.column_sums[0] = grad_weight;
     rows.column_sums[1] = grad_bias;
@@ -1471,32 +1641,17 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
     return;
   }
   const RowGroups groups = row_groups(a.rows);
-  Acc* next = static_cast<Acc*>(workspace);
-  Acc* partial_w = nullptr;
-  Acc* partial_b = nullptr;
-  if (grad_weight != nullptr) {
-    partial_w = next;
-    next += groups.groups * a.cols;
-  }
-  if (grad_bias != nullptr) partial_b = next;
+  place_partials(groups);
   if (groups.groups > 0) {
     const bool cached = launch.cache_bytes > 0;
     launch_held<T, kLayerNormHeldSlices<T, kVecOf<T>>, kLayerNormHeldSlices<T, 1>, true>(
         launch, a.cols, [&](auto vec, auto held, int threads) {
           launch_kernel<layer_norm_backward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
-              row_grid(groups.groups), threads, launch.cache_bytes, stream, a, partial_w, partial_b, groups, cached);
+              row_grid(groups.groups), threads, launch.cache_bytes, stream, a, partial_w, partial_b, groups, cached,
+              RowCluster{});
         });
   }
-  // Decided by the outputs, not the partial pointers: with no rows the
-  // workspace is empty (maybe null) and the sums over nothing are zeros. The
-  // bias partials follow the weight's in the workspace: one launch sums both.
-  if (grad_weight != nullptr && grad_bias != nullptr) {
-    launch_sum_partials<T>(partial_w, grad_weight, 2, groups.groups, a.cols, Acc(1), stream, grad_bias);
-  } else if (grad_weight != nullptr || grad_bias != nullptr) {
-    launch_sum_partials<T>(grad_weight != nullptr ? partial_w : partial_b,
-                           grad_weight != nullptr ? grad_weight : grad_bias, 1, groups.groups, a.cols, Acc(1),
-                           stream);
-  }
+  sum_groups(groups);
 }
 
 }  // namespace
