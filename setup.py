@@ -31,7 +31,7 @@ Build switches (environment variables), all read in build_config():
   OP_EXT_EXTENSIONS=_C,_cuda_sim,_ascend_sim   which extensions to build (default: all);
                               scripts/gpu_check.sh builds them side by side, one process each
   OP_EXT_SANITIZE=address,undefined   build both extensions with these sanitizers
-                              (any of address, undefined): -O1 -g1, frame pointers kept,
+                              (any of address, undefined): -O1 -g, frame pointers kept,
                               UBSan aborting on its first report, -fno-wrapv; linked
                               with the same -fsanitize. Python and torch are not sanitized, so
                               the ASan runtime must be preloaded: scripts/check_sanitizers.sh
@@ -112,13 +112,15 @@ class BuildConfig:
 
         Python's own CFLAGS carry -g, full debug information, which doubles the
         compile time of the files that include torch's headers (a glue file: 25 s
-        with it, 14 s with -g1 on the 2-core machines). Only OP_EXT_DEBUG keeps it;
-        other builds take -g1 (it comes later, so it wins): line tables and
-        function names, which is what backtraces, ASan's reports and profilers
-        read. nvcc_optimisation() is nvcc's."""
+        with it, 14 s with -g1 on the 2-core machines). OP_EXT_DEBUG and the
+        sanitizer builds keep it; the others take -g1 (it comes later, so it
+        wins): line tables and function names, which is what backtraces and
+        profilers read. nvcc_optimisation() is nvcc's."""
         if self.sanitize:
-            # -O1: readable stacks at a tolerable speed (ASan's own advice).
-            return ["-O1", "-g1"]
+            # -O1: readable stacks at a tolerable speed (ASan's own advice); full
+            # -g, so that reports name inlined functions (the self-test looks for
+            # a kernel's name in one).
+            return ["-O1", "-g"]
         return ["-O0", "-g"] if self.debug else [release, "-g1"]
 
     def nvcc_optimisation(self, release: str) -> list[str]:

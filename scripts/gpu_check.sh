@@ -104,6 +104,13 @@ start=$SECONDS
   echo "compiles with: $(command -v "$compile_cxx") ($("$compile_cxx" --version 2>&1 | head -n 1))"
   echo "links with: $link_cxx ($("$link_cxx" --version 2>&1 | head -n 1))"
   echo "glibc: $(ldd --version 2>&1 | head -n 1); kernel $(uname -r); stack limit $(ulimit -s)"
+  # The lent machines run under Firecracker (a Linux kernel of its own) or gVisor,
+  # whose kernel reports 4.4.0: there compute-sanitizer refuses the device ("Device
+  # not supported") and ncu cannot read counters (.library/device/KINDS.md).
+  case "$(uname -r)" in
+    4.4.0*) echo "runtime: gVisor (kernel 4.4.0): compute-sanitizer and ncu are not expected to work" ;;
+    *) echo "runtime: $(uname -r | grep -q -- '-fc-' && echo Firecracker || echo 'not gVisor')" ;;
+  esac
   "$PYTHON" -c '
 import sys, torch
 print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
@@ -276,7 +283,9 @@ for tool in "${tools[@]}"; do
   tool_rc=$?
   log="build/gpu_check_sanitizer_$tool.log"
   errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | tail -n 1 | grep -Eo '[0-9]+$')
-  note "== sanitizer $tool: ${errors:-no ERROR SUMMARY line (did it run?)} errors, exit $tool_rc"
+  refused=""
+  grep -q "Device not supported" "$log" && refused=" (compute-sanitizer refused the device: gVisor?)"
+  note "== sanitizer $tool: ${errors:-no ERROR SUMMARY line (did it run?)} errors, exit $tool_rc$refused"
   if [ "$tool_rc" -ne 0 ] || [ "${errors:-x}" != 0 ]; then sanitizer_rc=1; fi
   { echo "==== compute-sanitizer --tool $tool"; cat "$log"; } >>"$OUT/sanitizers.log"
 done

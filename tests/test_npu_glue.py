@@ -75,12 +75,16 @@ needs_cached_headers = pytest.mark.skipif(
 
 @needs_cached_headers
 def test_npu_glue_compiles_from_cache_without_network():
-    result = _run_check(_offline_env())
+    """The check runs offline once the headers are cached. On the shared glue and
+    one op's: the whole glue and the registration are what the script checks
+    without arguments, which CI runs (.ci/run) before the tests; here that would
+    take a minute and a half more of the same compiles."""
+    sources = [NPU_GLUE / "aclnn_call.cpp", NPU_GLUE / "ops" / "layer_norm.cpp"]
+    result = _run_check(_offline_env(), *(str(s) for s in sources))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "(cached)" in result.stdout
-    for source in sorted(NPU_GLUE.glob("*.cpp")) + sorted((NPU_GLUE / "ops").glob("*.cpp")):
-        assert f"{source.relative_to(ROOT).as_posix()} compiles" in result.stdout
-    assert "op_ext_npu_registration.cpp compiles" in result.stdout
+    for source in sources:
+        assert f"{source} compiles" in result.stdout, result.stdout
 
 
 @needs_cached_headers
