@@ -31,7 +31,8 @@
 # Excluded:
 # - tests marked `counts_only`: the traffic model's counts of long rows (4 x 65536),
 #   whose kernels the long-row tests of test_cuda_sim*.py run here on smaller rows
-#   (4 minutes under ASan for the counts alone);
+#   (4 minutes under ASan for the counts alone), and test_cuda_sim_cluster_rows.py's
+#   checks of which kernels a launch takes, whose kernels its correctness tests run;
 # - test_compile.py (torch.compile / torch.export), and any test marked `compile`:
 #   the C++ Inductor generates is compiled without sanitizers, and what of ours runs
 #   inside a compiled graph is the same op kernels the eager tests run here; they
