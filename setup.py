@@ -115,7 +115,7 @@ class BuildConfig:
         with it, 14 s with -g1 on the 2-core machines). OP_EXT_DEBUG and the
         sanitizer builds keep it; the others take -g1 (it comes later, so it
         wins): line tables and function names, which is what backtraces and
-        profilers read. nvcc_optimisation() is nvcc's."""
+        profilers read. nvcc takes them through nvcc_flags()."""
         if self.sanitize:
             # -O1: readable stacks at a tolerable speed (ASan's own advice); full
             # -g, so that reports name inlined functions (the self-test looks for
@@ -123,9 +123,10 @@ class BuildConfig:
             return ["-O1", "-g"]
         return ["-O0", "-g"] if self.debug else [release, "-g1"]
 
-    def nvcc_optimisation(self, release: str) -> list[str]:
-        """optimisation() for nvcc, which has no -g1 (its host code gets it through -Xcompiler)."""
-        return [f if f != "-g1" else "-Xcompiler=-g1" for f in self.optimisation(release)]
+    @staticmethod
+    def nvcc_flags(opt: list[str]) -> list[str]:
+        """optimisation()'s flags for nvcc, which has no -g1 (its host code gets it through -Xcompiler)."""
+        return [f if f != "-g1" else "-Xcompiler=-g1" for f in opt]
 
     def sanitizer_flags(self) -> tuple[list[str], list[str]]:
         """(compile flags, link flags) for OP_EXT_SANITIZE."""
@@ -263,7 +264,7 @@ def extensions(config: BuildConfig):
                 define_macros=[("OP_EXT_WITH_CUDA", "1")],
                 # No --use_fast_math: its exp, division and denormal flushing cost
                 # more float32 accuracy than the tests allow.
-                extra_compile_args={"cxx": cxx_flags, "nvcc": config.nvcc_optimisation("-O3") + [f"-Xcompiler={flag}" for flag in HIDDEN]},
+                extra_compile_args={"cxx": cxx_flags, "nvcc": config.nvcc_flags(opt) + [f"-Xcompiler={flag}" for flag in HIDDEN]},
                 extra_link_args=["-fopenmp"],
             )
         ]

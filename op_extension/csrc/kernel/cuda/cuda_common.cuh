@@ -544,14 +544,16 @@ template <typename T, bool kFew>
 __global__ void sum_partials_kernel(const acc_t<T>* partial, T* out, T* out_1, int64_t A, int64_t K,
                                     int64_t C, acc_t<T> alpha) {
   using Acc = acc_t<T>;
+  const auto store_sum = [&](int64_t a, int64_t c, Acc total) {
+    store_global(out_1 != nullptr && a == 1 ? out_1 + c : out + a * C + c, from_acc<T>(total * alpha));
+  };
   if constexpr (kFew) {
     for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < A * C; i += int64_t{gridDim.x} * blockDim.x) {
       const int64_t a = i / C;
       const int64_t c = i % C;
       Acc total = Acc(0);
       for (int64_t k = 0; k < K; ++k) total += load_global(partial + (a * K + k) * C + c);
-      T* const dst = out_1 != nullptr && a == 1 ? out_1 + c : out + a * C + c;
-      store_global(dst, from_acc<T>(total * alpha));
+      store_sum(a, c, total);
     }
   } else {
     __shared__ Acc sums[kPartialRows][kPartialCols];
@@ -569,8 +571,7 @@ __global__ void sum_partials_kernel(const acc_t<T>* partial, T* out, T* out_1, i
         Acc total = Acc(0);
 #pragma unroll
         for (int r = 0; r < kPartialRows; ++r) total += sums[r][threadIdx.x];
-        T* const dst = out_1 != nullptr && a == 1 ? out_1 + c : out + a * C + c;
-        store_global(dst, from_acc<T>(total * alpha));
+        store_sum(a, c, total);
       }
       __syncthreads();  // `sums` is reused by the next column block
     }

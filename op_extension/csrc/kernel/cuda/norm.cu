@@ -922,6 +922,27 @@ BackwardCluster plan_backward_cluster(int64_t rows, int64_t cols, bool vectorize
   return c;
 }
 
+// Launches Kernel, a backward norm's cluster instantiation, over the clusters
+// `c` plans (each one group of rows), with (args..., groups, cached, cluster):
+// false where no cluster holds the rows, or the GPU refused the launch.
+template <auto Kernel, typename... Args>
+bool launch_backward_cluster(const BackwardCluster& c, cudaStream_t stream, const Args&... args) {
+  return c.cluster.blocks > 0 &&
+         launch_cluster_kernel<Kernel>(static_cast<unsigned>(c.groups.groups * c.cluster.blocks), c.threads,
+                                       static_cast<unsigned>(c.cluster.blocks), c.shared_bytes, stream, args...,
+                                       c.groups, true, c.cluster);
+}
+
+// The workspace of rows one block does not hold: the long-row launches'
+// statistics (`stats_bytes`), or, where a cluster holds the rows, its groups'
+// `partial_rows` partial rows each, whichever is larger (the long-row launches
+// still run where the GPU refuses the cluster).
+template <typename T>
+size_t unheld_rows_workspace(size_t stats_bytes, const BackwardCluster& c, int64_t partial_rows, int64_t cols) {
+  if (c.cluster.blocks == 0 || partial_rows == 0) return stats_bytes;
+  return std::max(stats_bytes, static_cast<size_t>(partial_rows * c.groups.groups * cols) * sizeof(acc_t<T>));
+}
+
 template <typename T>
 BackwardCluster plan_rms_norm_backward_cluster(const RmsNormBackwardArgs& a, const RowLaunch& launch) {
   return plan_backward_cluster<T, kClusterBackwardHeldSlices<T>, kBackwardClusterThreads>(a.rows, a.cols,
@@ -935,13 +956,8 @@ size_t rms_norm_backward_workspace_typed(const RmsNormBackwardArgs& a) {
   const bool want_dw = a.weight != nullptr && a.grad_weight != nullptr;
   const RowLaunch launch = plan_rms_norm_backward<T>(a);
   if (!rms_norm_backward_holds<T>(launch, a.cols)) {
-    // The long-row launches' statistics, or, where a cluster holds the rows,
-    // its groups' partial rows (the long-row launches still run where the GPU
-    // refuses the cluster).
-    const size_t stats = static_cast<size_t>(a.rows) * kRmsNormStats * sizeof(Acc);
-    const BackwardCluster c = plan_rms_norm_backward_cluster<T>(a, launch);
-    if (c.cluster.blocks == 0 || !want_dw) return stats;
-    return std::max(stats, static_cast<size_t>(c.groups.groups * a.cols) * sizeof(Acc));
+    return unheld_rows_workspace<T>(static_cast<size_t>(a.rows) * kRmsNormStats * sizeof(Acc),
+                                    plan_rms_norm_backward_cluster<T>(a, launch), want_dw ? 1 : 0, a.cols);
   }
   if (!want_dw) return 0;
   return static_cast<size_t>(row_groups(a.rows).groups * a.cols) * sizeof(Acc);
@@ -952,16 +968,13 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
   using Acc = acc_t<T>;
   if (a.cols <= 0) return;  // every output is empty
   const bool want_dw = a.weight != nullptr && a.grad_weight != nullptr;
+  Acc* partial_w = want_dw ? static_cast<Acc*>(workspace) : nullptr;
   const RowLaunch launch = plan_rms_norm_backward<T>(a);
   if (!rms_norm_backward_holds<T>(launch, a.cols)) {
     if constexpr (sizeof(T) < 8) {  // double keeps the long-row launches
       const BackwardCluster c = plan_rms_norm_backward_cluster<T>(a, launch);
-      Acc* partial_w = want_dw ? static_cast<Acc*>(workspace) : nullptr;
-      if (c.cluster.blocks > 0 &&
-          launch_cluster_kernel<rms_norm_backward_kernel<T, kVecOf<T>, kClusterBackwardHeldSlices<T>, true>>(
-              static_cast<unsigned>(c.groups.groups * c.cluster.blocks), c.threads,
-              static_cast<unsigned>(c.cluster.blocks), c.shared_bytes, stream, a, partial_w, c.groups, true,
-              c.cluster)) {
+      if (launch_backward_cluster<rms_norm_backward_kernel<T, kVecOf<T>, kClusterBackwardHeldSlices<T>, true>>(
+              c, stream, a, partial_w)) {
         if (want_dw) {
           launch_sum_partials<T>(partial_w, static_cast<T*>(a.grad_weight), 1, c.groups.groups, a.cols, Acc(1),
                                  stream);
@@ -975,7 +988,6 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
     launch_long_row_backward<T, RmsNormLongRowMath>(a, launch, rows, static_cast<Acc*>(workspace), stream);
     return;
   }
-  Acc* partial_w = want_dw ? static_cast<Acc*>(workspace) : nullptr;
   const RowGroups groups = row_groups(a.rows);
   if (groups.groups > 0) {
     const bool cached = launch.cache_bytes > 0;
@@ -1579,12 +1591,8 @@ size_t layer_norm_backward_workspace_typed(const LayerNormBackwardArgs& a) {
   const int64_t sums = (a.grad_weight != nullptr ? 1 : 0) + (a.grad_bias != nullptr ? 1 : 0);
   const RowLaunch launch = plan_layer_norm_backward<T>(a);
   if (!layer_norm_backward_holds<T>(launch, a.cols)) {
-    // The long-row launches' statistics, or a cluster's groups' partial rows
-    // (as rms_norm_backward_workspace_typed).
-    const size_t stats = static_cast<size_t>(a.rows) * kLayerNormStats * sizeof(Acc);
-    const BackwardCluster c = plan_layer_norm_backward_cluster<T>(a, launch);
-    if (c.cluster.blocks == 0 || sums == 0) return stats;
-    return std::max(stats, static_cast<size_t>(sums * c.groups.groups * a.cols) * sizeof(Acc));
+    return unheld_rows_workspace<T>(static_cast<size_t>(a.rows) * kLayerNormStats * sizeof(Acc),
+                                    plan_layer_norm_backward_cluster<T>(a, launch), sums, a.cols);
   }
   return static_cast<size_t>(sums * row_groups(a.rows).groups * a.cols) * sizeof(Acc);
 }
@@ -1623,15 +1631,11 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
   if (!layer_norm_backward_holds<T>(launch, a.cols)) {
     if constexpr (sizeof(T) < 8) {  // double keeps the long-row launches
       const BackwardCluster c = plan_layer_norm_backward_cluster<T>(a, launch);
-      if (c.cluster.blocks > 0) {
-        place_partials(c.groups);
-        if (launch_cluster_kernel<layer_norm_backward_kernel<T, kVecOf<T>, kClusterLayerNormHeldSlices<T>, true>>(
-                static_cast<unsigned>(c.groups.groups * c.cluster.blocks), c.threads,
-                static_cast<unsigned>(c.cluster.blocks), c.shared_bytes, stream, a, partial_w, partial_b, c.groups,
-                true, c.cluster)) {
-          sum_groups(c.groups);
-          return;
-        }
+      place_partials(c.groups);
+      if (launch_backward_cluster<layer_norm_backward_kernel<T, kVecOf<T>, kClusterLayerNormHeldSlices<T>, true>>(
+              c, stream, a, partial_w, partial_b)) {
+        sum_groups(c.groups);
+        return;
       }
     }
     LongRowBackward<T> rows = long_rows_of<T>(a);
