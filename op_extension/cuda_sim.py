@@ -29,7 +29,7 @@ import torch
 
 from . import _cuda_sim, _sim_args
 
-__all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "launch_count", "run", "run_backward", "traffic"]
+__all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "launch_count", "run", "run_backward", "shared_fault_count", "traffic"]
 
 ARCHS = ("sm_80", "sm_90")
 BLOCK_ORDERS = ("linear", "reverse")
@@ -100,16 +100,21 @@ def traffic(op: str, *args, backward: bool = False, arch: str = "sm_80", **kwarg
                          name, "cluster_blocks": blocks per thread-block cluster
                          (1: none), "bytes_read", "bytes_written"}; the bytes sum
                          to the totals
+      shared_faults      shared-memory accesses that bypassed the kernels'
+                         load/store helpers (checked through a page fault each,
+                         some 20 us apiece; CI holds every kernel to 0)
 
     Every read counts, as on a GPU without caches: a row read twice counts twice,
     a weight re-read for every row counts each time. Timing is not modelled.
     """
+    faults = _cuda_sim.shared_fault_count()
     _cuda_sim._traffic_begin()
     try:
         out = (run_backward if backward else run)(op, *args, arch=arch, **kwargs)
     finally:
         counts = _cuda_sim._traffic_end()
     counts = _with_efficiency(counts)
+    counts["shared_faults"] = _cuda_sim.shared_fault_count() - faults
     counts["min_bytes_read"] = sum(t.numel() * t.element_size() for t in _tensors((args, kwargs)))
     counts["min_bytes_written"] = sum(t.numel() * t.element_size() for t in _tensors(out))
     counts["min_bytes"] = counts["min_bytes_read"] + counts["min_bytes_written"]
@@ -146,6 +151,14 @@ def launch_count() -> int:
     return _cuda_sim.launch_count()
 
 
+def shared_fault_count() -> int:
+    """Shared-memory accesses of kernel threads in this process so far that
+    bypassed the kernels' load/store helpers: each was checked through a page
+    fault (for its first byte only, and some 20 us apiece) instead of by the
+    helper (every byte, at the cost of a call)."""
+    return _cuda_sim.shared_fault_count()
+
+
 def _call(name: str, args: tuple, kwargs: dict):
     """cuda_sim::<name>, its arguments converted as its op module's SIMULATOR_ARGS says, if it has one."""
     if name not in _sim_args.load_protos() or _sim_args.converter(name) is None:
@@ -163,15 +176,17 @@ def _run_misuse(name: str, arch: str = "sm_80") -> None:
 
 def _misuse_traffic(name: str) -> dict:
     """The traffic of a planted kernel of csrc/cuda_sim/misuse ("traffic_copy",
-    "traffic_extra_pass", "traffic_strided": 4096 floats copied), as traffic()
+    "traffic_extra_pass", "traffic_strided": 4096 floats copied; "clean" indexes
+    its shared arrays directly, "clean_helpers" through the helpers), as traffic()
     counts it, without min_bytes (the planted kernel's is 2 * 4096 * 4)."""
     _configure("sm_80", "linear")
+    faults = _cuda_sim.shared_fault_count()
     _cuda_sim._traffic_begin()
     try:
         _cuda_sim._run_misuse(name)
     finally:
         counts = _cuda_sim._traffic_end()
-    return _with_efficiency(counts)
+    return _with_efficiency(counts) | {"shared_faults": _cuda_sim.shared_fault_count() - faults}
 
 
 def _order_dependent_sum(block_order: str) -> float:

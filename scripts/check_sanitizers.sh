@@ -23,8 +23,8 @@
 # bad-input case, the modules), test_ascend_sim*.py and test_ascend_tiling*.py (the
 # Ascend C kernels, tilings and aclnn entry points on the simulator),
 # test_cuda_sim*.py, whole (the CUDA kernels on the CPU harness: ASan sees their
-# global-memory accesses, torch's tensors having redzones; about 2 minutes here,
-# its shared-memory traps being as slow as unsanitized), and test_fuzz.py and
+# global-memory accesses, torch's tensors having redzones, and the harness checks
+# their shared-memory accesses in its helpers, as unsanitized), and test_fuzz.py and
 # test_edge_regressions.py when they exist. ASan warns once per process that it
 # does not fully support swapcontext: the harness announces each switch between
 # fiber stacks to it (csrc/cuda_sim/harness.cpp), which is what it needs.

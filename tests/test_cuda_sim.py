@@ -506,6 +506,17 @@ MISUSE = {
                                r"dynamic shared memory with block \(0,0,0\) thread \(0,0,0\)",
     "shared_write_after_write": r"thread \(1,0,0\): shared memory race \(write after write\) at byte offset 0 of "
                                 r"dynamic shared memory with block \(0,0,0\) thread \(0,0,0\)",
+    # Through the kernels' helpers, which check every byte of an access: the
+    # first two pass a check of the first byte (the fault path's).
+    "pack_past_the_end": r"pack_past_the_end_kernel: block \(0,0,0\) thread \(7,0,0\): dynamic shared memory write "
+                         r"out of bounds: byte offset 120 of a 120-byte allocation",
+    "race_on_a_later_byte": r"race_on_a_later_byte_kernel: block \(0,0,0\) thread \(1,0,0\): shared memory race "
+                            r"\(read after write\) at byte offset 12 of dynamic shared memory with block \(0,0,0\) "
+                            r"thread \(0,0,0\), no __syncthreads between",
+    "helper_static_past_end": r"thread \(31,0,0\): static __shared__ op_ext::cuda::misuse::helper_static_past_end_kernel"
+                              r"\(float\*\)::cache write out of bounds: byte offset 128 of a 128-byte array",
+    "load_shared_of_global": r"load_shared_of_global_kernel: block \(0,0,0\) thread \(0,0,0\): load_shared of 4 bytes "
+                             r"at 0x[0-9a-f]+, which is not shared memory",
 }
 
 
@@ -514,6 +525,17 @@ def test_misuse_is_reported(name):
     with pytest.raises(RuntimeError, match=MISUSE[name]):
         cuda_sim._run_misuse(name, arch="sm_90" if name == "too_much_shared" else "sm_80")
     cuda_sim._run_misuse("clean")  # a report leaves the harness usable
+
+
+def test_the_helpers_check_shared_memory_without_a_fault():
+    """The kernels' helpers (load_shared, store_shared, the packs) check shared
+    memory in the call; the same kernel indexing its arrays directly is checked
+    through a page fault per access, which shared_fault_count() counts."""
+    before = cuda_sim.shared_fault_count()
+    cuda_sim._run_misuse("clean_helpers")
+    assert cuda_sim.shared_fault_count() == before
+    cuda_sim._run_misuse("clean")
+    assert cuda_sim.shared_fault_count() > before
 
 
 def test_a_kernel_that_opted_in_may_use_its_shared_memory():

@@ -51,6 +51,10 @@ MISUSE = {
                                         r"shared memory race \(write after read\) at byte offset 0 of dynamic shared "
                                         r"memory of block rank 1 with block \(0,0,0\) thread \(0,0,0\), no cluster_sync "
                                         r"between",
+    "cluster_helper_remote_read_without_sync": r"cluster_helper_remote_read_without_sync_kernel: block \(1,0,0\) "
+                                               r"thread \(0,0,0\): shared memory race \(write after read\) at byte "
+                                               r"offset 0 of dynamic shared memory of block rank 1 with block "
+                                               r"\(0,0,0\) thread \(0,0,0\), no cluster_sync between",
     "cluster_peer_exited": r"cluster_peer_exited_kernel: block \(0,0,0\) thread \(0,0,0\): read at byte offset 0 of "
                            r"dynamic shared memory of block rank 1: block rank 1 of the cluster has exited: its shared "
                            r"memory is gone \(cluster_sync before a block exits\)",

@@ -13,6 +13,9 @@ each warp-wide access touches. The rules (issue 26), at LLM-like shapes
     MAX_MOVED x min_bytes (each input read once, each output written once);
   * sector_efficiency at least MIN_EFFICIENCY on aligned rows (coalesced);
   * at most MAX_LAUNCHES launches per op call;
+  * every shared-memory access through the helpers too (shared_faults 0): the
+    harness checks those in the call, any other through a page fault, which
+    made the harness's tests ten times slower;
   * rows longer than any on-chip copy (TRAFFIC_LONG_ROWS: 65536 elements, the
     row ops' forwards and backwards) may read each row input once more (a
     statistics pass, then the output pass): that allowance is theirs and no
@@ -66,6 +69,9 @@ def broken_rules(t: dict, ceiling: dict | None = None) -> list[str]:
     min_efficiency = ceiling.get("efficiency", MIN_EFFICIENCY)
     if efficiency < min_efficiency - 1e-9:
         broken.append(f"sector efficiency {efficiency:.3f} (at least {min_efficiency})")
+    if t.get("shared_faults"):
+        broken.append(f"{t['shared_faults']} shared-memory accesses bypassed load_shared / store_shared / the pack "
+                      f"helpers (each checked through a page fault, some 20 us apiece)")
     max_launches = ceiling.get("launches", MAX_LAUNCHES)
     if t["launches"] > max_launches:
         broken.append(f"{t['launches']} launches (at most {max_launches})")
@@ -199,6 +205,16 @@ def test_a_strided_access_is_seen():
 def test_an_access_that_bypasses_the_helpers_is_seen():
     t = planted("traffic_copy") | {"min_bytes_read": 2 * 16384}
     assert broken_rules(t)[0].startswith("unseen accesses: read 16384 of 32768 input bytes")
+
+
+def test_a_shared_access_that_bypasses_the_helpers_is_seen():
+    """The planted clean kernel indexes its shared arrays directly: correct, but
+    each access costs the harness a page fault; the same kernel through the
+    helpers passes."""
+    bypassing = planted("clean")
+    assert bypassing["shared_faults"] > 0
+    assert any("bypassed load_shared / store_shared" in rule for rule in broken_rules(bypassing))
+    assert planted("clean_helpers")["shared_faults"] == 0
 
 
 def test_traffic_leaves_the_counts_off_outside_its_window():

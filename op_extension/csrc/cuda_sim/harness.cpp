@@ -10,17 +10,24 @@
 // opens if every thread of the cluster waits at the same cluster_sync. Anything
 // else is a kernel that would hang or read garbage on the GPU, and is reported.
 //
-// Shared memory is watched (x86-64 Linux): each block's dynamic window, and the
-// pages around the kernels' static __shared__ arrays, stay PROT_NONE during a
-// launch, so every access faults; the SIGSEGV handler checks the address against
-// the bounds of the array it falls in or next to and against the other threads'
+// Shared memory is checked at every access. The kernels' load/store helpers
+// (kernel/cuda/cuda_common.cuh: load_shared, store_shared and the pack
+// helpers) call memory_access(), which checks every byte of the access against the
+// bounds of the array it falls in or next to and against the other threads'
 // accesses that no barrier orders before it (racecheck's read-after-write,
 // write-after-read and write-after-write hazards between threads, of one block
-// or, through distributed shared memory, of two blocks of a cluster), then opens
-// the page for one single-stepped instruction and the SIGTRAP handler closes it
-// again. Slow per access, exact, and it needs nothing from the kernel sources. A
-// report leaves the fiber through report_pending() instead of the faulting
-// instruction.
+// or, through distributed shared memory, of two blocks of a cluster), then
+// hands back the same bytes in a second, unwatched view of their pages (a
+// memfd mapped twice), so the access costs a function call. Any other access
+// (a kernel indexing a __shared__ array directly) is caught too (x86-64
+// Linux): each block's dynamic window, and the pages around the kernels' static
+// __shared__ arrays, stay PROT_NONE during a launch, so such an access faults;
+// the SIGSEGV handler makes the same checks for the byte it faulted on, then
+// opens the page for one single-stepped instruction and the SIGTRAP handler
+// closes it again: exact for that byte, and some 20 us an access, which is why
+// the kernels use the helpers (the traffic test holds them to it:
+// shared_faults()). A report leaves the fiber through fail_in_fiber(), from
+// the helper or, after a fault, in place of the faulting instruction.
 //
 // A static __shared__ array is one C++ static, but each block of a cluster has
 // its own: the bytes in place are one block's copy (its owner), the others wait
@@ -241,14 +248,35 @@ struct Region {
   // A dynamic window: the rank of the block it belongs to. A static array
   // (-1): the bytes in place are the accessing block's (see own_static_copy).
   int rank = -1;
+  // Where `begin` is in the unwatched view of the same pages, which the
+  // helpers' accesses use (memory_access).
+  uintptr_t alias = 0;
 };
 
-// A block's dynamic shared memory: guard page, data pages, guard page.
+// A block's dynamic shared memory: guard page, data pages, guard page; the
+// data pages are mapped a second time, unwatched, at region.alias.
 struct Window {
   unsigned char* map = nullptr;
   size_t map_bytes = 0;
+  unsigned char* alias = nullptr;
   Region region;
 };
+
+// Pages of a memfd mapped twice: at `watched` (MAP_FIXED over what is there,
+// protection `prot`) and somewhere unwatched (read-write), which is returned.
+// Both views are the same memory. `bytes`: whole pages.
+unsigned char* map_twice(void* watched, size_t bytes, int prot) {
+  const int fd = memfd_create("cuda_sim shared memory", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    if (fd >= 0) close(fd);
+    throw std::runtime_error("cuda_sim: cannot create the shared-memory views (memfd_create)");
+  }
+  void* const fixed = mmap(watched, bytes, prot, MAP_SHARED | MAP_FIXED, fd, 0);
+  void* const alias = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);  // the mappings keep the memory
+  if (fixed == MAP_FAILED || alias == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map shared memory twice");
+  return static_cast<unsigned char*>(alias);
+}
 
 struct Watch {
   std::vector<Window> windows;  // per rank; none without dynamic shared memory
@@ -278,6 +306,9 @@ struct alignas(kPage) HandlerState {
   // The thread running the launch: only its faults are the fibers' accesses.
   // Another thread touching an unrelated object on a closed page is let through.
   pthread_t thread{};
+  // Accesses of shared memory by kernel threads that bypassed the helpers:
+  // each was checked through a fault (shared_faults()).
+  std::atomic<uint64_t> faults{0};
 };
 static_assert(sizeof(HandlerState) == kPage, "the handlers' state fills its page");
 HandlerState g_handler;
@@ -289,14 +320,16 @@ std::mutex g_watch_mutex;  // one launch at a time holds the process-wide handle
   fail_in_fiber(what);
 }
 
-// "" when the access is fine; records it.
-std::string check_access(Watch& w, const Launch& l, const Region& r, uintptr_t addr, bool write) {
+// "" when the access of `bytes` bytes at addr (inside r's guard) is fine;
+// records it, byte by byte.
+std::string check_access(Watch& w, const Launch& l, const Region& r, uintptr_t addr, size_t bytes, bool write) {
   const int me = l.current;
   const unsigned my_rank = l.fibers[me].rank;
   char what[640];
-  if (addr < r.begin || addr >= r.end) {
+  if (addr < r.begin || addr + bytes > r.end) {
+    const uintptr_t outside = addr < r.begin ? addr : std::max(addr, r.end);  // its first byte out of bounds
     std::snprintf(what, sizeof what, "%s %s out of bounds: byte offset %lld of a %zu-byte %s", r.name.c_str(),
-                  write ? "write" : "read", static_cast<long long>(addr - r.begin),
+                  write ? "write" : "read", static_cast<long long>(outside - r.begin),
                   static_cast<size_t>(r.end - r.begin), r.unit);
     return what;
   }
@@ -310,7 +343,6 @@ std::string check_access(Watch& w, const Launch& l, const Region& r, uintptr_t a
     return what;
   }
   const size_t owner = r.rank >= 0 ? static_cast<size_t>(r.rank) : my_rank;  // a static: the accessing block's copy
-  const size_t i = owner * w.block_shadow + r.shadow + (addr - r.begin);
   const uint32_t now = l.block_epoch[my_rank];
   // Whether fiber `other`'s access in its block's interval `stamp` happens before this one.
   auto ordered = [&](int32_t other, uint32_t stamp) {
@@ -318,36 +350,40 @@ std::string check_access(Watch& w, const Launch& l, const Region& r, uintptr_t a
     if (l.fibers[other].rank == my_rank) return stamp != now;  // a barrier of this block between
     return stamp < l.cluster_epoch;                           // a cluster_sync between
   };
-  auto race = [&](const char* hazard, int other) {
-    const bool same_block = l.fibers[other].rank == my_rank;
-    std::snprintf(what, sizeof what, "shared memory race (%s) at byte offset %zu of %s with %s, no %s between", hazard,
-                  static_cast<size_t>(addr - r.begin), r.name.c_str(), where(l.fibers[other]).c_str(),
-                  same_block ? "__syncthreads" : "cluster_sync");
-    return std::string(what);
-  };
-  if (write) {
-    if (!ordered(w.writer[i], w.write_stamp[i])) return race("write after write", w.writer[i]);
-    if (!ordered(w.reader[i], w.read_stamp[i])) return race("write after read", w.reader[i]);
-    if (!ordered(w.other_reader[i], w.other_stamp[i])) return race("write after read", w.other_reader[i]);
-    w.writer[i] = me;
-    w.write_stamp[i] = now;
-  } else {
-    if (!ordered(w.writer[i], w.write_stamp[i])) return race("read after write", w.writer[i]);
-    // A later write races with every reader it does not follow. A reader that
-    // this one follows can be forgotten: whatever does not follow it does not
-    // follow this one either. Two are kept, which sees every hazard within a
-    // block (the readers of an interval all precede its next barrier); a third
-    // reader from another block while two are outstanding is not recorded.
-    if (w.reader[i] == me) {
-      w.read_stamp[i] = now;
-    } else if (w.other_reader[i] == me) {
-      w.other_stamp[i] = now;
-    } else if (ordered(w.reader[i], w.read_stamp[i])) {
-      w.reader[i] = me;
-      w.read_stamp[i] = now;
-    } else if (ordered(w.other_reader[i], w.other_stamp[i])) {
-      w.other_reader[i] = me;
-      w.other_stamp[i] = now;
+  for (size_t k = 0; k < bytes; ++k) {
+    const size_t offset = addr + k - r.begin;
+    const size_t i = owner * w.block_shadow + r.shadow + offset;
+    auto race = [&](const char* hazard, int other) {
+      const bool same_block = l.fibers[other].rank == my_rank;
+      std::snprintf(what, sizeof what, "shared memory race (%s) at byte offset %zu of %s with %s, no %s between",
+                    hazard, offset, r.name.c_str(), where(l.fibers[other]).c_str(),
+                    same_block ? "__syncthreads" : "cluster_sync");
+      return std::string(what);
+    };
+    if (write) {
+      if (!ordered(w.writer[i], w.write_stamp[i])) return race("write after write", w.writer[i]);
+      if (!ordered(w.reader[i], w.read_stamp[i])) return race("write after read", w.reader[i]);
+      if (!ordered(w.other_reader[i], w.other_stamp[i])) return race("write after read", w.other_reader[i]);
+      w.writer[i] = me;
+      w.write_stamp[i] = now;
+    } else {
+      if (!ordered(w.writer[i], w.write_stamp[i])) return race("read after write", w.writer[i]);
+      // A later write races with every reader it does not follow. A reader that
+      // this one follows can be forgotten: whatever does not follow it does not
+      // follow this one either. Two are kept, which sees every hazard within a
+      // block (the readers of an interval all precede its next barrier); a third
+      // reader from another block while two are outstanding is not recorded.
+      if (w.reader[i] == me) {
+        w.read_stamp[i] = now;
+      } else if (w.other_reader[i] == me) {
+        w.other_stamp[i] = now;
+      } else if (ordered(w.reader[i], w.read_stamp[i])) {
+        w.reader[i] = me;
+        w.read_stamp[i] = now;
+      } else if (ordered(w.other_reader[i], w.other_stamp[i])) {
+        w.other_reader[i] = me;
+        w.other_stamp[i] = now;
+      }
     }
   }
   return "";
@@ -410,27 +446,80 @@ std::vector<Region> find_static_shared() {
   return regions;
 }
 
-// Puts block `rank`'s copy of static array r in place (a cluster launch). The
-// static's pages are closed, and may hold other arrays' guards: they are opened
-// for the copy and closed again, except a page opened for the instruction being
-// stepped (one that touches two pages faults once for each).
+// Each static array's pages, from its start to the end of its last page, are
+// given an unwatched view (map_twice); their bytes, including any other
+// object's in the last page, are carried over. Done when the library loads,
+// before any of its code can run on another thread.
+void alias_static_arrays(std::vector<Region>& regions, int prot) {
+  for (Region& r : regions) {
+    const size_t span = page_up(r.end) - r.begin;  // r.begin starts a slot, so a page
+    const auto* current = reinterpret_cast<const unsigned char*>(r.alias != 0 ? r.alias : r.begin);
+    const std::vector<unsigned char> bytes(current, current + span);
+    unsigned char* alias = map_twice(reinterpret_cast<void*>(r.begin), span, prot);
+    std::memcpy(alias, bytes.data(), span);
+    r.alias = reinterpret_cast<uintptr_t>(alias);
+  }
+}
+
+std::vector<Region>& static_shared_arrays();
+
+// A forked child would share the views with its parent (MAP_SHARED): it gets
+// views of its own, with the bytes as they were at the fork (read through the
+// parent's unwatched view: a launch on another thread may have closed the
+// watched one, and the child has no such thread).
+void give_child_its_own_statics() { alias_static_arrays(static_shared_arrays(), PROT_READ | PROT_WRITE); }
+
+std::vector<Region>& static_shared_arrays() {
+  static std::vector<Region> statics = [] {
+    std::vector<Region> found = find_static_shared();
+    alias_static_arrays(found, PROT_READ | PROT_WRITE);
+    pthread_atfork(nullptr, nullptr, give_child_its_own_statics);
+    return found;
+  }();
+  return statics;
+}
+[[maybe_unused]] const bool g_statics_aliased_at_load = !static_shared_arrays().empty();
+
+// Puts block `rank`'s copy of static array r in place (a cluster launch),
+// through the unwatched view.
 void own_static_copy(Watch& w, const Region& r, unsigned rank) {
   if (w.static_copies.empty()) return;  // one block at a time: the bytes in place are its
   const auto k = static_cast<size_t>(&r - w.statics.data());
   const unsigned owner = w.static_owner[k];
   if (owner == rank) return;
   const size_t bytes = r.end - r.begin;
-  auto* in_place = reinterpret_cast<unsigned char*>(r.begin);
+  auto* in_place = reinterpret_cast<unsigned char*>(r.alias);
   unsigned char* copies = w.static_copies[k].data();
-  const size_t span = page_up(r.end) - r.begin;  // r.begin starts a slot, so a page
-  mprotect(in_place, span, PROT_READ | PROT_WRITE);
   std::memcpy(copies + owner * bytes, in_place, bytes);
   std::memcpy(in_place, copies + rank * bytes, bytes);
-  mprotect(in_place, span, PROT_NONE);
-  for (const uintptr_t page : w.open_pages) {
-    if (page != 0) mprotect(reinterpret_cast<void*>(page), kPage, PROT_READ | PROT_WRITE);
-  }
   w.static_owner[k] = rank;
+}
+
+// The shared array that `addr` falls in or next to, or nullptr: a block's
+// dynamic window (its guard pages included), else the static array whose
+// guard holds it (the nearest: an index past the end, or before the start, of
+// that array). *closed: the address is on a page closed during the launch.
+const Region* shared_region(const Watch& w, uintptr_t addr, bool* closed) {
+  for (const Window& window : w.windows) {
+    const auto map = reinterpret_cast<uintptr_t>(window.map);
+    if (addr >= map && addr < map + window.map_bytes) {
+      *closed = true;
+      return &window.region;
+    }
+  }
+  *closed = false;
+  for (const auto& [first, bytes] : w.static_pages) *closed = *closed || (addr >= first && addr < first + bytes);
+  const Region* region = nullptr;
+  uintptr_t best = ~uintptr_t{0};
+  for (const Region& r : w.statics) {
+    if (addr < r.guard_begin || addr >= r.guard_end) continue;
+    const uintptr_t distance = addr < r.begin ? r.begin - addr : (addr >= r.end ? addr - r.end + 1 : 0);
+    if (distance < best) {
+      best = distance;
+      region = &r;
+    }
+  }
+  return region;
 }
 
 #if defined(__x86_64__) && defined(__linux__)
@@ -443,31 +532,8 @@ void on_segv(int, siginfo_t* si, void* raw) {
   const Launch* l = g_handler.launch;
   const auto addr = reinterpret_cast<uintptr_t>(si->si_addr);
   const uintptr_t page = addr & ~(kPage - 1);
-  const Region* region = nullptr;
   bool watched = false;
-  if (w != nullptr) {
-    for (const Window& window : w->windows) {
-      const auto map = reinterpret_cast<uintptr_t>(window.map);
-      if (addr >= map && addr < map + window.map_bytes) {
-        region = &window.region;
-        watched = true;
-      }
-    }
-    if (!watched) {
-      for (const auto& [first, bytes] : w->static_pages) watched = watched || (addr >= first && addr < first + bytes);
-      // The array the address falls in, else the nearest one whose guard holds
-      // it: an index past the end (or before the start) of that array.
-      uintptr_t best = ~uintptr_t{0};
-      for (const Region& r : w->statics) {
-        if (addr < r.guard_begin || addr >= r.guard_end) continue;
-        const uintptr_t distance = addr < r.begin ? r.begin - addr : (addr >= r.end ? addr - r.end + 1 : 0);
-        if (distance < best) {
-          best = distance;
-          region = &r;
-        }
-      }
-    }
-  }
+  const Region* region = w != nullptr ? shared_region(*w, addr, &watched) : nullptr;
   if (!watched) {
     // Not ours: the previous handler gets the fault when the access repeats.
     if (w != nullptr) sigaction(SIGSEGV, &w->old_segv, nullptr);
@@ -476,9 +542,10 @@ void on_segv(int, siginfo_t* si, void* raw) {
   // A kernel thread's access is checked. The scheduler's (filling the arrays),
   // and other threads' accesses to unrelated objects on a closed page, pass.
   if (region != nullptr && l != nullptr && l->current >= 0 && pthread_equal(pthread_self(), g_handler.thread)) {
+    g_handler.faults.fetch_add(1, std::memory_order_relaxed);
     const bool write = (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
     if (region->rank < 0) own_static_copy(*w, *region, l->fibers[l->current].rank);
-    std::string problem = check_access(*w, *l, *region, addr, write);
+    std::string problem = check_access(*w, *l, *region, addr, 1, write);
     if (!problem.empty()) {
       w->pending = std::move(problem);
       // Resume in report_pending() on this fiber's stack, below the red zone,
@@ -516,10 +583,10 @@ void protect_statics(const Watch& w, int prot) {
   for (const auto& [first, bytes] : w.static_pages) mprotect(reinterpret_cast<void*>(first), bytes, prot);
 }
 
-// Maps each block's dynamic window for `size` bytes (if any), finds the static
-// arrays and, where possible, installs the handlers.
+// Maps each block's dynamic window for `size` bytes (if any) twice (watched,
+// and the helpers' view), takes the static arrays, closes their pages and,
+// where possible, installs the handlers.
 void watch_begin(Watch& w, Launch& l, size_t size) {
-  static const std::vector<Region> statics = find_static_shared();
   const unsigned blocks = l.cluster_blocks;
   if (size > 0) {
     const size_t data = (size + kPage - 1) / kPage * kPage;
@@ -530,9 +597,11 @@ void watch_begin(Watch& w, Launch& l, size_t size) {
       void* m = mmap(nullptr, window.map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (m == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map dynamic shared memory");
       window.map = static_cast<unsigned char*>(m);
+      window.alias = map_twice(window.map + kPage, data, kCanWatch ? PROT_NONE : PROT_READ | PROT_WRITE);
       Region& r = window.region;
       r.begin = reinterpret_cast<uintptr_t>(window.map) + kPage;
       r.end = r.begin + size;
+      r.alias = reinterpret_cast<uintptr_t>(window.alias);
       // A launch without clusters keeps the name its reports always had.
       r.name = blocks == 1 ? "dynamic shared memory" : "dynamic shared memory of block rank " + std::to_string(rank);
       r.unit = "allocation";
@@ -540,7 +609,7 @@ void watch_begin(Watch& w, Launch& l, size_t size) {
       l.dynamic_shared.push_back(window.map + kPage);
     }
   }
-  w.statics = statics;
+  w.statics = static_shared_arrays();
   w.block_shadow = size;
   for (Region& r : w.statics) {
     r.shadow = w.block_shadow;
@@ -569,6 +638,9 @@ void watch_begin(Watch& w, Launch& l, size_t size) {
   w.write_stamp.assign(shadow, 0);
   w.read_stamp.assign(shadow, 0);
   w.other_stamp.assign(shadow, 0);
+  g_handler.watch = &w;
+  g_handler.launch = &l;
+  g_handler.thread = pthread_self();
 #if defined(__x86_64__) && defined(__linux__)
   struct sigaction sa {};
   sa.sa_flags = SA_SIGINFO | SA_NODEFER;
@@ -577,39 +649,34 @@ void watch_begin(Watch& w, Launch& l, size_t size) {
   sigaction(SIGSEGV, &sa, &w.old_segv);
   sa.sa_sigaction = on_trap;
   sigaction(SIGTRAP, &sa, &w.old_trap);
-  g_handler.watch = &w;
-  g_handler.launch = &l;
-  g_handler.thread = pthread_self();
+  protect_statics(w, PROT_NONE);  // after the handlers: the scheduler's own accesses to those pages pass
 #endif
 }
 
 // At a cluster's start: shared memory is garbage on the GPU, NaN bits here, in
-// every block's window and every block's copy of the static arrays; the pages
-// are closed again when watched.
+// every block's window and every block's copy of the static arrays (written
+// through the unwatched views: the watched pages stay closed).
 void watch_cluster(Watch& w) {
-  for (Window& window : w.windows) {
-    mprotect(window.map + kPage, window.map_bytes - 2 * kPage, PROT_READ | PROT_WRITE);
-    std::memset(window.map + kPage, 0xff, window.region.end - window.region.begin);
-    if (kCanWatch) mprotect(window.map + kPage, window.map_bytes - 2 * kPage, PROT_NONE);
-  }
-  protect_statics(w, PROT_READ | PROT_WRITE);
-  for (const Region& r : w.statics) std::memset(reinterpret_cast<void*>(r.begin), 0xff, r.end - r.begin);
-  if (kCanWatch) protect_statics(w, PROT_NONE);
+  for (Window& window : w.windows) std::memset(window.alias, 0xff, window.region.end - window.region.begin);
+  for (const Region& r : w.statics) std::memset(reinterpret_cast<void*>(r.alias), 0xff, r.end - r.begin);
   for (auto& copies : w.static_copies) std::fill(copies.begin(), copies.end(), 0xff);
   std::fill(w.static_owner.begin(), w.static_owner.end(), 0u);
 }
 
 void watch_end(Watch& w) {
   protect_statics(w, PROT_READ | PROT_WRITE);
-#if defined(__x86_64__) && defined(__linux__)
   if (g_handler.watch == &w) {
+#if defined(__x86_64__) && defined(__linux__)
     sigaction(SIGSEGV, &w.old_segv, nullptr);
     sigaction(SIGTRAP, &w.old_trap, nullptr);
+#endif
     g_handler.watch = nullptr;
     g_handler.launch = nullptr;
   }
-#endif
-  for (Window& window : w.windows) munmap(window.map, window.map_bytes);
+  for (Window& window : w.windows) {
+    munmap(window.map, window.map_bytes);
+    munmap(window.alias, window.map_bytes - 2 * kPage);
+  }
   w.windows.clear();
 }
 
@@ -792,8 +859,8 @@ void run_cluster(Launch& l) {
 // What a GPU's memory system would see of the kernels' global accesses, counted
 // while traffic_begin() .. traffic_end() is open. Every global access of the
 // kernels goes through their load/store helpers (kernel/cuda/cuda_common.cuh),
-// which call record_global. The helpers are always inlined (runtime.h's
-// __forceinline__), so the address record_global returns to names the access's
+// which call memory_access. The helpers are always inlined (runtime.h's
+// __forceinline__), so the address memory_access returns to names the access's
 // place in the kernel: the k-th time each lane of a warp reaches one place is one
 // warp-wide instruction, whose 32-byte sectors are what coalescing is about.
 struct TrafficState {
@@ -853,20 +920,8 @@ void fold_block_traffic() {
   g_traffic.reached.clear();
 }
 
-// True for memory that is not global: the launch's shared memory (a block's
-// dynamic window, or a static __shared__ array) and the running fiber's stack
-// (a kernel's local arrays).
-bool is_shared_or_local(uintptr_t a, const void* stack) {
-  const Watch* w = g_handler.watch;
-  if (w != nullptr) {
-    for (const Window& window : w->windows) {
-      const auto map = reinterpret_cast<uintptr_t>(window.map);
-      if (a >= map && a < map + window.map_bytes) return true;
-    }
-    for (const Region& r : w->statics) {
-      if (a >= r.guard_begin && a < r.guard_end) return true;
-    }
-  }
+// True for the running fiber's stack (a kernel's local arrays).
+bool is_local(uintptr_t a, const void* stack) {
   const auto base = reinterpret_cast<uintptr_t>(stack);
   return a >= base && a < base + kStackBytes;
 }
@@ -968,20 +1023,39 @@ void note_workspace(uint64_t bytes) {
   if (g_traffic.on) g_traffic.counts.workspace_bytes += bytes;
 }
 
-__attribute__((noinline)) void record_global(const void* p, size_t bytes, bool write) {
-  if (!g_traffic.on || g_launch == nullptr || g_launch->current < 0) return;
+__attribute__((noinline)) void* memory_access(const void* p, size_t bytes, bool write, Space space) {
+  Launch* const l = g_launch;
+  if (l == nullptr || l->current < 0) return const_cast<void*>(p);  // not a kernel thread
   const auto a = reinterpret_cast<uintptr_t>(p);
-  Launch& l = *g_launch;
-  if (is_shared_or_local(a, l.fibers[l.current].stack)) return;
+  Watch* const w = g_handler.watch;
+  bool closed = false;
+  const Region* const region = w != nullptr ? shared_region(*w, a, &closed) : nullptr;
+  if (region != nullptr) {
+    if (region->rank < 0) own_static_copy(*w, *region, l->fibers[l->current].rank);
+    std::string problem = check_access(*w, *l, *region, a, bytes, write);
+    if (!problem.empty()) fail_in_fiber(problem);
+    return reinterpret_cast<void*>(region->alias + (a - region->begin));
+  }
+  if (space == Space::Shared) {
+    char what[160];
+    std::snprintf(what, sizeof what, "%s of %zu bytes at %p, which is not shared memory",
+                  write ? "store_shared" : "load_shared", bytes, p);
+    fail_in_fiber(what);
+  }
+  if (!g_traffic.on || is_local(a, l->fibers[l->current].stack)) return const_cast<void*>(p);
   const auto site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
-  const auto fiber = static_cast<uint32_t>(l.current);
-  const Fiber& f = l.fibers[l.current];
+  const auto fiber = static_cast<uint32_t>(l->current);
+  const Fiber& f = l->fibers[l->current];
   const uint32_t occurrence = g_traffic.reached[{fiber, site}]++;
   g_traffic.accesses[{f.rank * 32 + f.thread / 32, site, occurrence}].emplace_back(a, bytes);
   (write ? g_traffic.counts.bytes_written : g_traffic.counts.bytes_read) += bytes;
   LaunchTraffic& this_launch = g_traffic.counts.per_launch.back();  // launch() opened it
   (write ? this_launch.bytes_written : this_launch.bytes_read) += bytes;
+  return const_cast<void*>(p);
 }
+
+uint64_t shared_faults() { return g_handler.faults.load(std::memory_order_relaxed); }
+
 Arch arch() { return g_arch; }
 
 unsigned char* dynamic_shared_memory() {

@@ -123,6 +123,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_arch", &op_ext::set_arch);
   m.def("set_block_order", &op_ext::set_block_order);
   m.def("launch_count", &cuda_sim::launches, "Kernel launches made on the harness in this process.");
+  m.def("shared_fault_count", &cuda_sim::shared_faults,
+        "Shared-memory accesses of kernel threads that bypassed the load/store helpers in this process "
+        "(each checked through a page fault).");
   m.def("_traffic_begin", &cuda_sim::traffic_begin);
   m.def("_traffic_end", [] {
     const cuda_sim::TrafficCounts c = cuda_sim::traffic_end();

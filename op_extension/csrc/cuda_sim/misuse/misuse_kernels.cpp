@@ -144,6 +144,68 @@ CUDA_SIM_PLANTED_OVERRUN __global__ void static_shared_before_start_kernel(float
   out[threadIdx.x] = slots[left];
 }
 
+// ---- shared memory through the kernels' helpers ----------------------------------
+//
+// The op kernels access shared memory through load_shared / store_shared and
+// the pack helpers: the harness checks every byte of each access in the
+// helper, without a fault. The mistakes below are each reported there; the
+// first two would pass the fault path, which checks the first byte only.
+
+// clean_kernel and clean_shared_kernel through the helpers.
+__global__ void clean_helpers_kernel(float* out) {
+  __shared__ float partial[32];
+  float* slots = reinterpret_cast<float*>(detail::dynamic_shared_bytes());
+  detail::store_shared(slots + threadIdx.x, static_cast<float>(threadIdx.x));
+  if (threadIdx.x % 32 == 0) detail::store_shared(&partial[threadIdx.x / 32], 32.0f);
+  __syncthreads();
+  float v = detail::load_shared(slots + (threadIdx.x + 1) % blockDim.x);
+  if (threadIdx.x % 4 == 0) {
+    const detail::Pack<float, 4> pack = detail::load_pack<4>(slots + threadIdx.x);
+    v += pack.v[0] - pack.v[0];
+  }
+  if (threadIdx.x == 0) {
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) v += detail::load_shared(&partial[w]);
+  }
+  out[threadIdx.x] = v;
+}
+
+// Launched with 30 floats of dynamic shared memory, 8 threads: thread 7's
+// 16-byte pack covers bytes 112-127, the last 8 past the window's 120 (in the
+// same page: no fault would see them).
+__global__ void pack_past_the_end_kernel() {
+  float* slots = reinterpret_cast<float*>(detail::dynamic_shared_bytes());
+  detail::store_pack<4>(slots + 4 * threadIdx.x, detail::Pack<float, 4>{{1.0f, 2.0f, 3.0f, 4.0f}});
+}
+
+// Thread 0 writes float 3; thread 1 then reads floats 0-3 as one pack with no
+// barrier between: the race is on the pack's 13th byte, not its first.
+__global__ void race_on_a_later_byte_kernel(float* out) {
+  float* slots = reinterpret_cast<float*>(detail::dynamic_shared_bytes());
+  if (threadIdx.x == 0) detail::store_shared(slots + 3, 1.0f);
+  if (threadIdx.x == 1) out[0] = detail::load_pack<4>(slots).v[3];  // MISTAKE: no __syncthreads before
+}
+
+CUDA_SIM_PLANTED_OVERRUN __global__ void helper_static_past_end_kernel(float* out) {
+  __shared__ float cache[32];
+  detail::store_shared(cache + threadIdx.x + 1, 1.0f);  // launched with 32 threads: the last writes past the end
+  __syncthreads();
+  out[threadIdx.x] = detail::load_shared(cache + threadIdx.x);
+}
+
+__global__ void load_shared_of_global_kernel(const float* in, float* out) {
+  out[threadIdx.x] = detail::load_shared(in + threadIdx.x);  // MISTAKE: `in` is global memory
+}
+
+// cluster_remote_read_without_sync_kernel through the helpers.
+__global__ void cluster_helper_remote_read_without_sync_kernel(float* out) {
+  float* mine = reinterpret_cast<float*>(detail::dynamic_shared_bytes());
+  const unsigned peer = (detail::cluster_block_rank() + 1) % cuda_sim::cluster_blocks();
+  detail::store_shared(mine + threadIdx.x, static_cast<float>(threadIdx.x));
+  // MISTAKE: no cluster_sync between the peer's write and this read.
+  out[blockIdx.x * blockDim.x + threadIdx.x] = detail::load_shared(detail::cluster_map_shared(mine, peer) + threadIdx.x);
+  detail::cluster_sync();
+}
+
 // Global memory is not watched by the harness: AddressSanitizer sees it in the
 // sanitizer build (scripts/check_sanitizers.sh requires this report).
 __global__ void global_out_of_bounds_kernel(const float* in, float* out, int n) {
@@ -324,6 +386,8 @@ void run_cluster_misuse_kernel(const std::string& n) {
                                  std::to_string(ranks[i]) + " from its static __shared__ array");
       }
     }
+  } else if (n == "cluster_helper_remote_read_without_sync") {
+    (void)launch_cluster_kernel<cluster_helper_remote_read_without_sync_kernel>(2, 32, 2, shared, nullptr, out);
   } else if (n == "cluster_remote_read_without_sync") {
     (void)launch_cluster_kernel<cluster_remote_read_without_sync_kernel>(2, 32, 2, shared, nullptr, out);
   } else if (n == "cluster_peer_exited") {
@@ -363,6 +427,20 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
     if (out[0] != 64.0f || out[1] != 64.0f) throw std::runtime_error("cuda_sim misuse: clean kernel summed wrong");
     launch_kernel<clean_shared_kernel>(3, 64, 64 * sizeof(float), nullptr, out);
     if (out[0] != 1.0f || out[63] != 0.0f) throw std::runtime_error("cuda_sim misuse: clean shared kernel read wrong");
+  } else if (n == "clean_helpers") {
+    launch_kernel<clean_helpers_kernel>(2, 64, 64 * sizeof(float), nullptr, out);
+    if (out[0] != 1.0f + 64.0f || out[1] != 2.0f || out[63] != 0.0f) {
+      throw std::runtime_error("cuda_sim misuse: clean helpers kernel read wrong");
+    }
+  } else if (n == "pack_past_the_end") {
+    launch_kernel<pack_past_the_end_kernel>(1, 8, 30 * sizeof(float), nullptr);
+  } else if (n == "race_on_a_later_byte") {
+    launch_kernel<race_on_a_later_byte_kernel>(1, 32, 4 * sizeof(float), nullptr, out);
+  } else if (n == "helper_static_past_end") {
+    launch_kernel<helper_static_past_end_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "load_shared_of_global") {
+    const float in[32] = {};
+    launch_kernel<load_shared_of_global_kernel>(1, 32, 0, nullptr, in, out);
   } else if (n == "shared_out_of_bounds") {
     launch_kernel<shared_out_of_bounds_kernel>(1, 32, 32 * sizeof(float), nullptr);
   } else if (n == "shared_read_after_write") {

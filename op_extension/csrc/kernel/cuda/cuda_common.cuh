@@ -288,19 +288,33 @@ __device__ __forceinline__ acc_t<T> round_to(acc_t<T> v) {
   return to_acc(from_acc<T>(v));
 }
 
-// ---- global memory ----------------------------------------------------------------
+// ---- memory accesses ---------------------------------------------------------------
 //
-// Every global-memory access of the kernels goes through load_global /
-// store_global or load_pack / store_pack, so that the CPU harness sees it: it
-// counts the bytes each launch reads and writes and the 32-byte sectors each
-// warp-wide access touches (op_extension.cuda_sim.traffic, held in CI against each
-// kernel's minimum). On the GPU they are plain loads and stores. The pack helpers
-// also serve shared memory, which the harness leaves out of the count.
+// Every memory access of the kernels goes through these helpers: load_global /
+// store_global or load_pack / store_pack for global memory (the pack helpers
+// serve shared memory too), load_shared / store_shared for one element of
+// shared memory. On the GPU they are plain loads and stores. On the CPU harness
+// they call cuda_sim::memory_access, which counts the bytes each launch reads
+// and writes in global memory and the 32-byte sectors each warp-wide access
+// touches (op_extension.cuda_sim.traffic, held in CI against each kernel's
+// minimum), and checks every byte of each shared-memory access for bounds and
+// races, at the cost of a call. A shared access that bypasses them is still
+// checked, through a page fault that costs some 20 us: the traffic test holds
+// every kernel to zero of those.
+
+#ifdef OP_EXT_CUDA_SIM
+// The address to access: p, or for shared memory the harness's unwatched view of it.
+template <typename T>
+__device__ __forceinline__ T* sim_access(T* p, size_t bytes, bool write,
+                                         ::cuda_sim::Space space = ::cuda_sim::Space::Any) {
+  return static_cast<T*>(::cuda_sim::memory_access(p, bytes, write, space));
+}
+#endif
 
 template <typename T>
 __device__ __forceinline__ T load_global(const T* p) {
 #ifdef OP_EXT_CUDA_SIM
-  ::cuda_sim::record_global(p, sizeof(T), false);
+  p = sim_access(p, sizeof(T), false);
 #endif
   return *p;
 }
@@ -308,7 +322,25 @@ __device__ __forceinline__ T load_global(const T* p) {
 template <typename T>
 __device__ __forceinline__ void store_global(T* p, T value) {
 #ifdef OP_EXT_CUDA_SIM
-  ::cuda_sim::record_global(p, sizeof(T), true);
+  p = sim_access(p, sizeof(T), true);
+#endif
+  *p = value;
+}
+
+// One element of shared memory (a __shared__ array, dynamic shared memory, or
+// a peer block's through cluster_map_shared).
+template <typename T>
+__device__ __forceinline__ T load_shared(const T* p) {
+#ifdef OP_EXT_CUDA_SIM
+  p = sim_access(p, sizeof(T), false, ::cuda_sim::Space::Shared);
+#endif
+  return *p;
+}
+
+template <typename T>
+__device__ __forceinline__ void store_shared(T* p, T value) {
+#ifdef OP_EXT_CUDA_SIM
+  p = sim_access(p, sizeof(T), true, ::cuda_sim::Space::Shared);
 #endif
   *p = value;
 }
@@ -322,7 +354,7 @@ struct alignas(sizeof(T) * N) Pack {
 template <int N, typename T>
 __device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
 #ifdef OP_EXT_CUDA_SIM
-  ::cuda_sim::record_global(p, sizeof(Pack<T, N>), false);
+  p = sim_access(p, sizeof(Pack<T, N>), false);
 #endif
   if constexpr (N == 1) {
     return Pack<T, 1>{{p[0]}};
@@ -334,7 +366,7 @@ __device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
 template <int N, typename T>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& pack) {
 #ifdef OP_EXT_CUDA_SIM
-  ::cuda_sim::record_global(p, sizeof(Pack<T, N>), true);
+  p = sim_access(p, sizeof(Pack<T, N>), true);
 #endif
   if constexpr (N == 1) {
     p[0] = pack.v[0];
@@ -438,21 +470,21 @@ __device__ __forceinline__ void block_reduce(Acc (&v)[N], const Op& op) {
   warp_reduce(v, min(32, nthreads - warp * 32), op);
   if (lane == 0) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) partial[i][warp] = v[i];
+    for (int i = 0; i < N; ++i) store_shared(&partial[i][warp], v[i]);
   }
   __syncthreads();
   if (warp == 0) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = lane < nwarps ? partial[i][lane] : op.template identity<Acc>();
+    for (int i = 0; i < N; ++i) v[i] = lane < nwarps ? load_shared(&partial[i][lane]) : op.template identity<Acc>();
     warp_reduce(v, min(32, nthreads), op);
     if (lane == 0) {
 #pragma unroll
-      for (int i = 0; i < N; ++i) partial[i][32] = v[i];
+      for (int i = 0; i < N; ++i) store_shared(&partial[i][32], v[i]);
     }
   }
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < N; ++i) v[i] = partial[i][32];
+  for (int i = 0; i < N; ++i) v[i] = load_shared(&partial[i][32]);
 }
 
 // ---- elementwise map ---------------------------------------------------------------
@@ -565,12 +597,12 @@ __global__ void sum_partials_kernel(const acc_t<T>* partial, T* out, T* out_1, i
       if (c < C) {
         for (int64_t k = threadIdx.y; k < K; k += kPartialRows) s += load_global(partial + (a * K + k) * C + c);
       }
-      sums[threadIdx.y][threadIdx.x] = s;
+      store_shared(&sums[threadIdx.y][threadIdx.x], s);
       __syncthreads();
       if (threadIdx.y == 0 && c < C) {
         Acc total = Acc(0);
 #pragma unroll
-        for (int r = 0; r < kPartialRows; ++r) total += sums[r][threadIdx.x];
+        for (int r = 0; r < kPartialRows; ++r) total += load_shared(&sums[r][threadIdx.x]);
         store_sum(a, c, total);
       }
       __syncthreads();  // `sums` is reused by the next column block

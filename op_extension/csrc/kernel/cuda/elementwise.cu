@@ -316,12 +316,12 @@ __global__ void chunk_col_sums_kernel(const T* grad, acc_t<T>* partial, int64_t 
         s += to_acc(load_global(grad + (a * R + r) * C + c));
       }
     }
-    sums[threadIdx.y][threadIdx.x] = s;
+    store_shared(&sums[threadIdx.y][threadIdx.x], s);
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
       Acc total = Acc(0);
 #pragma unroll
-      for (int y = 0; y < kPartialRows; ++y) total += sums[y][threadIdx.x];
+      for (int y = 0; y < kPartialRows; ++y) total += load_shared(&sums[y][threadIdx.x]);
       store_global(partial + (a * chunks + k) * C + c, total);
     }
     __syncthreads();

@@ -499,12 +499,12 @@ __global__ void __launch_bounds__(kLongRowWarps * 32)
       Acc w0[kVec];
       weight_or_ones<kVec>(active ? a.weight : nullptr, v, w0);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) chunk_weight[lane * kVec + e] = w0[e];
+      for (int e = 0; e < kVec; ++e) store_shared(&chunk_weight[lane * kVec + e], w0[e]);
     }
     __syncthreads();
     Acc w[kVec];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) w[e] = chunk_weight[lane * kVec + e];
+    for (int e = 0; e < kVec; ++e) w[e] = load_shared(&chunk_weight[lane * kVec + e]);
     Acc sums[kSums][kVec] = {};
     for (int64_t b = 0; b < a.rows; b += kLongRowBatch) {
       const int batch = static_cast<int>(min(int64_t{kLongRowBatch}, a.rows - b));
@@ -512,7 +512,7 @@ __global__ void __launch_bounds__(kLongRowWarps * 32)
       if (static_cast<int>(threadIdx.x) < batch) {
         const Pack<Acc, kStats> pack = load_pack<kStats>(stats + (b + threadIdx.x) * kStats);
 #pragma unroll
-        for (int k = 0; k < kStats; ++k) batch_stats[threadIdx.x][k] = pack.v[k];
+        for (int k = 0; k < kStats; ++k) store_shared(&batch_stats[threadIdx.x][k], pack.v[k]);
       }
       __syncthreads();
       if (!active) continue;
@@ -535,13 +535,15 @@ __global__ void __launch_bounds__(kLongRowWarps * 32)
         for (int q = 0; q < 2; ++q) {
           if (q >= pair) break;
           const int row = r + q * warps;
-          Acc xv[kVec], dyv[kVec], out[kVec];
+          Acc xv[kVec], dyv[kVec], out[kVec], row_stats[kStats];
           widen(xp[q], xv);
           widen(dyp[q], dyv);
 #pragma unroll
+          for (int k = 0; k < kStats; ++k) row_stats[k] = load_shared(&batch_stats[row][k]);
+#pragma unroll
           for (int e = 0; e < kVec; ++e) {
             Acc terms[kSums];
-            out[e] = Norm::element(batch_stats[row], xv[e], dyv[e], w[e], terms);
+            out[e] = Norm::element(row_stats, xv[e], dyv[e], w[e], terms);
 #pragma unroll
             for (int s = 0; s < kSums; ++s) sums[s][e] += terms[s];
           }
@@ -559,7 +561,7 @@ __global__ void __launch_bounds__(kLongRowWarps * 32)
 #pragma unroll
       for (int s = 0; s < kSums; ++s) {
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) warp_sums[warp][s][lane * kVec + e] = sums[s][e];
+        for (int e = 0; e < kVec; ++e) store_shared(&warp_sums[warp][s][lane * kVec + e], sums[s][e]);
       }
       __syncthreads();
     }
@@ -569,10 +571,10 @@ __global__ void __launch_bounds__(kLongRowWarps * 32)
         if (a.column_sums[s] == nullptr) continue;
         Acc total[kVec];
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) total[e] = warp_sums[0][s][lane * kVec + e];
+        for (int e = 0; e < kVec; ++e) total[e] = load_shared(&warp_sums[0][s][lane * kVec + e]);
         for (int other = 1; other < warps; ++other) {
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) total[e] += warp_sums[other][s][lane * kVec + e];
+          for (int e = 0; e < kVec; ++e) total[e] += load_shared(&warp_sums[other][s][lane * kVec + e]);
         }
         store_acc<kVec>(a.column_sums[s] + j, total);
       }

@@ -111,20 +111,20 @@ struct ClusterRowReduce {
     parity ^= 1;
     if (threadIdx.x == 0) {
 #pragma unroll
-      for (int i = 0; i < N; ++i) slot[i] = v[i];
+      for (int i = 0; i < N; ++i) store_shared(slot + i, v[i]);
     }
     cluster_sync();
     const int lane = static_cast<int>(threadIdx.x);
     if (lane < N) {
-      Acc total = cluster_map_shared(slot, 0)[lane];
-      for (unsigned r = 1; r < blocks; ++r) total = op(total, cluster_map_shared(slot, r)[lane]);
-      combined[lane] = total;
+      Acc total = load_shared(cluster_map_shared(slot, 0) + lane);
+      for (unsigned r = 1; r < blocks; ++r) total = op(total, load_shared(cluster_map_shared(slot, r) + lane));
+      store_shared(combined + lane, total);
     }
     // block_reduce's opening barrier keeps the next call's writes of
     // `combined` behind these reads.
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = combined[i];
+    for (int i = 0; i < N; ++i) v[i] = load_shared(combined + i);
   }
 };
 

@@ -15,7 +15,8 @@
 //     at least one write (threads of two blocks of a cluster: with no
 //     cluster_sync between), and shared memory accessed out of bounds: dynamic
 //     shared memory beyond the launch's size, a static __shared__ array past
-//     its end or before its start (x86-64 Linux: every access is trapped, see
+//     its end or before its start (every byte of an access through the
+//     kernels' helpers; on x86-64 Linux any other access is trapped too, see
 //     harness.cpp);
 //   * distributed shared memory misused: a block rank past the cluster, an
 //     address outside the dynamic window mapped, an access to the shared memory
@@ -40,7 +41,7 @@
 #define __global__
 #define __device__
 #define __host__
-// Always inlined, as nvcc does: record_global tells accesses apart by the place
+// Always inlined, as nvcc does: memory_access tells accesses apart by the place
 // in the kernel it returns to.
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
@@ -154,8 +155,19 @@ struct TrafficCounts {
 void traffic_begin();
 TrafficCounts traffic_end();
 void note_workspace(uint64_t bytes);
-// Called by the kernels' global load/store helpers for every access.
-void record_global(const void* p, size_t bytes, bool write);
+// Called by the kernels' load/store helpers (kernel/cuda/cuda_common.cuh) for
+// every access of `bytes` bytes at p. Shared memory (a block's dynamic window,
+// a static __shared__ array) is checked for every byte, as watched memory is
+// (bounds, races: reported like a fault's finding), and the same bytes are
+// returned at their unwatched address, so the access does not fault; global
+// memory is counted (traffic) and p returned. Space::Shared: p must be shared
+// memory (load_shared, store_shared), anything else is reported.
+enum class Space { Any, Shared };
+void* memory_access(const void* p, size_t bytes, bool write, Space space);
+// Accesses of watched shared memory by kernel threads that bypassed the
+// helpers, in this process so far: each was checked through a page fault (for
+// its first byte), at some 20 us apiece.
+uint64_t shared_faults();
 
 // Runs body(closure) as every thread of every block; throws std::runtime_error
 // with the first report. cluster_blocks > 1: a launch of thread-block clusters
