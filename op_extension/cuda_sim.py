@@ -100,6 +100,12 @@ def traffic(op: str, *args, backward: bool = False, arch: str = "sm_80", **kwarg
                          name, "cluster_blocks": blocks per thread-block cluster
                          (1: none), "bytes_read", "bytes_written"}; the bytes sum
                          to the totals
+      shared_wavefronts  the wavefronts the kernels' warp-wide shared-memory
+                         accesses take through its 32 banks (4-byte words; an
+                         access is served in phases of at most 128 bytes, and
+                         distinct words of one bank in a phase take one each)
+      bank_efficiency    the wavefronts those accesses would take without bank
+                         conflicts over shared_wavefronts: 1.0 when conflict-free
       shared_faults      shared-memory accesses that bypassed the kernels'
                          load/store helpers (checked through a page fault each,
                          some 20 us apiece; CI holds every kernel to 0)
@@ -125,6 +131,8 @@ def _with_efficiency(counts: dict) -> dict:
     """The harness's counts with requested and sector bytes turned into sector_efficiency."""
     requested, sectors = counts.pop("requested_bytes"), counts.pop("sector_bytes")
     counts["sector_efficiency"] = requested / sectors if sectors else 1.0
+    ideal = counts.pop("shared_ideal_wavefronts")
+    counts["bank_efficiency"] = ideal / counts["shared_wavefronts"] if counts["shared_wavefronts"] else 1.0
     counts["per_launch"] = [{"kernel": kernel_short_name(name), "signature": name, "cluster_blocks": cluster,
                              "bytes_read": read, "bytes_written": written}
                             for name, cluster, read, written in counts["per_launch"]]

@@ -29,10 +29,6 @@
 # does not fully support swapcontext: the harness announces each switch between
 # fiber stacks to it (csrc/cuda_sim/harness.cpp), which is what it needs.
 # Excluded:
-# - tests marked `counts_only`: the traffic model's counts of long rows (4 x 65536),
-#   whose kernels the long-row tests of test_cuda_sim*.py run here on smaller rows
-#   (4 minutes under ASan for the counts alone), and test_cuda_sim_cluster_rows.py's
-#   checks of which kernels a launch takes, whose kernels its correctness tests run;
 # - test_compile.py (torch.compile / torch.export), and any test marked `compile`:
 #   the C++ Inductor generates is compiled without sanitizers, and what of ours runs
 #   inside a compiled graph is the same op kernels the eager tests run here; they
@@ -245,7 +241,7 @@ rm -rf "$logs"
 mkdir -p "$logs"
 echo "sanitizer check: running ${tests[*]}"
 set +e
-sanitized_pytest "$logs" -m "not compile and not counts_only" --durations=10 ${PYTEST_ARGS:-} "${tests[@]}" 2>&1 | tee "$logs/pytest.txt"
+sanitized_pytest "$logs" -m "not compile" --durations=10 ${PYTEST_ARGS:-} "${tests[@]}" 2>&1 | tee "$logs/pytest.txt"
 rc=${PIPESTATUS[0]}
 set -e
 phase "tests"

@@ -515,6 +515,8 @@ MISUSE = {
                             r"thread \(0,0,0\), no __syncthreads between",
     "helper_static_past_end": r"thread \(31,0,0\): static __shared__ op_ext::cuda::misuse::helper_static_past_end_kernel"
                               r"\(float\*\)::cache write out of bounds: byte offset 128 of a 128-byte array",
+    "misaligned_pack": r"misaligned_pack_kernel: block \(0,0,0\) thread \(0,0,0\): misaligned 16-byte load at "
+                       r"0x[0-9a-f]*[48c] \(the GPU needs 16-byte alignment\)",
     "load_shared_of_global": r"load_shared_of_global_kernel: block \(0,0,0\) thread \(0,0,0\): load_shared of 4 bytes "
                              r"at 0x[0-9a-f]+, which is not shared memory",
 }

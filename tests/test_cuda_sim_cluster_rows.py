@@ -114,9 +114,7 @@ def test_forward_norms_of_rows_held_by_a_cluster(case, affine):
                                    msg=lambda m, r=r: f"{_case_id(case)} row {r}: {m}")
 
 
-# counts_only: which kernels run, from the traffic counts; the correctness test
-# above runs the same kernels under the sanitizers (scripts/check_sanitizers.sh).
-@pytest.mark.counts_only
+# Which kernels run, from the traffic counts.
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_the_cluster_kernel_runs_on_sm_90_only(case):
     """The launch is the cluster instantiation (its last template argument,
@@ -223,7 +221,6 @@ def test_backward_norms_of_rows_held_by_a_cluster(case, affine):
     assert_backward_matches_float64(op, dtype, _backward_args(op, x, w, b), arch="sm_90", label=_case_id(case))
 
 
-@pytest.mark.counts_only  # as test_the_cluster_kernel_runs_on_sm_90_only
 @pytest.mark.parametrize("case", BACKWARD_CASES, ids=_case_id)
 def test_the_backward_cluster_kernel_runs_on_sm_90_only(case):
     """On sm_90 the backward is the cluster kernel, in clusters of the planned

@@ -13,6 +13,8 @@ each warp-wide access touches. The rules (issue 26), at LLM-like shapes
     MAX_MOVED x min_bytes (each input read once, each output written once);
   * sector_efficiency at least MIN_EFFICIENCY on aligned rows (coalesced);
   * at most MAX_LAUNCHES launches per op call;
+  * shared memory without bank conflicts (bank_efficiency MIN_BANK_EFFICIENCY:
+    no warp-wide access takes more wavefronts than its phases);
   * every shared-memory access through the helpers too (shared_faults 0): the
     harness checks those in the call, any other through a page fault, which
     made the harness's tests ten times slower;
@@ -40,6 +42,9 @@ from op_extension import cuda_sim
 
 MAX_MOVED = 1.15
 MIN_EFFICIENCY = 0.9
+# Shared memory: conflict-free (bank_efficiency 1.0: no access takes more
+# wavefronts than its phases).
+MIN_BANK_EFFICIENCY = 1.0
 MAX_LAUNCHES = 2
 # An improvement of more than this leaves a recorded ceiling loose: tighten it.
 SLACK = 0.02
@@ -69,6 +74,10 @@ def broken_rules(t: dict, ceiling: dict | None = None) -> list[str]:
     min_efficiency = ceiling.get("efficiency", MIN_EFFICIENCY)
     if efficiency < min_efficiency - 1e-9:
         broken.append(f"sector efficiency {efficiency:.3f} (at least {min_efficiency})")
+    min_banks = ceiling.get("bank_efficiency", MIN_BANK_EFFICIENCY)
+    if t["bank_efficiency"] < min_banks - 1e-9:
+        broken.append(f"shared-memory bank efficiency {t['bank_efficiency']:.3f} (at least {min_banks}: "
+                      f"{t['shared_wavefronts']} wavefronts)")
     if t.get("shared_faults"):
         broken.append(f"{t['shared_faults']} shared-memory accesses bypassed load_shared / store_shared / the pack "
                       f"helpers (each checked through a page fault, some 20 us apiece)")
@@ -100,18 +109,15 @@ def _cases():
         for s in samples:
             for direction in ("forward", "backward"):
                 params.append(pytest.param(op, s, direction, "sm_80", id=f"{op}-{s.id}-{direction}"))
-        # Counts only: the sanitizers see these kernels in test_cuda_sim.py's,
-        # test_cuda_sim_long_rows.py's and test_cuda_sim_cluster_rows.py's long
-        # rows, at a fraction of the cost. On sm_90 too where a thread-block
-        # cluster holds the rows (TRAFFIC_NO_EXTRA_READ).
+        # On sm_90 too where a thread-block cluster holds the rows
+        # (TRAFFIC_NO_EXTRA_READ).
         held = op_cases.get(op, "TRAFFIC_NO_EXTRA_READ", set())
         for s in op_cases.get(op, "TRAFFIC_LONG_ROWS", []):
             for direction in ("forward", "backward"):
                 for arch in ("sm_80", "sm_90"):
                     if arch == "sm_90" and (s.id, direction, arch) not in held:
                         continue
-                    params.append(pytest.param(op, s, direction, arch, id=f"{op}-{s.id}-{direction}-{arch}",
-                                               marks=pytest.mark.counts_only))
+                    params.append(pytest.param(op, s, direction, arch, id=f"{op}-{s.id}-{direction}-{arch}"))
     return params
 
 
@@ -171,6 +177,7 @@ def test_ceilings_are_above_the_targets_only():
             assert ceiling.get("moved", MAX_MOVED + 1) > MAX_MOVED, (op, direction)
             assert ceiling.get("efficiency", 0) < MIN_EFFICIENCY, (op, direction)
             assert ceiling.get("launches", MAX_LAUNCHES + 1) > MAX_LAUNCHES, (op, direction)
+            assert ceiling.get("bank_efficiency", 0) < MIN_BANK_EFFICIENCY, (op, direction)
 
 
 # ---- the planted kernels: each mistake is seen -------------------------------------------
@@ -205,6 +212,22 @@ def test_a_strided_access_is_seen():
 def test_an_access_that_bypasses_the_helpers_is_seen():
     t = planted("traffic_copy") | {"min_bytes_read": 2 * 16384}
     assert broken_rules(t)[0].startswith("unseen accesses: read 16384 of 32768 input bytes")
+
+
+def test_shared_memory_bank_conflicts_are_seen():
+    """2 warps each: consecutive floats, a broadcast and 16-byte packs take one
+    wavefront per phase (10 a warp); a stride of 2 floats puts two words in each
+    even bank (2 a phase); a column of a 32 x 32 float tile puts all 32 lanes in
+    one bank (32)."""
+    free = planted("traffic_banks_conflict_free")
+    assert (free["bank_efficiency"], free["shared_wavefronts"]) == (1.0, 20)
+    assert free["shared_faults"] == 0
+    two_way = planted("traffic_banks_two_way")
+    assert (two_way["bank_efficiency"], two_way["shared_wavefronts"]) == (0.5, 8)
+    column = planted("traffic_banks_column")
+    assert (column["bank_efficiency"], column["shared_wavefronts"]) == (1 / 32, 128)
+    assert any(rule.startswith("shared-memory bank efficiency 0.031") for rule in broken_rules(column))
+    assert not any("bank" in rule for rule in broken_rules(free))
 
 
 def test_a_shared_access_that_bypasses_the_helpers_is_seen():

@@ -893,8 +893,44 @@ struct TrafficState {
   std::unordered_map<Place, uint32_t, PlaceHash> reached;
   // Each instruction's accesses: (first byte, bytes).
   std::unordered_map<Instruction, std::vector<std::pair<uint64_t, uint64_t>>, InstructionHash> accesses;
+  // Each shared-memory instruction's accesses: (lane, first byte, bytes).
+  struct SharedAccess {
+    uint32_t lane;
+    uint64_t begin, bytes;
+  };
+  std::unordered_map<Instruction, std::vector<SharedAccess>, InstructionHash> shared_accesses;
 };
 thread_local TrafficState g_traffic;
+
+// Shared memory is 32 banks of 4-byte words (word w in bank w % 32; CUDA C++
+// Programming Guide, compute capability 5.x and later, "Shared Memory"). A
+// warp-wide access is served in phases of at most 128 bytes: all 32 lanes for
+// accesses of up to 4 bytes, half-warps for 8-byte ones, quarter-warps for
+// 16-byte ones. Within a phase, lanes that read the same word are served at once
+// (a broadcast), and distinct words in one bank take one wavefront each: the
+// phase takes as many wavefronts as its busiest bank has distinct words. Without
+// conflicts each phase with an active lane is one wavefront.
+void count_shared_wavefronts(std::vector<TrafficState::SharedAccess>& lanes) {
+  const uint64_t bytes = lanes.front().bytes;
+  const uint32_t phases = bytes >= 8 ? static_cast<uint32_t>(std::min<uint64_t>(bytes / 4, 4)) : 1;
+  const uint32_t lanes_per_phase = 32 / phases;
+  std::sort(lanes.begin(), lanes.end(), [](const auto& a, const auto& b) { return a.lane < b.lane; });
+  size_t i = 0;
+  while (i < lanes.size()) {
+    const uint32_t phase = lanes[i].lane / lanes_per_phase;
+    std::vector<uint64_t> words;  // distinct (bank, word) pairs of the phase, as words
+    for (; i < lanes.size() && lanes[i].lane / lanes_per_phase == phase; ++i) {
+      for (uint64_t w = lanes[i].begin / 4; w <= (lanes[i].begin + lanes[i].bytes - 1) / 4; ++w) words.push_back(w);
+    }
+    std::sort(words.begin(), words.end());
+    words.erase(std::unique(words.begin(), words.end()), words.end());
+    uint32_t per_bank[32] = {};
+    uint32_t busiest = 0;
+    for (const uint64_t w : words) busiest = std::max(busiest, ++per_bank[w % 32]);
+    g_traffic.counts.shared_wavefronts += busiest;
+    g_traffic.counts.shared_ideal_wavefronts += 1;
+  }
+}
 
 // At a cluster's end: per warp-wide instruction, the distinct bytes its lanes asked
 // for (lanes reading one address are served once, as on the GPU) and the distinct
@@ -916,7 +952,9 @@ void fold_block_traffic() {
       }
     }
   }
+  for (auto& [instruction, lanes] : g_traffic.shared_accesses) count_shared_wavefronts(lanes);
   g_traffic.accesses.clear();
+  g_traffic.shared_accesses.clear();
   g_traffic.reached.clear();
 }
 
@@ -1027,6 +1065,15 @@ __attribute__((noinline)) void* memory_access(const void* p, size_t bytes, bool 
   Launch* const l = g_launch;
   if (l == nullptr || l->current < 0) return const_cast<void*>(p);  // not a kernel thread
   const auto a = reinterpret_cast<uintptr_t>(p);
+  // The GPU's loads and stores of 2, 4, 8 and 16 bytes need an address aligned
+  // to their size ("misaligned address" otherwise; CUDA C++ Programming Guide,
+  // "Device Memory Accesses"), global and shared alike.
+  if ((bytes & (bytes - 1)) == 0 && bytes <= 16 && a % bytes != 0) {
+    char what[200];
+    std::snprintf(what, sizeof what, "misaligned %zu-byte %s at %p (the GPU needs %zu-byte alignment)", bytes,
+                  write ? "store" : "load", p, bytes);
+    fail_in_fiber(what);
+  }
   Watch* const w = g_handler.watch;
   bool closed = false;
   const Region* const region = w != nullptr ? shared_region(*w, a, &closed) : nullptr;
@@ -1034,6 +1081,12 @@ __attribute__((noinline)) void* memory_access(const void* p, size_t bytes, bool 
     if (region->rank < 0) own_static_copy(*w, *region, l->fibers[l->current].rank);
     std::string problem = check_access(*w, *l, *region, a, bytes, write);
     if (!problem.empty()) fail_in_fiber(problem);
+    if (g_traffic.on) {
+      const auto site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+      const Fiber& f = l->fibers[l->current];
+      const uint32_t occurrence = g_traffic.reached[{static_cast<uint32_t>(l->current), site}]++;
+      g_traffic.shared_accesses[{f.rank * 32 + f.thread / 32, site, occurrence}].push_back({f.thread % 32, a, bytes});
+    }
     return reinterpret_cast<void*>(region->alias + (a - region->begin));
   }
   if (space == Space::Shared) {

@@ -136,6 +136,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     counts["requested_bytes"] = c.requested_bytes;
     counts["sector_bytes"] = c.sector_bytes;
     counts["workspace_bytes"] = c.workspace_bytes;
+    counts["shared_wavefronts"] = c.shared_wavefronts;
+    counts["shared_ideal_wavefronts"] = c.shared_ideal_wavefronts;
     pybind11::list per_launch;
     for (const cuda_sim::LaunchTraffic& l : c.per_launch) {
       per_launch.append(pybind11::make_tuple(l.kernel, l.cluster_blocks, l.bytes_read, l.bytes_written));

@@ -192,6 +192,13 @@ CUDA_SIM_PLANTED_OVERRUN __global__ void helper_static_past_end_kernel(float* ou
   out[threadIdx.x] = detail::load_shared(cache + threadIdx.x);
 }
 
+// A 16-byte pack of global memory 4 bytes past an aligned start: the vector
+// path taken for a tensor whose data is not 16-byte aligned.
+__global__ void misaligned_pack_kernel(const float* in, float* out) {
+  const detail::Pack<float, 4> pack = detail::load_pack<4>(in + 1 + 4 * threadIdx.x);  // MISTAKE: in + 1
+  detail::store_global(out + threadIdx.x, pack.v[0]);
+}
+
 __global__ void load_shared_of_global_kernel(const float* in, float* out) {
   out[threadIdx.x] = detail::load_shared(in + threadIdx.x);  // MISTAKE: `in` is global memory
 }
@@ -234,6 +241,35 @@ __global__ void traffic_extra_pass_kernel(const float* in, float* out, int n) {
 __global__ void traffic_strided_kernel(const float* in, float* out, int n) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i < n) detail::store_global(out + i, detail::load_global(in + 8 * i));
+}
+
+// Shared-memory bank conflicts (traffic()'s bank_efficiency): 64 threads, 2048
+// floats of dynamic shared memory. Conflict-free: consecutive floats, one word
+// read by the whole warp (a broadcast), 16-byte packs side by side. Two-way:
+// lanes 16 apart in one bank. 32-way: a column of a 32 x 32 tile, every lane in
+// bank 0.
+__global__ void banks_conflict_free_kernel(float* out) {
+  float* tile = reinterpret_cast<float*>(detail::dynamic_shared_bytes());
+  const unsigned t = threadIdx.x;
+  detail::store_pack<4>(tile + 4 * t, detail::Pack<float, 4>{{1.0f, 1.0f, 1.0f, 1.0f}});
+  __syncthreads();
+  float v = detail::load_shared(tile + t) + detail::load_shared(tile + 7);
+  v += detail::load_pack<4>(tile + 4 * t).v[1];
+  detail::store_global(out + t, v);
+}
+
+__global__ void banks_two_way_kernel(float* out) {
+  float* tile = reinterpret_cast<float*>(detail::dynamic_shared_bytes());
+  detail::store_shared(tile + 2 * threadIdx.x, 1.0f);
+  __syncthreads();
+  detail::store_global(out + threadIdx.x, detail::load_shared(tile + 2 * threadIdx.x));
+}
+
+__global__ void banks_column_kernel(float* out) {
+  float* tile = reinterpret_cast<float*>(detail::dynamic_shared_bytes());
+  detail::store_shared(tile + 32 * (threadIdx.x % 32) + threadIdx.x / 32, 1.0f);  // MISTAKE: stride 32 floats
+  __syncthreads();
+  detail::store_global(out + threadIdx.x, detail::load_shared(tile + 32 * (threadIdx.x % 32) + threadIdx.x / 32));
 }
 
 // Float addition does not associate, so the bits depend on the order.
@@ -438,6 +474,9 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
     launch_kernel<race_on_a_later_byte_kernel>(1, 32, 4 * sizeof(float), nullptr, out);
   } else if (n == "helper_static_past_end") {
     launch_kernel<helper_static_past_end_kernel>(1, 32, 0, nullptr, out);
+  } else if (n == "misaligned_pack") {
+    alignas(16) float in[4 * 32 + 4] = {};
+    launch_kernel<misaligned_pack_kernel>(1, 32, 0, nullptr, static_cast<const float*>(in), out);
   } else if (n == "load_shared_of_global") {
     const float in[32] = {};
     launch_kernel<load_shared_of_global_kernel>(1, 32, 0, nullptr, in, out);
@@ -476,6 +515,12 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
       launch_kernel<traffic_extra_pass_kernel>(kN / 256, 256, 0, nullptr, in.get(), copy.get(), kN);
     } else if (n == "traffic_strided") {
       launch_kernel<traffic_strided_kernel>(kN / 256, 256, 0, nullptr, in.get(), copy.get(), kN);
+    } else if (n == "traffic_banks_conflict_free") {
+      launch_kernel<banks_conflict_free_kernel>(1, 64, 2048 * sizeof(float), nullptr, copy.get());
+    } else if (n == "traffic_banks_two_way") {
+      launch_kernel<banks_two_way_kernel>(1, 64, 2048 * sizeof(float), nullptr, copy.get());
+    } else if (n == "traffic_banks_column") {
+      launch_kernel<banks_column_kernel>(1, 64, 2048 * sizeof(float), nullptr, copy.get());
     } else {
       throw std::invalid_argument("cuda_sim: no misuse kernel " + n);
     }

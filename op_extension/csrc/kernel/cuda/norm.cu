@@ -468,6 +468,37 @@ struct LongRowBackward {
   T* column_sums[2] = {nullptr, nullptr};  // Norm::kSums column sums; null: not wanted
 };
 
+// A warp's lanes' kVec values each in shared memory (`values`: 32 * kVec of
+// them), as 16-byte packs: the lanes' k-th packs lie side by side, so a
+// quarter-warp's packs cover the 32 banks once (no bank conflict), where lane
+// l's values at l * kVec + e, read one element at a time, would put 4 or 8
+// lanes in each bank.
+template <int kVec, typename Acc>
+inline constexpr int kLanePack = kVec < int(16 / sizeof(Acc)) ? kVec : int(16 / sizeof(Acc));
+
+template <int kVec, typename Acc>
+__device__ __forceinline__ void store_lane_values(Acc* values, int lane, const Acc (&v)[kVec]) {
+  constexpr int kP = kLanePack<kVec, Acc>;
+#pragma unroll
+  for (int p = 0; p < kVec / kP; ++p) {
+    Pack<Acc, kP> pack;
+#pragma unroll
+    for (int e = 0; e < kP; ++e) pack.v[e] = v[p * kP + e];
+    store_pack<kP>(values + (p * 32 + lane) * kP, pack);
+  }
+}
+
+template <int kVec, typename Acc>
+__device__ __forceinline__ void load_lane_values(const Acc* values, int lane, Acc (&v)[kVec]) {
+  constexpr int kP = kLanePack<kVec, Acc>;
+#pragma unroll
+  for (int p = 0; p < kVec / kP; ++p) {
+    const Pack<Acc, kP> pack = load_pack<kP>(values + (p * 32 + lane) * kP);
+#pragma unroll
+    for (int e = 0; e < kP; ++e) v[p * kP + e] = pack.v[e];
+  }
+}
+
 // Pass 2 of a long row's backward (above): Norm::element(stats, x, dy, w,
 // terms) is one element's dx, and its terms of the Norm::kSums column sums. A block of
 // 32 x warps threads takes 32 accesses of kVec columns (one per lane) at a
@@ -481,8 +512,9 @@ __global__ void __launch_bounds__(kLongRowWarps * 32)
   constexpr int kStats = Norm::kStats;
   constexpr int kSums = Norm::kSums;
   __shared__ Acc batch_stats[kLongRowBatch][kStats];
-  __shared__ Acc warp_sums[kLongRowWarps][kSums][32 * kVec];
-  __shared__ Acc chunk_weight[32 * kVec];
+  // Read and written as 16-byte packs (store_lane_values).
+  __shared__ __align__(16) Acc warp_sums[kLongRowWarps][kSums][32 * kVec];
+  __shared__ __align__(16) Acc chunk_weight[32 * kVec];
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int warps = static_cast<int>(blockDim.x >> 5);
@@ -498,13 +530,11 @@ __global__ void __launch_bounds__(kLongRowWarps * 32)
     if (warp == 0) {
       Acc w0[kVec];
       weight_or_ones<kVec>(active ? a.weight : nullptr, v, w0);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) store_shared(&chunk_weight[lane * kVec + e], w0[e]);
+      store_lane_values<kVec>(chunk_weight, lane, w0);
     }
     __syncthreads();
     Acc w[kVec];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) w[e] = load_shared(&chunk_weight[lane * kVec + e]);
+    load_lane_values<kVec>(chunk_weight, lane, w);
     Acc sums[kSums][kVec] = {};
     for (int64_t b = 0; b < a.rows; b += kLongRowBatch) {
       const int batch = static_cast<int>(min(int64_t{kLongRowBatch}, a.rows - b));
@@ -559,10 +589,7 @@ __global__ void __launch_bounds__(kLongRowWarps * 32)
     }
     if (want_sums) {
 #pragma unroll
-      for (int s = 0; s < kSums; ++s) {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) store_shared(&warp_sums[warp][s][lane * kVec + e], sums[s][e]);
-      }
+      for (int s = 0; s < kSums; ++s) store_lane_values<kVec>(warp_sums[warp][s], lane, sums[s]);
       __syncthreads();
     }
     if (want_sums && warp == 0 && active) {
@@ -570,11 +597,12 @@ __global__ void __launch_bounds__(kLongRowWarps * 32)
       for (int s = 0; s < kSums; ++s) {
         if (a.column_sums[s] == nullptr) continue;
         Acc total[kVec];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) total[e] = load_shared(&warp_sums[0][s][lane * kVec + e]);
+        load_lane_values<kVec>(warp_sums[0][s], lane, total);
         for (int other = 1; other < warps; ++other) {
+          Acc more[kVec];
+          load_lane_values<kVec>(warp_sums[other][s], lane, more);
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) total[e] += load_shared(&warp_sums[other][s][lane * kVec + e]);
+          for (int e = 0; e < kVec; ++e) total[e] += more[e];
         }
         store_acc<kVec>(a.column_sums[s] + j, total);
       }

@@ -46,7 +46,7 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
 // Blocks run one after another, so a static variable is one block's shared
 // memory. The blocks of a cluster run together: each has its own copy of every
 // array, which the harness puts in place when one of the block's threads
@@ -135,7 +135,8 @@ uint64_t launches();
 // kernels read and wrote through their load/store helpers, the distinct bytes
 // each warp-wide access asked for and the bytes of the 32-byte sectors they lie
 // in (their ratio is the coalescing: 1.0 when every sector is used whole), and
-// the workspace the glue allocated for them.
+// the workspace the glue allocated for them; and of shared memory, the
+// wavefronts each warp-wide access takes through the 32 banks.
 // One launch's share of it: the kernel (as the harness names it) and its bytes.
 struct LaunchTraffic {
   std::string kernel;
@@ -150,6 +151,10 @@ struct TrafficCounts {
   uint64_t requested_bytes = 0;
   uint64_t sector_bytes = 0;
   uint64_t workspace_bytes = 0;
+  // Shared memory: the wavefronts its warp-wide accesses take with the bank
+  // conflicts they have, and without (one per phase of the access).
+  uint64_t shared_wavefronts = 0;
+  uint64_t shared_ideal_wavefronts = 0;
   std::vector<LaunchTraffic> per_launch;  // in launch order
 };
 void traffic_begin();
