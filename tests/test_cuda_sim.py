@@ -540,6 +540,44 @@ def test_the_helpers_check_shared_memory_without_a_fault():
     assert cuda_sim.shared_fault_count() > before
 
 
+_FORKED_VIEWS = """
+import os, sys
+from op_extension import cuda_sim
+
+def views():
+    # The memfds behind the static __shared__ arrays' pages (the dynamic windows
+    # are unmapped after each launch): their inodes.
+    with open("/proc/self/maps") as maps:
+        return sorted({line.split()[4] for line in maps if "cuda_sim shared memory" in line})
+
+cuda_sim._run_misuse("clean")
+parent = views()
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    cuda_sim._run_misuse("clean")  # the child runs kernels on its own views
+    os.write(write, " ".join(views()).encode())
+    os._exit(0)
+os.close(write)
+child = os.read(read, 1 << 16).decode().split()
+os.waitpid(pid, 0)
+cuda_sim._run_misuse("clean")
+print(len(parent), len(child), len(set(parent) & set(child)))
+"""
+
+
+def test_a_forked_child_gets_shared_arrays_of_its_own():
+    """The static __shared__ arrays' pages are a memfd mapped twice (the helpers'
+    unwatched view): a forked child would share them with its parent, so it
+    maps views of its own at the fork."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", _FORKED_VIEWS], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    parent, child, shared = map(int, done.stdout.split())
+    assert parent > 0 and child == parent and shared == 0, done.stdout
+
+
 def test_a_kernel_that_opted_in_may_use_its_shared_memory():
     """The control of shared_past_opt_in: the op kernels' launch helper opts the
     kernel into the bytes it launches with (100 KiB here, past the 48 KiB

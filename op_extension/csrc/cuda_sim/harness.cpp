@@ -455,6 +455,7 @@ void alias_static_arrays(std::vector<Region>& regions, int prot) {
     const size_t span = page_up(r.end) - r.begin;  // r.begin starts a slot, so a page
     const auto* current = reinterpret_cast<const unsigned char*>(r.alias != 0 ? r.alias : r.begin);
     const std::vector<unsigned char> bytes(current, current + span);
+    if (r.alias != 0) munmap(reinterpret_cast<void*>(r.alias), span);  // the parent's view, in a child
     unsigned char* alias = map_twice(reinterpret_cast<void*>(r.begin), span, prot);
     std::memcpy(alias, bytes.data(), span);
     r.alias = reinterpret_cast<uintptr_t>(alias);
