@@ -48,8 +48,15 @@ def run(module: str, function: str, world: int, folder: Path, *args: str, deadli
     folder.mkdir(parents=True, exist_ok=True)
     store = folder / "store"
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    code = (f"import sys; sys.path.insert(0, sys.argv[1]); import {module} as m; "
-            f"m.{function}(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], *sys.argv[5:])")
+    # After the function returns (its results written, the group destroyed),
+    # the worker leaves at once: torch's teardown of gloo at interpreter exit
+    # now and then aborts ("terminate called without an active exception", seen
+    # in CI on rank 1 of the TP + FSDP2 test after rank 0 had passed the final
+    # barrier), which would fail a run whose work was done. An exception in the
+    # function still exits 1 with its traceback.
+    code = (f"import os, sys; sys.path.insert(0, sys.argv[1]); import {module} as m; "
+            f"m.{function}(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], *sys.argv[5:]); "
+            f"sys.stdout.flush(); sys.stderr.flush(); os._exit(0)")
     logs = [folder / f"rank{rank}.log" for rank in range(world)]
     workers = []
     for rank in range(world):

@@ -523,6 +523,10 @@ def _tp_worker(rank: int, world: int, store: str, out: str) -> None:
     if rank == 0:
         torch.save({"losses": losses, "grads": grads, "split": split,
                     "fsdp2": {"losses": fsdp_losses, "grads": fsdp_grads}}, out)
+    # As _ddp_worker: the parallelized models hold the mesh's process group;
+    # freed while it lives (rank 1 once aborted at its teardown, CI 2026-11-28).
+    del model, sharded
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 
