@@ -113,18 +113,23 @@ def traffic(op: str, *args, backward: bool = False, arch: str = "sm_80", **kwarg
     Every read counts, as on a GPU without caches: a row read twice counts twice,
     a weight re-read for every row counts each time. Timing is not modelled.
     """
-    faults = _cuda_sim.shared_fault_count()
-    _cuda_sim._traffic_begin()
-    try:
-        out = (run_backward if backward else run)(op, *args, arch=arch, **kwargs)
-    finally:
-        counts = _cuda_sim._traffic_end()
-    counts = _with_efficiency(counts)
-    counts["shared_faults"] = _cuda_sim.shared_fault_count() - faults
+    out, counts = _counted(lambda: (run_backward if backward else run)(op, *args, arch=arch, **kwargs))
     counts["min_bytes_read"] = sum(t.numel() * t.element_size() for t in _tensors((args, kwargs)))
     counts["min_bytes_written"] = sum(t.numel() * t.element_size() for t in _tensors(out))
     counts["min_bytes"] = counts["min_bytes_read"] + counts["min_bytes_written"]
     return counts
+
+
+def _counted(call):
+    """call()'s result and the harness's counts of its launches (traffic()'s keys
+    but the min_bytes ones)."""
+    faults = _cuda_sim.shared_fault_count()
+    _cuda_sim._traffic_begin()
+    try:
+        out = call()
+    finally:
+        counts = _cuda_sim._traffic_end()
+    return out, _with_efficiency(counts) | {"shared_faults": _cuda_sim.shared_fault_count() - faults}
 
 
 def _with_efficiency(counts: dict) -> dict:
@@ -188,13 +193,7 @@ def _misuse_traffic(name: str) -> dict:
     its shared arrays directly, "clean_helpers" through the helpers), as traffic()
     counts it, without min_bytes (the planted kernel's is 2 * 4096 * 4)."""
     _configure("sm_80", "linear")
-    faults = _cuda_sim.shared_fault_count()
-    _cuda_sim._traffic_begin()
-    try:
-        _cuda_sim._run_misuse(name)
-    finally:
-        counts = _cuda_sim._traffic_end()
-    return _with_efficiency(counts) | {"shared_faults": _cuda_sim.shared_fault_count() - faults}
+    return _counted(lambda: _cuda_sim._run_misuse(name))[1]
 
 
 def _order_dependent_sum(block_order: str) -> float:

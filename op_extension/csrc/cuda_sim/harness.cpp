@@ -1062,6 +1062,16 @@ void note_workspace(uint64_t bytes) {
   if (g_traffic.on) g_traffic.counts.workspace_bytes += bytes;
 }
 
+namespace {
+// The warp-wide instruction the running fiber's access at `site` belongs to:
+// the k-th time its lane reaches the site (TrafficState).
+TrafficState::Instruction warp_instruction(const Launch& l, uintptr_t site) {
+  const Fiber& f = l.fibers[l.current];
+  const uint32_t occurrence = g_traffic.reached[{static_cast<uint32_t>(l.current), site}]++;
+  return {f.rank * 32 + f.thread / 32, site, occurrence};
+}
+}  // namespace
+
 __attribute__((noinline)) void* memory_access(const void* p, size_t bytes, bool write, Space space) {
   Launch* const l = g_launch;
   if (l == nullptr || l->current < 0) return const_cast<void*>(p);  // not a kernel thread
@@ -1083,10 +1093,8 @@ __attribute__((noinline)) void* memory_access(const void* p, size_t bytes, bool 
     std::string problem = check_access(*w, *l, *region, a, bytes, write);
     if (!problem.empty()) fail_in_fiber(problem);
     if (g_traffic.on) {
-      const auto site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
-      const Fiber& f = l->fibers[l->current];
-      const uint32_t occurrence = g_traffic.reached[{static_cast<uint32_t>(l->current), site}]++;
-      g_traffic.shared_accesses[{f.rank * 32 + f.thread / 32, site, occurrence}].push_back({f.thread % 32, a, bytes});
+      const uintptr_t site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+      g_traffic.shared_accesses[warp_instruction(*l, site)].push_back({l->fibers[l->current].thread % 32, a, bytes});
     }
     return reinterpret_cast<void*>(region->alias + (a - region->begin));
   }
@@ -1097,11 +1105,8 @@ __attribute__((noinline)) void* memory_access(const void* p, size_t bytes, bool 
     fail_in_fiber(what);
   }
   if (!g_traffic.on || is_local(a, l->fibers[l->current].stack)) return const_cast<void*>(p);
-  const auto site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
-  const auto fiber = static_cast<uint32_t>(l->current);
-  const Fiber& f = l->fibers[l->current];
-  const uint32_t occurrence = g_traffic.reached[{fiber, site}]++;
-  g_traffic.accesses[{f.rank * 32 + f.thread / 32, site, occurrence}].emplace_back(a, bytes);
+  const uintptr_t site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  g_traffic.accesses[warp_instruction(*l, site)].emplace_back(a, bytes);
   (write ? g_traffic.counts.bytes_written : g_traffic.counts.bytes_read) += bytes;
   LaunchTraffic& this_launch = g_traffic.counts.per_launch.back();  // launch() opened it
   (write ? this_launch.bytes_written : this_launch.bytes_read) += bytes;
