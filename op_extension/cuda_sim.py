@@ -29,7 +29,7 @@ import torch
 
 from . import _cuda_sim, _sim_args
 
-__all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "launch_count", "run", "run_backward", "shared_fault_count", "traffic"]
+__all__ = ["ARCHS", "BLOCK_ORDERS", "OPS", "launch_count", "launch_plan", "run", "run_backward", "shared_fault_count", "traffic"]
 
 ARCHS = ("sm_80", "sm_90")
 BLOCK_ORDERS = ("linear", "reverse")
@@ -98,8 +98,9 @@ def traffic(op: str, *args, backward: bool = False, arch: str = "sm_80", **kwarg
       per_launch         each launch in order: {"kernel": its name without
                          namespaces and template arguments, "signature": the full
                          name, "cluster_blocks": blocks per thread-block cluster
-                         (1: none), "bytes_read", "bytes_written"}; the bytes sum
-                         to the totals
+                         (1: none), "grid" and "block" (x, y, z),
+                         "dynamic_shared_bytes", "bytes_read", "bytes_written"};
+                         the bytes sum to the totals
       shared_wavefronts  the wavefronts the kernels' warp-wide shared-memory
                          accesses take through its 32 banks (4-byte words; an
                          access is served in phases of at most 128 bytes, and
@@ -120,6 +121,22 @@ def traffic(op: str, *args, backward: bool = False, arch: str = "sm_80", **kwarg
     return counts
 
 
+def launch_plan(op: str, *args, backward: bool = False, arch: str = "sm_90", **kwargs) -> list[dict]:
+    """The launches forward op `op` (or, with backward=True, custom::<op>_backward)
+    makes on these arguments, without running them: each checked against the
+    launch limits of `arch` and recorded as traffic()'s per_launch records (no
+    bytes). The kernels do not run, so the arguments may be as large as the
+    benchmark's (thousands of rows) and the call still takes no time; the
+    outputs hold no result. What op_extension.cuda_occupancy models a GPU's
+    occupancy from."""
+    _cuda_sim._traffic_begin(launches_only=True)
+    try:
+        (run_backward if backward else run)(op, *args, arch=arch, **kwargs)
+    finally:
+        counts = _cuda_sim._traffic_end()
+    return [_launch_record(*launch) for launch in counts["per_launch"]]
+
+
 def _counted(call):
     """call()'s result and the harness's counts of its launches (traffic()'s keys
     but the min_bytes ones)."""
@@ -138,10 +155,14 @@ def _with_efficiency(counts: dict) -> dict:
     counts["sector_efficiency"] = requested / sectors if sectors else 1.0
     ideal = counts.pop("shared_ideal_wavefronts")
     counts["bank_efficiency"] = ideal / counts["shared_wavefronts"] if counts["shared_wavefronts"] else 1.0
-    counts["per_launch"] = [{"kernel": kernel_short_name(name), "signature": name, "cluster_blocks": cluster,
-                             "bytes_read": read, "bytes_written": written}
-                            for name, cluster, read, written in counts["per_launch"]]
+    counts["per_launch"] = [_launch_record(*launch) for launch in counts["per_launch"]]
     return counts
+
+
+def _launch_record(name, cluster, read, written, grid, block, dynamic_shared) -> dict:
+    return {"kernel": kernel_short_name(name), "signature": name, "cluster_blocks": cluster,
+            "grid": tuple(grid), "block": tuple(block), "dynamic_shared_bytes": dynamic_shared,
+            "bytes_read": read, "bytes_written": written}
 
 
 def kernel_short_name(signature: str) -> str:

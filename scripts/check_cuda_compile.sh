@@ -32,11 +32,25 @@
 # from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm); one on PATH or next
 # to nvcc is used first.
 #
+# 4. the registers and static shared memory ptxas gives every kernel, sm_80 and
+#    sm_90, match op_extension/csrc/kernel/cuda/kernel_resources.json, which the
+#    occupancy model reads (op_extension/cuda_occupancy.py); a table written by
+#    another nvcc is not compared. After a kernel change:
+#
+#      bash scripts/check_cuda_compile.sh --write-resources   (then commit the table)
+#
 #   PYTHON=.venv/bin/python   the interpreter whose torch provides the headers
 #   NVCC=<path>               default: nvcc on PATH, else /usr/local/cuda/bin/nvcc
 #   CUOBJDUMP=<path>          default: see above
 set -euo pipefail
 cd "$(dirname "$0")/.."
+resources_mode=--check
+case "${1:-}" in
+  "") ;;
+  --write-resources) resources_mode=--write ;;
+  *) echo "usage: bash scripts/check_cuda_compile.sh [--write-resources]" >&2; exit 2 ;;
+esac
+RESOURCES=op_extension/csrc/kernel/cuda/kernel_resources.json
 
 PYTHON=${PYTHON:-.venv/bin/python}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -214,6 +228,12 @@ echo "   sm_90 kernels: spills, registers x launch bound, 128-bit loads on the e
 # for each functor the sources give launch_map and each add_kernel they launch.
 if ! check_kernels "$tmp/kernels" --expect-vector-from "${kernels[@]}"; then
   echo "check_cuda_compile: FAILED: the kernel checks above" >&2
+  exit 1
+fi
+echo "   sm_80 + sm_90 kernels: registers and static shared memory against $RESOURCES"
+if ! "$PYTHON" scripts/cuda_kernel_resources.py --ptxas "$tmp"/kernels/*.ptxas \
+  --nvcc "$("$NVCC" --version | grep -Eo 'V[0-9.]+' | tail -n 1)" "$resources_mode" "$RESOURCES"; then
+  echo "check_cuda_compile: FAILED: the kernel resources above" >&2
   exit 1
 fi
 

@@ -175,14 +175,30 @@ def test_the_table_shows_the_model_only_when_measured():
     print_table([row], plain)
     launches = [{"op": "softmax", "kernel": "softmax_forward_kernel", "bytes": 300, "share": 0.25},
                 {"op": "softmax_backward", "kernel": "softmax_backward_kernel", "bytes": 900, "share": 0.75}]
-    print_table([row | {"harness": {"model": 1.234, "launches": 2, "tokens": 16, "per_launch": launches}}],
-                with_model)
+    occupancy = {"warps_per_sm": 15.5, "active_sms": 64, "sms": 132, "per_launch": []}
+    print_table([row | {"harness": {"model": 1.234, "launches": 2, "tokens": 16, "per_launch": launches},
+                        "occupancy": occupancy}], with_model)
     assert "model" not in plain.getvalue() and "launches:" not in plain.getvalue()
     assert "#   softmax fwd f32: softmax_forward_kernel 25% · softmax_backward_kernel 75%" in with_model.getvalue()
     header, _, line = with_model.getvalue().splitlines()[:3]
     words = header.split()
-    assert words[words.index("%copy") + 1:words.index("%copy") + 3] == ["model", "launch"]
-    assert "1.23x" in line.split()
+    assert words[words.index("%copy") + 1:words.index("%copy") + 4] == ["model", "launch", "warps/SM"]
+    assert "1.23x" in line.split() and "16 on 64 SMs" in line
+
+
+def test_the_occupancy_column_plans_the_rows_launches_at_their_own_shape():
+    """harness_occupancy plans the row's launches (forward and backward) on the
+    harness at the row's tokens, without running them, and models each."""
+    from op_extension.bench.traffic import harness_occupancy
+
+    occ = harness_occupancy(ops, "rms_norm", "fwd+bwd", torch.bfloat16, tokens=2048)
+    kernels = [launch["kernel"] for launch in occ["per_launch"]]
+    assert kernels == ["rms_norm_forward_kernel", "rms_norm_backward_kernel", "sum_partials_kernel"]
+    assert occ["sms"] == 132 and occ["active_sms"] <= 132
+    assert occ["warps_per_sm"] == min(launch["warps_per_sm"] for launch in occ["per_launch"]) > 0
+    small = harness_occupancy(ops, "rms_norm", "fwd", torch.bfloat16, tokens=16)
+    # 16 rows, 4 to a block: 4 blocks, 4 SMs.
+    assert small["active_sms"] == 4
 
 
 def test_hidden_widens_the_rows_of_the_ops_that_take_it():

@@ -16,7 +16,7 @@ from .doubt import ROW_TRIES, CopyBaseline, section_doubt, time_row, until_quiet
 from .harness import (Progress, RunConfig, check_close, compiled_composite, copy_bandwidth, error_text, make_step,
                       measure, sync, warm_up, with_grad)
 from .plan import DTYPE_SHORT, PLAN, bytes_moved, formula_text, make_setup, reference_impl, row_hidden
-from .traffic import harness_traffic
+from .traffic import harness_occupancy, harness_traffic
 
 
 def load_liger(device, benches=None):
@@ -115,6 +115,10 @@ def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy: CopyBa
             row["harness"] = harness_traffic(ops, name, direction, dtype, hidden=row_hidden(name, cfg.hidden))
         except Exception as e:  # reported; the timings stand
             row["errors"]["harness"] = error_text(e)
+        try:
+            row["occupancy"] = harness_occupancy(ops, name, direction, dtype, tokens, row_hidden(name, cfg.hidden))
+        except Exception as e:
+            row["errors"]["occupancy"] = error_text(e)
     progress.advance(with_doubt(label, row))
     return row
 

@@ -78,7 +78,7 @@ def print_table(rows, file=sys.stdout):
     # The traffic model (--traffic): bytes moved / minimum and launches on the harness.
     with_model = any(r.get("harness") for r in rows)
     if with_model:
-        header = header[:7] + ("model", "launch") + header[7:]
+        header = header[:7] + ("model", "launch", "warps/SM") + header[7:]
     table = []
     for r in rows:
         ours = r["impls"].get("ours", {})
@@ -89,7 +89,7 @@ def print_table(rows, file=sys.stdout):
             fmt_marked(r, "ours_us", ".1f", value=ours.get("median_us")),
             fmt_marked(r, "gbps", ".1f"),
             fmt_marked(r, "pct_copy_bw", ".0f", "%"),
-        ) + (_model_cells(r.get("harness")) if with_model else ()) + tuple(fmt_marked(r, f"speedup_vs_{b}", ".2f", "x")
+        ) + (_model_cells(r.get("harness"), r.get("occupancy")) if with_model else ()) + tuple(fmt_marked(r, f"speedup_vs_{b}", ".2f", "x")
                   for b in BASELINES + (("liger",) if with_liger else ()))
           + ("; ".join(notes)[:120],))
     print_aligned(header, table, file, right=range(3, len(header) - 1))
@@ -97,7 +97,10 @@ def print_table(rows, file=sys.stdout):
         print("\n# model: the row's CUDA kernels on the CPU harness (op_extension.cuda_sim, at 16 tokens): "
               "global bytes moved over the minimum (each input read once, each output written once), 1.00x "
               "at best; launch: kernel launches. Far above 1.00x: the kernel is off its bytes; at 1.00x "
-              "but a low %copy on a GPU: off its bandwidth.", file=file)
+              "but a low %copy on a GPU: off its bandwidth. warps/SM: the occupancy model "
+              "(op_extension.cuda_occupancy, at the row's own shape): the fewest warps any of the row's launches "
+              "keeps resident on an SM (of 64), and 'on N SMs' where one reaches only N of the GPU's; few warps "
+              "in flight is the usual reason for a low %copy at 1.00x.", file=file)
         print_launch_breakdown(rows, file)
     if any(r.get("in_doubt") for r in rows):
         print(f"\n# ?: in doubt, not a result, even after measuring again: timed while other processes used "
@@ -125,10 +128,15 @@ def print_launch_breakdown(rows, file=sys.stdout):
         print("\n".join(lines), file=file)
 
 
-def _model_cells(harness):
+def _model_cells(harness, occupancy=None):
+    warps = "-"
+    if occupancy:
+        warps = f"{occupancy['warps_per_sm']:.0f}"
+        if occupancy["active_sms"] < occupancy["sms"]:
+            warps += f" on {occupancy['active_sms']} SMs"
     if not harness:
-        return ("-", "-")
-    return (f"{harness['model']:.2f}x", str(harness["launches"]))
+        return ("-", "-", warps)
+    return (f"{harness['model']:.2f}x", str(harness["launches"]), warps)
 
 
 def print_dispatch(rows, file=sys.stdout):

@@ -99,6 +99,34 @@ def harness_traffic(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS, hidden=N
     return {"model": moved / minimum, "launches": launches, "tokens": tokens, "per_launch": per_launch}
 
 
+def harness_occupancy(ops, name, direction, dtype, tokens, hidden=None):
+    """The occupancy model (op_extension.cuda_occupancy) of the row's launches at
+    the row's own shape, on the GPU the benchmark runs on (harness_arch):
+    {"warps_per_sm": the fewest warps any of its launches keeps resident on an SM
+    it reaches, "active_sms": the fewest SMs any reaches, "sms": the GPU's, "per_launch":
+    [{"kernel", "blocks_per_sm", "limited_by", "warps_per_sm", "waves"}]}; None
+    where the CUDA harness is not built. The launches are planned on the harness
+    (cuda_sim.launch_plan), not run, so the row's full shape costs nothing there."""
+    try:
+        from op_extension import cuda_occupancy, cuda_sim
+    except ImportError:
+        return None
+    arch = harness_arch()
+    per_launch = []
+    for op, args, kwargs in recorded_calls(ops, name, direction, dtype, tokens, hidden):
+        backward = op.endswith("_backward")
+        for launch in cuda_sim.launch_plan(op.removesuffix("_backward") if backward else op, *args,
+                                           backward=backward, arch=arch, **kwargs):
+            o = cuda_occupancy.launch_occupancy(launch, arch)
+            per_launch.append({k: o[k] for k in ("kernel", "blocks_per_sm", "limited_by", "warps_per_sm", "waves")}
+                              | {"active_sms": o["active_sms"]})
+    if not per_launch:
+        return None
+    return {"warps_per_sm": min(p["warps_per_sm"] for p in per_launch),
+            "active_sms": min(p["active_sms"] for p in per_launch),
+            "sms": cuda_occupancy.GPUS[arch].sms, "per_launch": per_launch}
+
+
 def launch_breakdown(harness) -> str:
     """'rms_norm_forward_kernel 34% · rms_norm_backward_kernel 51% · ...' (one row's launches)."""
     return " · ".join(f"{launch['kernel']} {100 * launch['share']:.0f}%" for launch in harness["per_launch"])

@@ -866,6 +866,7 @@ void run_cluster(Launch& l) {
 // warp-wide instruction, whose 32-byte sectors are what coalescing is about.
 struct TrafficState {
   bool on = false;
+  bool launches_only = false;  // record each launch, run none (traffic_begin)
   TrafficCounts counts;
   // This cluster's accesses: per (lane, place) how often it was reached, and per
   // (warp, place, occurrence) the byte ranges its lanes asked for; a warp is
@@ -1046,9 +1047,10 @@ std::atomic<uint64_t> g_launches{0};
 
 uint64_t launches() { return g_launches.load(std::memory_order_relaxed); }
 
-void traffic_begin() {
+void traffic_begin(bool launches_only) {
   g_traffic = TrafficState{};
   g_traffic.on = true;
+  g_traffic.launches_only = launches_only;
 }
 
 TrafficCounts traffic_end() {
@@ -1223,7 +1225,9 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   g_launches.fetch_add(1, std::memory_order_relaxed);
   if (g_traffic.on) {
     ++g_traffic.counts.launches;
-    g_traffic.counts.per_launch.push_back(LaunchTraffic{kernel_name, cluster_blocks});
+    g_traffic.counts.per_launch.push_back(
+        LaunchTraffic{kernel_name, cluster_blocks, grid, block, dynamic_shared_bytes});
+    if (g_traffic.launches_only) return;
   }
   Launch l;
   l.name = kernel_name;

@@ -126,7 +126,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("shared_fault_count", &cuda_sim::shared_faults,
         "Shared-memory accesses of kernel threads that bypassed the load/store helpers in this process "
         "(each checked through a page fault).");
-  m.def("_traffic_begin", &cuda_sim::traffic_begin);
+  m.def("_traffic_begin", &cuda_sim::traffic_begin, pybind11::arg("launches_only") = false);
   m.def("_traffic_end", [] {
     const cuda_sim::TrafficCounts c = cuda_sim::traffic_end();
     pybind11::dict counts;
@@ -140,7 +140,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     counts["shared_ideal_wavefronts"] = c.shared_ideal_wavefronts;
     pybind11::list per_launch;
     for (const cuda_sim::LaunchTraffic& l : c.per_launch) {
-      per_launch.append(pybind11::make_tuple(l.kernel, l.cluster_blocks, l.bytes_read, l.bytes_written));
+      per_launch.append(pybind11::make_tuple(l.kernel, l.cluster_blocks, l.bytes_read, l.bytes_written,
+                                             pybind11::make_tuple(l.grid.x, l.grid.y, l.grid.z),
+                                             pybind11::make_tuple(l.block.x, l.block.y, l.block.z),
+                                             l.dynamic_shared_bytes));
     }
     counts["per_launch"] = per_launch;
     return counts;

@@ -268,7 +268,7 @@ struct ColumnParam {
 
 // ---- RMSNorm (and fused residual add) forward -------------------------------------
 
-template <typename T, int kVec, int kHeld, bool kCluster = false>
+template <typename T, int kVec, int kHeld, bool kCluster>
 __global__ void __launch_bounds__(kCluster ? kClusterThreads : kMaxRowThreads)
     rms_norm_forward_kernel(RmsNormArgs a, ForwardRows step) {
   using Acc = acc_t<T>;
@@ -383,7 +383,7 @@ void rms_norm_forward_typed(const RmsNormArgs& a, cudaStream_t stream) {
   launch_forward<T, 1>(a.cols, aligned, [&](auto vec, auto held, int threads) {
     constexpr int kHeld = decltype(held)::value;
     const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols);
-    launch_kernel<rms_norm_forward_kernel<T, decltype(vec)::value, kHeld>>(
+    launch_kernel<rms_norm_forward_kernel<T, decltype(vec)::value, kHeld, false>>(
         forward_grid(a.rows, step.step_rows, kHeld > 0), threads, step.cache_bytes, stream, a, step);
   });
 }
@@ -757,7 +757,7 @@ __device__ __forceinline__ Acc rms_norm_dx(const Acc* stats, Acc x, Acc dy, Acc 
 // slice of the columns, caches its slice of x and dy, holds its slice of the
 // weight and of the sums, and writes its slice of the group's partial row; the
 // row's two sums are combined across the cluster.
-template <typename T, int kVec, int kHeld, bool kCluster = false>
+template <typename T, int kVec, int kHeld, bool kCluster>
 __global__ void __launch_bounds__(kCluster ? kBackwardClusterThreads : kMaxRowThreads)
     rms_norm_backward_kernel(RmsNormBackwardArgs a, acc_t<T>* partial_w, RowGroups groups, bool cached,
                              RowCluster cluster) {
@@ -1023,7 +1023,7 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a, void* workspace, cuda
     const bool cached = launch.cache_bytes > 0;
     launch_held<T, kHeldSlices<T, kVecOf<T>>, kHeldSlices<T, 1>, true>(
         launch, a.cols, [&](auto vec, auto held, int threads) {
-          launch_kernel<rms_norm_backward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
+          launch_kernel<rms_norm_backward_kernel<T, decltype(vec)::value, decltype(held)::value, false>>(
               row_grid(groups.groups), threads, launch.cache_bytes, stream, a, partial_w, groups, cached,
               RowCluster{});
         });
@@ -1108,7 +1108,7 @@ __device__ __forceinline__ void uncached_row_moments(const T* rows, int64_t cols
   block_reduce(m2, SumOp{});
 }
 
-template <typename T, int kVec, int kHeld, bool kCluster = false>
+template <typename T, int kVec, int kHeld, bool kCluster>
 __global__ void __launch_bounds__(kCluster ? kClusterThreads : kMaxRowThreads)
     layer_norm_forward_kernel(LayerNormArgs a, ForwardRows step) {
   using Acc = acc_t<T>;
@@ -1234,7 +1234,7 @@ void layer_norm_forward_typed(const LayerNormArgs& a, cudaStream_t stream) {
   launch_forward<T, 2>(a.cols, aligned, [&](auto vec, auto held, int threads) {
     constexpr int kHeld = decltype(held)::value;
     const ForwardRows step = plan_forward_rows<T>(a.rows, a.cols);
-    launch_kernel<layer_norm_forward_kernel<T, decltype(vec)::value, kHeld>>(
+    launch_kernel<layer_norm_forward_kernel<T, decltype(vec)::value, kHeld, false>>(
         forward_grid(a.rows, step.step_rows, kHeld > 0), threads, step.cache_bytes, stream, a, step);
   });
 }
@@ -1332,7 +1332,7 @@ __device__ __forceinline__ Acc layer_norm_dx(const Acc* stats, Acc x, Acc dy, Ac
 // global memory) the double and 16-bit kernels spilled 4-72 bytes on sm_90.
 // kCluster: a row held by a thread-block cluster, as rms_norm_backward_kernel's;
 // its slice of the weight is cached after x and dy rather than held.
-template <typename T, int kVec, int kHeld, bool kCluster = false>
+template <typename T, int kVec, int kHeld, bool kCluster>
 __global__ void __launch_bounds__(kCluster ? kBackwardClusterThreads : kMaxRowThreads)
     layer_norm_backward_kernel(LayerNormBackwardArgs a, acc_t<T>* partial_w, acc_t<T>* partial_b,
                                RowGroups groups, bool cached, RowCluster cluster) {
@@ -1680,7 +1680,7 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a, void* workspace,
     const bool cached = launch.cache_bytes > 0;
     launch_held<T, kLayerNormHeldSlices<T, kVecOf<T>>, kLayerNormHeldSlices<T, 1>, true>(
         launch, a.cols, [&](auto vec, auto held, int threads) {
-          launch_kernel<layer_norm_backward_kernel<T, decltype(vec)::value, decltype(held)::value>>(
+          launch_kernel<layer_norm_backward_kernel<T, decltype(vec)::value, decltype(held)::value, false>>(
               row_grid(groups.groups), threads, launch.cache_bytes, stream, a, partial_w, partial_b, groups, cached,
               RowCluster{});
         });

@@ -27,7 +27,7 @@ using namespace detail;
 // At least 1 block per SM: without it ptxas (nvcc 13, sm_90) fits the double
 // x2 instantiation into 32 registers for two blocks per SM and spills 40 bytes
 // (check_cuda_compile.sh refuses spills); with it, 42 registers and no spill.
-template <typename T, int kVec, bool kCluster = false>
+template <typename T, int kVec, bool kCluster>
 __global__ void __launch_bounds__(kMaxRowThreads, 1)
     softmax_last_dim_kernel(const T* input, T* output, int64_t rows, int64_t cols, bool cached,
                             RowCluster cluster) {
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
 }
 
 // dx = y * (dy - sum(dy * y)) along the row (kCluster: as the forward).
-template <typename T, int kVec, bool kCluster = false>
+template <typename T, int kVec, bool kCluster>
 __global__ void __launch_bounds__(kMaxRowThreads)
     softmax_backward_last_dim_kernel(const T* grad_output, const T* output, T* grad_input,
                                      int64_t rows, int64_t cols, bool cached, RowCluster cluster) {
@@ -232,10 +232,10 @@ void softmax_forward_typed(const SoftmaxArgs& a, cudaStream_t stream) {
     }
   }
   if (launch.vectorized) {
-    launch_kernel<softmax_last_dim_kernel<T, kVecOf<T>>>(row_grid(a.outer), launch.threads,
+    launch_kernel<softmax_last_dim_kernel<T, kVecOf<T>, false>>(row_grid(a.outer), launch.threads,
         launch.cache_bytes, stream, x, y, a.outer, a.dim_size, cached, RowCluster{});
   } else {
-    launch_kernel<softmax_last_dim_kernel<T, 1>>(row_grid(a.outer), launch.threads,
+    launch_kernel<softmax_last_dim_kernel<T, 1, false>>(row_grid(a.outer), launch.threads,
         launch.cache_bytes, stream, x, y, a.outer, a.dim_size, cached, RowCluster{});
   }
 }
@@ -261,10 +261,10 @@ void softmax_backward_typed(const SoftmaxBackwardArgs& a, cudaStream_t stream) {
     }
   }
   if (launch.vectorized) {
-    launch_kernel<softmax_backward_last_dim_kernel<T, kVecOf<T>>>(row_grid(a.outer), launch.threads,
+    launch_kernel<softmax_backward_last_dim_kernel<T, kVecOf<T>, false>>(row_grid(a.outer), launch.threads,
         launch.cache_bytes, stream, dy, y, dx, a.outer, a.dim_size, cached, RowCluster{});
   } else {
-    launch_kernel<softmax_backward_last_dim_kernel<T, 1>>(row_grid(a.outer), launch.threads,
+    launch_kernel<softmax_backward_last_dim_kernel<T, 1, false>>(row_grid(a.outer), launch.threads,
         launch.cache_bytes, stream, dy, y, dx, a.outer, a.dim_size, cached, RowCluster{});
   }
 }

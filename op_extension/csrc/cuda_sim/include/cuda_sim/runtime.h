@@ -137,10 +137,14 @@ uint64_t launches();
 // in (their ratio is the coalescing: 1.0 when every sector is used whole), and
 // the workspace the glue allocated for them; and of shared memory, the
 // wavefronts each warp-wide access takes through the 32 banks.
-// One launch's share of it: the kernel (as the harness names it) and its bytes.
+// One launch's share of it: the kernel (as the harness names it), its geometry
+// (what a GPU's occupancy depends on beside the kernel's registers and static
+// shared memory: op_extension/cuda_occupancy.py) and its bytes.
 struct LaunchTraffic {
   std::string kernel;
   unsigned cluster_blocks = 1;  // blocks per thread-block cluster (1: none)
+  dim3 grid, block;
+  size_t dynamic_shared_bytes = 0;
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
 };
@@ -157,7 +161,10 @@ struct TrafficCounts {
   uint64_t shared_ideal_wavefronts = 0;
   std::vector<LaunchTraffic> per_launch;  // in launch order
 };
-void traffic_begin();
+// launches_only: until traffic_end(), a launch is checked (check_config) and
+// recorded with its geometry but does not run (no bytes are counted, outputs are
+// left as they were): the launches of an op at shapes too large to run here.
+void traffic_begin(bool launches_only = false);
 TrafficCounts traffic_end();
 void note_workspace(uint64_t bytes);
 // Called by the kernels' load/store helpers (kernel/cuda/cuda_common.cuh) for
