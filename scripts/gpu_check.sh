@@ -21,7 +21,11 @@
 #                 that dies of a signal is rerun under cuda-gdb for its native
 #                 backtrace and the libraries it loaded (crash.log);
 # 4. bench        python -m op_extension.bench --device cuda, alone on the GPU, on
-#                 16, 2048 and 8192 tokens (hidden 4096, 11008 for SwiGLU/GEGLU);
+#                 16, 2048 and 8192 tokens (hidden 4096, 11008 for SwiGLU/GEGLU),
+#                 torch.compile's baseline on every row (its graphs compiled first
+#                 by 8 worker processes side by side, bench/warm.py; each finished
+#                 row's figures are on its progress line, so a run cut off by
+#                 BENCH_LIMIT keeps them);
 #                 then the row ops on rows of 65536 (--hidden), whose backward
 #                 norms take the long-row kernels (its table appended to
 #                 bench.log, its JSON and plot not kept: $OUT returns 8 files at
@@ -46,15 +50,15 @@
 #   TEST_WORKERS=...     pytest-xdist workers (default: JOBS - 4, the sanitizers
 #                        run beside them)
 #   BENCH_ARGS=...       replaces the benchmark's options after --device cuda
-#   BENCH_LIMIT=150      seconds the benchmark may take
+#   BENCH_LIMIT=270      seconds the benchmark may take
 #   LONG_BENCH_ARGS=...  the long-row benchmark's options after --device cuda
 #                        (empty: skip it)
 #   LONG_BENCH_LIMIT=60  seconds it may take
-#   TESTS_LIMIT=330      seconds the tests (and the sanitizers) may take
+#   TESTS_LIMIT=300      seconds the tests (and the sanitizers) may take
 #   STEPS="build probes bench tests"   the steps to run (versions always runs): a
-#                        lease's 10-minute calls take two, e.g. STEPS="build probes
-#                        bench", then STEPS="build tests" (the build is kept on a
-#                        warm machine: 8 s)
+#                        lease's 10-minute calls take two, STEPS="build bench" (at
+#                        most about 7 minutes), then at once STEPS="build probes
+#                        tests" (about 6; the build is kept on a warm machine: 8 s)
 #   PYTEST_ARGS=...      extra pytest options
 #   CUDA_BUILD=1         0: builds _C for the CPU, a dry run of the script itself on
 #                        a machine without a GPU (the GPU steps then fail)
@@ -65,11 +69,13 @@ PYTHON=${PYTHON:-python}
 OUT=${OUT:-./gpu_results}
 JOBS=${JOBS:-$(nproc)}
 TEST_WORKERS=${TEST_WORKERS:-$((JOBS > 8 ? JOBS - 4 : JOBS))}
-BENCH_ARGS=${BENCH_ARGS:---quick --tokens 16,2048,8192 --no-hf --no-model}
-BENCH_LIMIT=${BENCH_LIMIT:-150}
+# Not --quick: it would build the compiled baseline for one row in 18 only; its
+# short timing (0.1 s in 2 rounds per implementation) is asked for instead.
+BENCH_ARGS=${BENCH_ARGS:---tokens 16,2048,8192 --min-run-time 0.1 --rounds 2 --no-hf --no-model --compile-workers 8}
+BENCH_LIMIT=${BENCH_LIMIT:-270}
 LONG_BENCH_ARGS=${LONG_BENCH_ARGS-"--quick --ops rms_norm,fused_add_rms_norm,layer_norm,softmax --hidden 65536 --tokens 4,256 --no-compile --no-dispatch --no-hf --no-model"}
 LONG_BENCH_LIMIT=${LONG_BENCH_LIMIT:-60}
-TESTS_LIMIT=${TESTS_LIMIT:-330}
+TESTS_LIMIT=${TESTS_LIMIT:-300}
 STEPS=${STEPS:-build probes bench tests}
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
 # torch's ninja build compiles with $CXX (else `c++` on the PATH); setuptools links

@@ -340,6 +340,37 @@ def test_main_writes_json_and_plot_named_alike(tmp_path, monkeypatch, capsys):
     assert f"wrote {tmp_path / files[0]} and {tmp_path / files[1]}" in capsys.readouterr().out
 
 
+def test_the_compile_workers_fill_the_cache_each_row_then_loads(tmp_path, monkeypatch):
+    """A worker process compiles a row's composite (bench/warm.py); the row's own
+    compile in this process, of the same graph on tensors built alike, is then an
+    FX graph cache hit, and compiles nothing."""
+    from torch._dynamo.utils import counters
+
+    from op_extension.bench.op_rows import row_setup
+    from op_extension.bench.warm import warm_compile_cache
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    row = ("gelu", "fwd", torch.float32, 3)
+    warmed, failed, _ = warm_compile_cache([row], torch.device("cpu"), torch.get_num_threads(), workers=1)
+    assert (warmed, failed) == (1, [])
+    assert any((tmp_path / "inductor").rglob("fxgraph")), "the worker wrote no FX graph cache entry"
+    hits, misses = counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+    setup, grads = row_setup(ops, "gelu", "fwd", torch.float32, 3, torch.device("cpu"))
+    compiled = torch.compile(setup.impls["composite"], dynamic=False)  # a fresh wrapper: nothing in memory
+    torch.testing.assert_close(compiled(*setup.inputs), setup.impls["composite"](*setup.inputs))
+    assert counters["inductor"]["fxgraph_cache_hit"] == hits + 1
+    assert counters["inductor"]["fxgraph_cache_miss"] == misses
+
+
+def test_a_compile_worker_that_fails_leaves_its_row_to_compile_in_turn():
+    from op_extension.bench.warm import warm_compile_cache
+
+    # -1 tokens: the worker cannot build the row's tensors.
+    warmed, failed, _ = warm_compile_cache([("gelu", "fwd", torch.float32, -1)], torch.device("cpu"), 1, workers=1)
+    assert warmed == 0 and [row for row, _ in failed] == [("gelu", "fwd", torch.float32, -1)]
+    assert "negative" in failed[0][1] or "-1" in failed[0][1], failed
+
+
 @pytest.mark.parametrize("values, low_above, high_at_least", [
     ([1.5, 3.0], 0.5, 3.0),        # all faster: the axis starts just under 1x, not at 0.1x
     ([0.3, 0.6], 0.2, 1.0),        # all slower: 1x stays in view

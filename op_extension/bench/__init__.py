@@ -30,12 +30,13 @@ package, which names no op, runs them on a shared harness:
 ``model``      the sections that combine ops: Hugging Face decoders, a Llama four ways
 ``report``     tables on stdout, the JSON record
 ``plot``       the speed-up PNG
+``warm``       the compiled baseline's graphs compiled side by side before timing
 ``cli``        the options and a run (``main``)
 =============  ===================================================================
 """
 
 from ..bench_spec import GELU_APPROX, HIDDEN, INTERMEDIATE, LN_EPS, RMS_EPS, Bench, OpSetup
-from . import cli, doubt, harness, model, op_rows, plan, plot, report
+from . import cli, doubt, harness, model, op_rows, plan, plot, report, warm
 from .cli import QUICK_HELP, main, parse_args
 from .doubt import (COPY_TRIES, PCT_COPY_MAX, ROW_TRIES, SPEEDUP_MAX, SPEEDUP_MIN, CopyBaseline, doubt_note,
                     figures_in_doubt, implausible, is_busy, row_figures, section_doubt, time_row, timed_figures,

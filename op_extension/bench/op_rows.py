@@ -15,7 +15,7 @@ from ..bench_spec import randn
 from .doubt import ROW_TRIES, CopyBaseline, section_doubt, time_row, until_quiet, with_doubt
 from .harness import (Progress, RunConfig, check_close, compiled_composite, copy_bandwidth, error_text, make_step,
                       measure, sync, warm_up, with_grad)
-from .plan import DTYPE_SHORT, PLAN, bytes_moved, formula_text, make_setup, reference_impl, row_hidden
+from .plan import BASELINES, DTYPE_SHORT, PLAN, bytes_moved, formula_text, make_setup, reference_impl, row_hidden
 from .traffic import harness_occupancy, harness_traffic
 
 
@@ -45,15 +45,21 @@ def load_liger(device, benches=None):
     return impls, None
 
 
+def row_setup(ops, name, direction, dtype, tokens, device, hidden=None):
+    """(the row's OpSetup, the output gradients of its backward or None): the
+    tensors every implementation of the row runs on (and the compile cache's
+    workers compile on: bench/warm.py)."""
+    setup = make_setup(ops, name, tokens, dtype, device, hidden)
+    if direction != "fwd+bwd":
+        return setup, None
+    setup = with_grad(setup)
+    return setup, [randn(shape, dtype, device) for shape in setup.output_shapes or [setup.shape] * setup.num_outputs]
+
+
 def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy: CopyBaseline,
                progress: Progress):
     """Time ours / native / composite / compiled for one table row."""
-    setup = make_setup(ops, name, tokens, dtype, cfg.device, row_hidden(name, cfg.hidden))
-    grads = None
-    if direction == "fwd+bwd":
-        setup = with_grad(setup)
-        grads = [randn(shape, dtype, cfg.device)
-                 for shape in setup.output_shapes or [setup.shape] * setup.num_outputs]
+    setup, grads = row_setup(ops, name, direction, dtype, tokens, cfg.device, row_hidden(name, cfg.hidden))
 
     elem = torch.empty((), dtype=dtype).element_size()
     nbytes = bytes_moved(name, direction, setup.numel, setup.weight_numel, elem)
@@ -119,8 +125,26 @@ def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy: CopyBa
             row["occupancy"] = harness_occupancy(ops, name, direction, dtype, tokens, row_hidden(name, cfg.hidden))
         except Exception as e:
             row["errors"]["occupancy"] = error_text(e)
-    progress.advance(with_doubt(label, row))
+    progress.advance(with_doubt(f"{label}  {row_summary(row)}", row))
     return row
+
+
+def row_summary(row) -> str:
+    """A finished row's figures on its progress line ('17.5 us, 64% copy, 1.07x
+    native, ...'): a run that a time limit cuts off (a GPU lease's) keeps the
+    result of every row it finished, in its log, though the table comes at the end."""
+    ours = row["impls"].get("ours", {}).get("median_us")
+    parts = [f"{ours:.1f} us" if ours is not None else "ours not timed"]
+    if row.get("pct_copy_bw") is not None:
+        parts.append(f"{row['pct_copy_bw']:.0f}% copy")
+    parts += [f"{row[f'speedup_vs_{b}']:.2f}x {b}" for b in BASELINES if row.get(f"speedup_vs_{b}") is not None]
+    if row.get("harness"):
+        parts.append(f"model {row['harness']['model']:.2f}x")
+    if row.get("occupancy"):
+        parts.append(f"{row['occupancy']['warps_per_sm']:.0f} warps/SM")
+    if row["errors"]:
+        parts.append("errors: " + ", ".join(row["errors"]))
+    return ", ".join(parts)
 
 
 def run_benchmarks(ops, cfg: RunConfig, progress: Progress):

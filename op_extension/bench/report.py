@@ -184,7 +184,8 @@ def record(info, cfg, args, timer, elapsed, liger, rows, dispatch, hf_rows, mode
     for bench in plan.benches.values():
         config.update(bench.config)
     config.update({
-        "directions": cfg.directions, "compile": cfg.compile, "quick": args.quick,
+        "directions": cfg.directions, "compile": cfg.compile, "compile_workers": args.compile_workers,
+        "quick": args.quick,
         "min_run_time_s": args.min_run_time, "reps": args.reps,
         "rounds": args.rounds,
         "rms_eps": RMS_EPS, "ln_eps": LN_EPS, "gelu_approximate": GELU_APPROX,
