@@ -11,8 +11,6 @@ alone cannot see, since it knows neither registers nor the driver's reserve.
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 
@@ -123,14 +121,10 @@ LARGE_BYTES = 64 << 20
 MIN_ACTIVE_SMS = 0.9
 
 
-@functools.cache
-def launches(name, dtype, tokens, hidden, arch):
-    """[(launch record, bytes the op call moves at least)] of the forward and
-    backward calls of the op's benchmark row."""
-    from op_extension import ops
-
+def launches(calls, arch):
+    """[(launch record, bytes the op call moves at least)] of recorded op calls on `arch`."""
     out = []
-    for op, args, kwargs in recorded_calls(ops, name, "fwd+bwd", dtype, tokens, row_hidden(name, hidden)):
+    for op, args, kwargs in calls:
         backward = op.endswith("_backward")
         call_bytes = sum(t.numel() * t.element_size() for t in cuda_sim._tensors((args, kwargs)))
         for launch in cuda_sim.launch_plan(op.removesuffix("_backward") if backward else op, *args,
@@ -144,29 +138,49 @@ def row_id(row):
     return f"{name}-{str(dtype)[6:]}-T{tokens}" + (f"-h{hidden}" if hidden else "")
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("row", ROWS, ids=row_id)
-def test_every_launch_fits_the_gpu(row, arch):
-    """Each launch's kernel is in the table, and a block of it fits an SM with its
-    registers, its static and dynamic shared memory and the driver's reserve."""
-    found = launches(*row, arch)
-    assert found, f"{row_id(row)}: no launch recorded"
-    for launch, _ in found:
-        o = occ.launch_occupancy(launch, arch)  # raises LaunchError / KeyError
-        assert o["blocks_per_sm"] >= 1
+def test_every_launch_fits_the_gpu_and_the_large_ones_reach_every_sm(row):
+    """The forward and backward calls of each benchmark row (recorded once, on the
+    CPU): on sm_80 and sm_90, each launch's kernel is in the table and a block of
+    it fits an SM with its registers, its static and dynamic shared memory and the
+    driver's reserve; at the shapes that move 64 MB or more, each launch puts a
+    block on at least 90% of an H100's SMs (sm_90, 132)."""
+    from op_extension import ops
+
+    name, dtype, tokens, hidden = row
+    calls = recorded_calls(ops, name, "fwd+bwd", dtype, tokens, row_hidden(name, hidden))
+    for arch in ("sm_80", "sm_90"):
+        found = launches(calls, arch)
+        assert found, f"{row_id(row)}: no launch recorded"
+        for launch, call_bytes in found:
+            o = occ.launch_occupancy(launch, arch)  # raises LaunchError / KeyError
+            assert o["blocks_per_sm"] >= 1
+            if arch == "sm_90" and call_bytes >= LARGE_BYTES:
+                assert o["active_sms"] >= MIN_ACTIVE_SMS * SM90.sms, (
+                    f"{row_id(row)}: {launch['signature']} grid {launch['grid']} reaches {o['active_sms']} of "
+                    f"{SM90.sms} SMs")
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if r[2] >= 256], ids=row_id)
-def test_the_large_launches_reach_every_sm(row):
-    """At the shapes that move 64 MB or more, every launch puts a block on at
-    least 90% of an H100's SMs (sm_90, 132)."""
-    for launch, call_bytes in launches(*row, "sm_90"):
-        if call_bytes < LARGE_BYTES:
-            continue
-        o = occ.launch_occupancy(launch, "sm_90")
-        assert o["active_sms"] >= MIN_ACTIVE_SMS * SM90.sms, (
-            f"{row_id(row)}: {launch['signature']} grid {launch['grid']} reaches {o['active_sms']} of "
-            f"{SM90.sms} SMs")
+# Row widths at which the row kernels' planners change paths (held in registers,
+# cached in shared memory, a cluster's, the long-row launches) and odd ones.
+SWEEP_WIDTHS = (1, 4095, 8193, 16385, 32769, 65537, 131073, 262144)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("name", [n for n in PLAN if row_hidden(n, 1) is not None])
+def test_every_launch_fits_the_gpu_at_every_row_width(name, dtype, arch):
+    """The same for the ops whose rows take any width, at 5 rows of each width in
+    SWEEP_WIDTHS: the planners' dynamic shared memory, with the kernels' static
+    arrays and the driver's reserve, never exceeds a block's share."""
+    from op_extension import ops
+
+    for width in SWEEP_WIDTHS:
+        for op, args, kwargs in recorded_calls(ops, name, "fwd+bwd", dtype, 5, width):
+            backward = op.endswith("_backward")
+            for launch in cuda_sim.launch_plan(op.removesuffix("_backward") if backward else op, *args,
+                                               backward=backward, arch=arch, **kwargs):
+                occ.launch_occupancy(launch, arch)  # raises LaunchError / KeyError
 
 
 def test_a_launch_on_too_few_blocks_is_seen():
