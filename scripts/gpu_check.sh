@@ -22,8 +22,9 @@
 #                 backtrace and the libraries it loaded (crash.log);
 # 4. bench        python -m op_extension.bench --device cuda, alone on the GPU, on
 #                 16, 2048 and 8192 tokens (hidden 4096, 11008 for SwiGLU/GEGLU),
-#                 torch.compile's baseline on every row (its graphs compiled first
-#                 by 8 worker processes side by side, bench/warm.py; each finished
+#                 torch.compile's baseline on every row (its graphs compiled, and
+#                 the CUDA models of each row run, first, by 8 worker processes
+#                 side by side, bench/warm.py; each finished
 #                 row's figures are on its progress line, so a run cut off by
 #                 BENCH_LIMIT keeps them);
 #                 then the row ops on rows of 65536 (--hidden), whose backward
@@ -71,7 +72,7 @@ JOBS=${JOBS:-$(nproc)}
 TEST_WORKERS=${TEST_WORKERS:-$((JOBS > 8 ? JOBS - 4 : JOBS))}
 # Not --quick: it would build the compiled baseline for one row in 18 only; its
 # short timing (0.1 s in 2 rounds per implementation) is asked for instead.
-BENCH_ARGS=${BENCH_ARGS:---tokens 16,2048,8192 --min-run-time 0.1 --rounds 2 --no-hf --no-model --compile-workers 8}
+BENCH_ARGS=${BENCH_ARGS:---tokens 16,2048,8192 --min-run-time 0.1 --rounds 2 --no-hf --no-model --workers 8}
 BENCH_LIMIT=${BENCH_LIMIT:-270}
 LONG_BENCH_ARGS=${LONG_BENCH_ARGS-"--quick --ops rms_norm,fused_add_rms_norm,layer_norm,softmax --hidden 65536 --tokens 4,256 --no-compile --no-dispatch --no-hf --no-model"}
 LONG_BENCH_LIMIT=${LONG_BENCH_LIMIT:-60}

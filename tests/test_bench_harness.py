@@ -340,19 +340,19 @@ def test_main_writes_json_and_plot_named_alike(tmp_path, monkeypatch, capsys):
     assert f"wrote {tmp_path / files[0]} and {tmp_path / files[1]}" in capsys.readouterr().out
 
 
-def test_the_compile_workers_fill_the_cache_each_row_then_loads(tmp_path, monkeypatch):
+def test_the_workers_fill_the_compile_cache_each_row_then_loads(tmp_path, monkeypatch):
     """A worker process compiles a row's composite (bench/warm.py); the row's own
     compile in this process, of the same graph on tensors built alike, is then an
     FX graph cache hit, and compiles nothing."""
     from torch._dynamo.utils import counters
 
     from op_extension.bench.op_rows import row_setup
-    from op_extension.bench.warm import warm_compile_cache
+    from op_extension.bench.warm import prepare_rows
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     row = ("gelu", "fwd", torch.float32, 3)
-    warmed, failed, _ = warm_compile_cache([row], torch.device("cpu"), torch.get_num_threads(), workers=1)
-    assert (warmed, failed) == (1, [])
+    prepared, failed, _ = prepare_rows({row: (True, False)}, torch.device("cpu"), torch.get_num_threads(), workers=1)
+    assert (prepared, failed) == ({}, [])
     assert any((tmp_path / "inductor").rglob("fxgraph")), "the worker wrote no FX graph cache entry"
     hits, misses = counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
     setup, grads = row_setup(ops, "gelu", "fwd", torch.float32, 3, torch.device("cpu"))
@@ -362,12 +362,27 @@ def test_the_compile_workers_fill_the_cache_each_row_then_loads(tmp_path, monkey
     assert counters["inductor"]["fxgraph_cache_miss"] == misses
 
 
-def test_a_compile_worker_that_fails_leaves_its_row_to_compile_in_turn():
-    from op_extension.bench.warm import warm_compile_cache
+def test_the_workers_give_each_row_the_cuda_models_it_would_compute():
+    from op_extension.bench.traffic import row_models
+    from op_extension.bench.warm import prepare_rows
+
+    rows = {("rms_norm", "fwd+bwd", torch.bfloat16, 16): (False, True),
+            ("softmax", "fwd", torch.float32, 2048): (False, True),
+            ("gelu", "fwd", torch.float32, 16): (False, False)}  # nothing asked: not sent
+    prepared, failed, _ = prepare_rows(rows, torch.device("cpu"), 1, workers=2)
+    assert failed == [] and set(prepared) == set(list(rows)[:2])
+    for (name, direction, dtype, tokens), models in prepared.items():
+        assert models == row_models(ops, name, direction, dtype, tokens)
+        assert models["errors"] == {} and models["harness"]["launches"] >= 1 and models["occupancy"]["sms"] == 132
+
+
+def test_a_row_whose_preparation_fails_prepares_itself():
+    from op_extension.bench.warm import prepare_rows
 
     # -1 tokens: the worker cannot build the row's tensors.
-    warmed, failed, _ = warm_compile_cache([("gelu", "fwd", torch.float32, -1)], torch.device("cpu"), 1, workers=1)
-    assert warmed == 0 and [row for row, _ in failed] == [("gelu", "fwd", torch.float32, -1)]
+    row = ("gelu", "fwd", torch.float32, -1)
+    prepared, failed, _ = prepare_rows({row: (True, False)}, torch.device("cpu"), 1, workers=1)
+    assert prepared == {} and [r for r, _ in failed] == [row]
     assert "negative" in failed[0][1] or "-1" in failed[0][1], failed
 
 

@@ -30,7 +30,7 @@ package, which names no op, runs them on a shared harness:
 ``model``      the sections that combine ops: Hugging Face decoders, a Llama four ways
 ``report``     tables on stdout, the JSON record
 ``plot``       the speed-up PNG
-``warm``       the compiled baseline's graphs compiled side by side before timing
+``warm``       what each row needs besides its timing (compiled graphs, the CUDA models), prepared side by side first
 ``cli``        the options and a run (``main``)
 =============  ===================================================================
 """

@@ -17,7 +17,7 @@ from ..bench_spec import HIDDEN
 from .plan import ALL_OPS, DEFAULT_TOKENS, DIRECTIONS, DTYPE_SHORT, DTYPES, PLAN, QUICK_TOKENS, shapes_text
 from .plot import write_plot
 from .report import loadavg, machine_info, output_paths, print_dispatch, print_table, record
-from .warm import warm_compile_cache
+from .warm import prepare_rows
 
 QUICK_HELP = (
     "quick smoke run (< 2 min on a 2-core CPU, torch.compile included): tokens "
@@ -70,11 +70,11 @@ def parse_args(argv=None):
                    help="forward only")
     p.add_argument("--no-compile", action="store_true",
                    help="skip the torch.compile baseline")
-    p.add_argument("--compile-workers", type=int, default=None,
-                   help="processes that compile the torch.compile baseline's graphs side by side "
-                        "before any timing, filling Inductor's on-disk caches, so that each row's own "
-                        "compile loads its graph (bench/warm.py); 0: each row compiles in turn "
-                        "[default: min(8, cores)]")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes that prepare the rows side by side before any timing (bench/warm.py): "
+                        "they compile the torch.compile baseline's graphs into Inductor's on-disk caches, "
+                        "so that each row's own compile loads its graph, and run the CUDA models of "
+                        "--traffic; 0: each row does both in turn [default: min(8, cores)]")
     p.add_argument("--no-dispatch", action="store_true",
                    help="skip the dispatch-overhead section")
     p.add_argument("--no-hf", action="store_true",
@@ -123,10 +123,10 @@ def parse_args(argv=None):
         p.error("--threads must be >= 1")
     if args.hidden is not None and args.hidden < 1:
         p.error("--hidden must be >= 1")
-    if args.compile_workers is None:
-        args.compile_workers = min(8, os.cpu_count() or 1)
-    if args.compile_workers < 0:
-        p.error("--compile-workers must be >= 0")
+    if args.workers is None:
+        args.workers = min(8, os.cpu_count() or 1)
+    if args.workers < 0:
+        p.error("--workers must be >= 0")
     return args
 
 
@@ -198,17 +198,17 @@ def main(argv=None):
                         + (len(HF_FAMILIES) * len(cfg.dtypes) if run_hf else 0)
                         + (len(cfg.dtypes) if run_model else 0))
     t_start = time.perf_counter()
-    if cfg.compile:
-        compiled_rows = [(name, direction, dtype, tokens) for name in cfg.ops for dtype in cfg.dtypes
-                         for tokens in cfg.tokens for direction in cfg.directions if compile_filter(dtype, tokens)]
-        warmed, failed, seconds = warm_compile_cache(compiled_rows, device, args.threads, args.compile_workers,
-                                                     args.hidden)
-        if warmed or failed:
-            print(f"compile cache: {warmed} of {len(compiled_rows)} graphs compiled by {args.compile_workers} "
-                  f"workers in {seconds:.0f} s", file=sys.stderr)
-        for (name, direction, dtype, tokens), why in failed:
-            print(f"compile cache: {name} {direction} {DTYPE_SHORT[dtype]} T={tokens} not compiled ahead "
-                  f"(it compiles in its row): {why}", file=sys.stderr)
+    wanted = {(name, direction, dtype, tokens): (cfg.compile and compile_filter(dtype, tokens), cfg.traffic)
+              for name in cfg.ops for dtype in cfg.dtypes for tokens in cfg.tokens for direction in cfg.directions}
+    cfg.prepared, failed, seconds = prepare_rows(wanted, device, args.threads, args.workers, args.hidden)
+    if seconds:
+        not_done = {row for row, _ in failed}
+        print(f"prepared: {sum(1 for row, (c, _) in wanted.items() if c and row not in not_done)} compiled graphs"
+              + (f" and {len(cfg.prepared)} rows' CUDA models" if cfg.traffic else "")
+              + f" by {args.workers} workers in {seconds:.0f} s", file=sys.stderr)
+    for (name, direction, dtype, tokens), why in failed:
+        print(f"prepared: not {name} {direction} {DTYPE_SHORT[dtype]} T={tokens} (the row does it itself): {why}",
+              file=sys.stderr)
     try:
         rows = run_benchmarks(ops, cfg, progress)
         dispatch = [] if args.no_dispatch else dispatch_overhead(ops, cfg, progress)

@@ -9,7 +9,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
@@ -391,4 +391,6 @@ class RunConfig:
     other_load: OtherLoad
     liger: dict | None = None  # op -> Liger-Kernel callable (load_liger), CUDA only
     traffic: bool = False      # the CUDA harness's bytes beside each row (bench/traffic.py)
+    # Rows' model figures prepared before the timings (bench/warm.py), by (name, direction, dtype, tokens).
+    prepared: dict = field(default_factory=dict)
     hidden: int | None = None  # --hidden: the last dim of the ops that take it (plan.row_hidden)

@@ -16,7 +16,7 @@ from .doubt import ROW_TRIES, CopyBaseline, section_doubt, time_row, until_quiet
 from .harness import (Progress, RunConfig, check_close, compiled_composite, copy_bandwidth, error_text, make_step,
                       measure, sync, warm_up, with_grad)
 from .plan import BASELINES, DTYPE_SHORT, PLAN, bytes_moved, formula_text, make_setup, reference_impl, row_hidden
-from .traffic import harness_occupancy, harness_traffic
+from .traffic import row_models
 
 
 def load_liger(device, benches=None):
@@ -116,15 +116,13 @@ def bench_cell(ops, name, direction, dtype, tokens, cfg: RunConfig, copy: CopyBa
     for t_ in setup.inputs:
         t_.grad = None
     if cfg.traffic:
-        progress.show(f"{label} [traffic model]")
-        try:
-            row["harness"] = harness_traffic(ops, name, direction, dtype, hidden=row_hidden(name, cfg.hidden))
-        except Exception as e:  # reported; the timings stand
-            row["errors"]["harness"] = error_text(e)
-        try:
-            row["occupancy"] = harness_occupancy(ops, name, direction, dtype, tokens, row_hidden(name, cfg.hidden))
-        except Exception as e:
-            row["errors"]["occupancy"] = error_text(e)
+        # Prepared by a worker before any timing (bench/warm.py), else here.
+        models = cfg.prepared.get((name, direction, dtype, tokens))
+        if models is None:
+            progress.show(f"{label} [traffic model]")
+            models = row_models(ops, name, direction, dtype, tokens, row_hidden(name, cfg.hidden))
+        row["errors"].update(models["errors"])
+        row.update({k: v for k, v in models.items() if k != "errors"})
     progress.advance(with_doubt(f"{label}  {row_summary(row)}", row))
     return row
 

@@ -184,7 +184,7 @@ def record(info, cfg, args, timer, elapsed, liger, rows, dispatch, hf_rows, mode
     for bench in plan.benches.values():
         config.update(bench.config)
     config.update({
-        "directions": cfg.directions, "compile": cfg.compile, "compile_workers": args.compile_workers,
+        "directions": cfg.directions, "compile": cfg.compile, "workers": args.workers,
         "quick": args.quick,
         "min_run_time_s": args.min_run_time, "reps": args.reps,
         "rounds": args.rounds,

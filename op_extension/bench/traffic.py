@@ -127,6 +127,22 @@ def harness_occupancy(ops, name, direction, dtype, tokens, hidden=None):
             "sms": cuda_occupancy.GPUS[arch].sms, "per_launch": per_launch}
 
 
+def row_models(ops, name, direction, dtype, tokens, hidden=None) -> dict:
+    """The CUDA models' figures of a row: {"harness": harness_traffic's,
+    "occupancy": harness_occupancy's, "errors": {model: what it raised}} (a
+    model that fails is reported with the row; its timings stand)."""
+    from .harness import error_text
+
+    figures = {"errors": {}}
+    for key, model in (("harness", lambda: harness_traffic(ops, name, direction, dtype, hidden=hidden)),
+                       ("occupancy", lambda: harness_occupancy(ops, name, direction, dtype, tokens, hidden))):
+        try:
+            figures[key] = model()
+        except Exception as e:
+            figures["errors"][key] = error_text(e)
+    return figures
+
+
 def launch_breakdown(harness) -> str:
     """'rms_norm_forward_kernel 34% · rms_norm_backward_kernel 51% · ...' (one row's launches)."""
     return " · ".join(f"{launch['kernel']} {100 * launch['share']:.0f}%" for launch in harness["per_launch"])

@@ -1,18 +1,25 @@
-"""The compiled baseline's graphs compiled side by side before any timing.
+"""What each row needs besides its timing, prepared side by side before any timing.
 
-The benchmark compiles the composite once per row (torch.compile, dynamic=False:
-one graph per op, direction, dtype and token count), in the row, one after the
-other. A cold Inductor compile costs seconds (about 10 s for an RMSNorm forward
-and backward on a 2-core CPU), so on a GPU lease, where the benchmark's time is
-counted against a few minutes, the compiles were most of it. Here worker
-processes (a spawn pool) each build rows' tensors exactly as the row will
-(op_rows.row_setup) and call the compiled composite once, forward and backward
-as the row does: Inductor writes each graph to its on-disk caches (the FX graph
-cache and AOTAutograd's, under TORCHINDUCTOR_CACHE_DIR, which every process of
-the user shares), and the row's own compile then loads it (1.5 s instead of 10 s
-in the example above). Nothing is timed in the workers, and they are gone before
-the first timing starts. A worker that fails leaves its rows to compile cold, as
-before; the failures are reported.
+Two things in a row cost seconds of CPU and no GPU:
+* the compiled baseline: the benchmark compiles the composite once per row
+  (torch.compile, dynamic=False: one graph per op, direction, dtype and token
+  count). A cold Inductor compile costs seconds (about 10 s for an RMSNorm
+  forward and backward on a 2-core CPU);
+* the CUDA models beside the row (--traffic): the traffic model runs the row's
+  kernels on the CPU harness at 16 tokens, and the occupancy model records the
+  row's op calls at its full shape on the CPU (up to 4 s a row of 8192 x 11008
+  on 2 cores).
+On a GPU lease, where the benchmark's time is counted against a few minutes,
+these were most of it, one row after the other. Here worker processes (a spawn
+pool) do them first: each builds a row's tensors exactly as the row will
+(op_rows.row_setup) and calls the compiled composite once, forward and backward
+as the row does, so Inductor writes the graph to its on-disk caches (the FX
+graph cache and AOTAutograd's, under TORCHINDUCTOR_CACHE_DIR, which every
+process of the user shares) and the row's own compile loads it (1.5 s instead
+of 10 s above); and each returns the row's model figures, which the row then
+reports. Nothing is timed in the workers, and they are gone before the first
+timing starts. What a worker fails at, the row does itself, as before; the
+failures are reported.
 """
 
 from __future__ import annotations
@@ -24,39 +31,53 @@ import time
 import torch
 
 
-def _compile_row(name, direction, dtype_name, tokens, device, threads, hidden):
-    """In a worker: the row's compiled composite, called once."""
+def _prepare_row(name, direction, dtype_name, tokens, device, threads, hidden, compile_graph, models):
+    """In a worker: the row's compiled composite called once (compile_graph), and
+    its models' figures (models: traffic.row_models's, else None)."""
     from op_extension import ops
 
     from .harness import compiled_composite, configure_dynamo, make_step, sync
     from .op_rows import row_setup
+    from .traffic import row_models
 
     torch.set_num_threads(threads)  # Inductor's CPU code depends on it
-    configure_dynamo()
-    setup, grads = row_setup(ops, name, direction, getattr(torch, dtype_name), tokens, torch.device(device), hidden)
-    make_step(compiled_composite(name, setup.impls["composite"]), setup, direction, grads)()
-    sync(torch.device(device))
+    dtype = getattr(torch, dtype_name)
+    prepared = row_models(ops, name, direction, dtype, tokens, hidden) if models else None
+    if compile_graph:
+        configure_dynamo()
+        setup, grads = row_setup(ops, name, direction, dtype, tokens, torch.device(device), hidden)
+        make_step(compiled_composite(name, setup.impls["composite"]), setup, direction, grads)()
+        sync(torch.device(device))
+    return prepared
 
 
-def warm_compile_cache(rows, device, threads, workers, hidden=None):
-    """Compiles the composite of each (name, direction, dtype, tokens) in `rows`
-    in `workers` processes; returns (rows compiled, [(row, error text)], seconds).
-    `hidden` as the benchmark's --hidden (per op: plan.row_hidden)."""
+def prepare_rows(rows, device, threads, workers, hidden=None):
+    """Prepares each row of `rows`, {(name, direction, dtype, tokens): (compile its
+    graph, compute its models)}, in `workers` processes. Returns ({row: its
+    models' figures, for the rows that asked for them}, [(row, error text)] of
+    the rows whose preparation failed, seconds). `hidden` as the benchmark's
+    --hidden (per op: plan.row_hidden)."""
     from .harness import error_text
     from .plan import row_hidden
 
     start = time.perf_counter()
-    failed = []
-    if not rows or workers < 1:
-        return 0, failed, 0.0
+    prepared, failed = {}, []
+    wanted = {row: what for row, what in rows.items() if any(what)}
+    if not wanted or workers < 1:
+        return prepared, failed, 0.0
     context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
-    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(rows)), mp_context=context) as pool:
-        futures = {pool.submit(_compile_row, name, direction, str(dtype).removeprefix("torch."), tokens,
-                               str(device), threads, row_hidden(name, hidden)): (name, direction, dtype, tokens)
-                   for name, direction, dtype, tokens in rows}
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(wanted)), mp_context=context) as pool:
+        futures = {pool.submit(_prepare_row, name, direction, str(dtype).removeprefix("torch."), tokens,
+                               str(device), threads, row_hidden(name, hidden), compile_graph, models):
+                   (name, direction, dtype, tokens)
+                   for (name, direction, dtype, tokens), (compile_graph, models) in wanted.items()}
         for future in concurrent.futures.as_completed(futures):
+            row = futures[future]
             try:
-                future.result()
-            except Exception as e:  # reported; the row compiles cold
-                failed.append((futures[future], error_text(e)))
-    return len(rows) - len(failed), failed, time.perf_counter() - start
+                result = future.result()
+            except Exception as e:  # the row compiles and models itself
+                failed.append((row, error_text(e)))
+                continue
+            if wanted[row][1]:
+                prepared[row] = result
+    return prepared, failed, time.perf_counter() - start
