@@ -76,7 +76,6 @@ class Gpu:
     max_registers_per_thread: int = 255
     shared_per_sm: int = 233472             # with the default carveout: all of it
     shared_per_block_optin: int = 232448
-    shared_per_block_default: int = 49152   # without cudaFuncAttributeMaxDynamicSharedMemorySize
     reserved_shared_per_block: int = 1024
     shared_unit: int = 128
     max_threads_per_block: int = 1024
@@ -157,8 +156,7 @@ def _round_up(x: int, unit: int) -> int:
     return -(-x // unit) * unit
 
 
-def blocks_per_sm(threads: int, registers: int, shared_bytes: int, gpu: Gpu,
-                  optin_shared: bool = True) -> tuple[int, str]:
+def blocks_per_sm(threads: int, registers: int, shared_bytes: int, gpu: Gpu) -> tuple[int, str]:
     """(resident blocks per SM, the limit that sets it: "warps", "blocks",
     "registers" or "shared memory") for a block of `threads` threads of
     `registers` registers each using `shared_bytes` of static + dynamic shared
@@ -178,8 +176,9 @@ def blocks_per_sm(threads: int, registers: int, shared_bytes: int, gpu: Gpu,
         per_subpartition = gpu.registers_per_sm // gpu.register_subpartitions // per_warp
         limits["registers"] = per_subpartition * gpu.register_subpartitions // warps
     allocated = _round_up(shared_bytes + gpu.reserved_shared_per_block, gpu.shared_unit)
-    per_block_limit = (gpu.shared_per_block_optin if optin_shared else gpu.shared_per_block_default) \
-        + gpu.reserved_shared_per_block
+    # The opt-in maximum: the harness already refuses more than 48 KiB of dynamic
+    # memory from a kernel that did not opt in (cudaFuncSetAttribute).
+    per_block_limit = gpu.shared_per_block_optin + gpu.reserved_shared_per_block
     if allocated > per_block_limit:
         raise LaunchError(f"{shared_bytes} bytes of shared memory per block ({allocated} with the driver's "
                           f"reserve) > {per_block_limit - gpu.reserved_shared_per_block}")

@@ -45,6 +45,8 @@ VECTOR_KERNELS = ("map_kernel", "add_kernel")
 VECTOR_KERNEL = re.compile(rf"\b({'|'.join(VECTOR_KERNELS)})<(float, 4|double, 2|__half, 8|__nv_bfloat16, 8)\b")
 FLOAT_VECTOR_KERNEL = re.compile(rf"\b({'|'.join(VECTOR_KERNELS)})<float, 4\b")
 LOAD_128 = re.compile(r"\bLDG(\.[A-Z0-9_]+)*\.128\b")
+# ptxas -v names each kernel before its report (scripts/cuda_kernel_resources.py reads it too).
+ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+a?)'")
 
 
 @dataclass
@@ -71,7 +73,7 @@ def parse_ptxas(text: str, report: Report) -> None:
     'Used N registers'. Lines of other architectures are skipped."""
     current = None
     for line in text.splitlines():
-        m = re.search(r"Compiling entry function '([^']+)' for '(sm_\d+a?)'", line)
+        m = ENTRY.search(line)
         if m:
             current = m.group(1) if m.group(2) == ARCH else None
             continue
@@ -161,12 +163,16 @@ def vector_names_in_sources(paths: list[str]) -> list[str]:
     return sorted(names)
 
 
-def demangle(report: Report) -> None:
-    names = list(report.kernels)
+def demangled(names: list[str]) -> dict[str, str]:
+    """{mangled name: c++filt's name} of `names`."""
     if not names:
-        return
+        return {}
     out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
-    for name, pretty in zip(names, out.splitlines()):
+    return dict(zip(names, out.splitlines()))
+
+
+def demangle(report: Report) -> None:
+    for name, pretty in demangled(list(report.kernels)).items():
         report.kernels[name].demangled = pretty
 
 

@@ -21,11 +21,12 @@ import argparse
 import importlib.util
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))  # as when run as a script, also when a test loads it by path
+from cuda_kernel_check import ENTRY, demangled  # noqa: E402
 _spec = importlib.util.spec_from_file_location("cuda_occupancy", ROOT / "op_extension" / "cuda_occupancy.py")
 cuda_occupancy = importlib.util.module_from_spec(_spec)
 sys.modules["cuda_occupancy"] = cuda_occupancy  # its dataclasses look their module up
@@ -40,7 +41,7 @@ def parse(texts: list[str]) -> dict[str, dict[str, dict]]:
     for text in texts:
         current = None
         for line in text.splitlines():
-            m = re.search(r"Compiling entry function '([^']+)' for '(sm_\d+a?)'", line)
+            m = ENTRY.search(line)
             if m:
                 current = archs.setdefault(m.group(2), {}).setdefault(m.group(1), {})
                 continue
@@ -54,9 +55,7 @@ def parse(texts: list[str]) -> dict[str, dict[str, dict]]:
 
 
 def table(archs: dict[str, dict[str, dict]], nvcc: str) -> dict:
-    mangled = sorted({name for kernels in archs.values() for name in kernels})
-    out = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True, check=True).stdout
-    pretty = dict(zip(mangled, out.splitlines()))
+    pretty = demangled(sorted({name for kernels in archs.values() for name in kernels}))
     result = {"nvcc": nvcc, "archs": {}}
     for arch, kernels in sorted(archs.items()):
         entries = {}

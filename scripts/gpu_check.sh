@@ -24,9 +24,8 @@
 #                 16, 2048 and 8192 tokens (hidden 4096, 11008 for SwiGLU/GEGLU),
 #                 torch.compile's baseline on every row (its graphs compiled, and
 #                 the CUDA models of each row run, first, by 8 worker processes
-#                 side by side, bench/warm.py; each finished
-#                 row's figures are on its progress line, so a run cut off by
-#                 BENCH_LIMIT keeps them);
+#                 side by side, bench/warm.py; each finished row's figures are on
+#                 its progress line, so a run cut off by BENCH_LIMIT keeps them);
 #                 then the row ops on rows of 65536 (--hidden), whose backward
 #                 norms take the long-row kernels (its table appended to
 #                 bench.log, its JSON and plot not kept: $OUT returns 8 files at

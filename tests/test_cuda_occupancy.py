@@ -17,7 +17,7 @@ import torch
 from op_extension import cuda_occupancy as occ
 from op_extension import cuda_sim
 from op_extension.bench.plan import load_plan, row_hidden
-from op_extension.bench.traffic import recorded_calls
+from op_extension.bench.traffic import call_launch_plan, recorded_calls
 
 SM90, SM80 = occ.GPUS["sm_90"], occ.GPUS["sm_80"]
 
@@ -125,11 +125,8 @@ def launches(calls, arch):
     """[(launch record, bytes the op call moves at least)] of recorded op calls on `arch`."""
     out = []
     for op, args, kwargs in calls:
-        backward = op.endswith("_backward")
         call_bytes = sum(t.numel() * t.element_size() for t in cuda_sim._tensors((args, kwargs)))
-        for launch in cuda_sim.launch_plan(op.removesuffix("_backward") if backward else op, *args,
-                                           backward=backward, arch=arch, **kwargs):
-            out.append((launch, call_bytes))
+        out += [(launch, call_bytes) for launch in call_launch_plan(op, args, kwargs, arch)]
     return out
 
 
@@ -176,10 +173,8 @@ def test_every_launch_fits_the_gpu_at_every_row_width(name, dtype, arch):
     from op_extension import ops
 
     for width in SWEEP_WIDTHS:
-        for op, args, kwargs in recorded_calls(ops, name, "fwd+bwd", dtype, 5, width):
-            backward = op.endswith("_backward")
-            for launch in cuda_sim.launch_plan(op.removesuffix("_backward") if backward else op, *args,
-                                               backward=backward, arch=arch, **kwargs):
+        for call in recorded_calls(ops, name, "fwd+bwd", dtype, 5, width):
+            for launch in call_launch_plan(*call, arch):
                 occ.launch_occupancy(launch, arch)  # raises LaunchError / KeyError
 
 

@@ -99,6 +99,16 @@ def harness_traffic(ops, name, direction, dtype, tokens=TRAFFIC_TOKENS, hidden=N
     return {"model": moved / minimum, "launches": launches, "tokens": tokens, "per_launch": per_launch}
 
 
+def call_launch_plan(op, args, kwargs, arch) -> list[dict]:
+    """cuda_sim.launch_plan of one call recorded_calls returned (`op` a forward op
+    or its "<op>_backward")."""
+    from op_extension import cuda_sim
+
+    backward = op.endswith("_backward")
+    return cuda_sim.launch_plan(op.removesuffix("_backward") if backward else op, *args, backward=backward,
+                                arch=arch, **kwargs)
+
+
 def harness_occupancy(ops, name, direction, dtype, tokens, hidden=None):
     """The occupancy model (op_extension.cuda_occupancy) of the row's launches at
     the row's own shape, on the GPU the benchmark runs on (harness_arch):
@@ -113,10 +123,8 @@ def harness_occupancy(ops, name, direction, dtype, tokens, hidden=None):
         return None
     arch = harness_arch()
     per_launch = []
-    for op, args, kwargs in recorded_calls(ops, name, direction, dtype, tokens, hidden):
-        backward = op.endswith("_backward")
-        for launch in cuda_sim.launch_plan(op.removesuffix("_backward") if backward else op, *args,
-                                           backward=backward, arch=arch, **kwargs):
+    for call in recorded_calls(ops, name, direction, dtype, tokens, hidden):
+        for launch in call_launch_plan(*call, arch):
             o = cuda_occupancy.launch_occupancy(launch, arch)
             per_launch.append({k: o[k] for k in ("kernel", "blocks_per_sm", "limited_by", "warps_per_sm", "waves")}
                               | {"active_sms": o["active_sms"]})
