@@ -201,10 +201,10 @@ def _call(name: str, args: tuple, kwargs: dict):
     return _op(name)(**bound)
 
 
-def _run_misuse(name: str, arch: str = "sm_80") -> None:
+def _run_misuse(name: str, arch: str = "sm_80", block_order: str = "linear") -> None:
     """Runs one of the harness's planted-mistake kernels (csrc/cuda_sim/misuse);
     raises RuntimeError with the harness's report. "clean" runs without error."""
-    _configure(arch, "linear")
+    _configure(arch, block_order)
     _cuda_sim._run_misuse(name)
 
 

@@ -519,6 +519,21 @@ MISUSE = {
                        r"0x[0-9a-f]*[48c] \(the GPU needs 16-byte alignment\)",
     "load_shared_of_global": r"load_shared_of_global_kernel: block \(0,0,0\) thread \(0,0,0\): load_shared of 4 bytes "
                              r"at 0x[0-9a-f]+, which is not shared memory",
+    # The global racecheck: two threads' accesses of one byte, one a write, that
+    # no barrier orders. Blocks run in order, so the later block reports.
+    "global_blocks_write_one_element": r"global_blocks_write_one_element_kernel: block \(1,0,0\) thread \(0,0,0\): "
+                                       r"global memory race \(write after write\) at 0x[0-9a-f]+ with block \(0,0,0\) "
+                                       r"thread \(0,0,0\), another block: nothing orders two blocks of a launch",
+    "global_block_reads_another_blocks_partial": r"global_block_reads_another_blocks_partial_kernel: block \(2,0,0\) "
+                                                 r"thread \(0,0,0\): global memory race \(read after write\) at "
+                                                 r"0x[0-9a-f]+ with block \(0,0,0\) thread \(0,0,0\), another block",
+    "global_read_after_write_in_block": r"global_read_after_write_in_block_kernel: block \(0,0,0\) thread \(1,0,0\): "
+                                        r"global memory race \(read after write\) at 0x[0-9a-f]+ with block \(0,0,0\) "
+                                        r"thread \(0,0,0\), no __syncthreads between",
+    # Threads run in order: thread 0 reads element 1 before thread 1 writes it.
+    "global_write_after_read_in_block": r"global_write_after_read_in_block_kernel: block \(0,0,0\) thread \(1,0,0\): "
+                                        r"global memory race \(write after read\) at 0x[0-9a-f]+ with block \(0,0,0\) "
+                                        r"thread \(0,0,0\), no __syncthreads between",
 }
 
 
@@ -527,6 +542,15 @@ def test_misuse_is_reported(name):
     with pytest.raises(RuntimeError, match=MISUSE[name]):
         cuda_sim._run_misuse(name, arch="sm_90" if name == "too_much_shared" else "sm_80")
     cuda_sim._run_misuse("clean")  # a report leaves the harness usable
+
+
+@pytest.mark.parametrize("block_order", cuda_sim.BLOCK_ORDERS)
+def test_global_accesses_ordered_by_barriers_pass(block_order):
+    """The control of the global racecheck: the in-place shift of
+    global_write_after_read_in_block, with a __syncthreads between the reads and
+    the writes and another before reading a neighbour's result, each block on
+    its own slice; the host checks the values."""
+    cuda_sim._run_misuse("global_clean", block_order=block_order)
 
 
 def test_the_helpers_check_shared_memory_without_a_fault():

@@ -46,7 +46,18 @@ def test_each_block_of_a_cluster_has_its_own_static_shared_arrays():
     cuda_sim._run_misuse("cluster_static_shared_per_block", arch="sm_90")
 
 
+def test_global_accesses_ordered_by_a_cluster_sync_pass():
+    """Rank 1 of each cluster reads what rank 0 wrote to global memory after a
+    cluster_sync (its arrive releases, its wait acquires); the host checks the
+    values."""
+    cuda_sim._run_misuse("cluster_global_exchange", arch="sm_90")
+
+
 MISUSE = {
+    "cluster_global_exchange_without_sync": r"global_cluster_exchange_kernel<false>.*: block \(1,0,0\) thread "
+                                            r"\(0,0,0\): global memory race \(read after write\) at 0x[0-9a-f]+ with "
+                                            r"block \(0,0,0\) thread \(0,0,0\), another block of the cluster, no "
+                                            r"cluster_sync between",
     "cluster_remote_read_without_sync": r"cluster_remote_read_without_sync_kernel: block \(1,0,0\) thread \(0,0,0\): "
                                         r"shared memory race \(write after read\) at byte offset 0 of dynamic shared "
                                         r"memory of block rank 1 with block \(0,0,0\) thread \(0,0,0\), no cluster_sync "

@@ -94,6 +94,7 @@ struct Fiber {
   State state = State::Runnable;
   uint3 thread_idx{};
   unsigned thread = 0;  // linear index in its block
+  uint32_t launch_thread = 0;  // 1 + its index in the launch (global racecheck; 0 is no thread)
   // Its block: the fibers of a cluster's blocks are scheduled together.
   unsigned rank = 0;
   uint3 block_idx{};
@@ -124,6 +125,77 @@ const char* kind_name(ShuffleKind k) {
   return "shuffle";
 }
 
+// Global-memory racecheck's record of one launch: per 2-byte granule a kernel
+// thread accessed, its last writer and up to two readers that later accesses
+// must follow, each with the barrier interval it was in (Launch::block_epoch).
+// 2 bytes: the kernels' smallest element (half, bfloat16), so two threads
+// writing neighbouring elements never share a granule; a 1-byte access (none
+// of the kernels makes one) would be checked as its whole granule. Pages of
+// 4 KiB, made as the kernel first touches them; a launch starts with none (the
+// end of a launch orders everything before it: one stream).
+struct GlobalAccess {
+  uint32_t thread = 0;  // Fiber::launch_thread; 0: none
+  uint32_t stamp = 0;
+};
+constexpr uint64_t kGlobalGranuleBytes = 2;
+constexpr uint64_t kGlobalPageBytes = 4096;
+constexpr uint64_t kGranulesPerPage = kGlobalPageBytes / kGlobalGranuleBytes;
+struct GlobalShadowPage {
+  GlobalAccess writer[kGranulesPerPage];
+  GlobalAccess reader[kGranulesPerPage];
+  GlobalAccess other_reader[kGranulesPerPage];
+};
+// 12 bytes of record per byte. Each page's record is mapped on its own, and up
+// to kKeptShadowPages of them are kept for the next launches (cleared when
+// taken): mapping each afresh cost a third more harness time in page faults,
+// and records freed to the heap kept the largest launch's (hundreds of MB) in
+// the process.
+constexpr size_t kKeptShadowPages = 512;  // 24 MiB
+thread_local std::vector<GlobalShadowPage*> g_kept_shadow_pages;
+
+struct GlobalShadow {
+  std::unordered_map<uint64_t, GlobalShadowPage*> pages;
+  uint64_t last_number = UINT64_MAX;  // the page the last access found
+  GlobalShadowPage* last = nullptr;
+  GlobalShadow() = default;
+  GlobalShadow(const GlobalShadow&) = delete;
+  GlobalShadow& operator=(const GlobalShadow&) = delete;
+  ~GlobalShadow() {
+    for (auto& [number, page] : pages) {
+      if (g_kept_shadow_pages.size() < kKeptShadowPages) {
+        g_kept_shadow_pages.push_back(page);
+      } else {
+        munmap(page, sizeof(GlobalShadowPage));
+      }
+    }
+  }
+  // Page `number`'s record; nullptr if it cannot be mapped (a kernel thread
+  // reports that: an exception cannot leave a fiber).
+  GlobalShadowPage* page(uint64_t number) {
+    if (number != last_number) {
+      GlobalShadowPage*& slot = pages[number];
+      if (slot == nullptr) {
+        if (!g_kept_shadow_pages.empty()) {
+          slot = g_kept_shadow_pages.back();
+          g_kept_shadow_pages.pop_back();
+          std::memset(static_cast<void*>(slot), 0, sizeof(GlobalShadowPage));
+        } else {
+          // Anonymous pages read as zeros: no record yet.
+          void* m = mmap(nullptr, sizeof(GlobalShadowPage), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          if (m == MAP_FAILED) {
+            pages.erase(number);
+            return nullptr;
+          }
+          slot = static_cast<GlobalShadowPage*>(m);
+        }
+      }
+      last_number = number;
+      last = slot;
+    }
+    return last;
+  }
+};
+
 struct Launch {
   std::string name;
   dim3 grid, block;
@@ -146,6 +218,7 @@ struct Launch {
   uint32_t clock = 0;
   uint32_t cluster_epoch = 0;
   std::vector<uint32_t> block_epoch;
+  GlobalShadow global;
   // Zeroed: ASan's swapcontext interceptor reads the stack of the context it
   // switches to, which getcontext/swapcontext never fill in for this one.
   ucontext_t scheduler{};
@@ -383,6 +456,103 @@ std::string check_access(Watch& w, const Launch& l, const Region& r, uintptr_t a
       } else if (ordered(w.other_reader[i], w.other_stamp[i])) {
         w.other_reader[i] = me;
         w.other_stamp[i] = now;
+      }
+    }
+  }
+  return "";
+}
+
+// ---- global-memory races ---------------------------------------------------------------
+//
+// The PTX ISA's memory consistency model ("Memory Consistency Model": "Data
+// races") makes two overlapping accesses, at least one a write, by threads that
+// nothing orders a data race, whose result is undefined. The kernels use no
+// atomics and no fences, so within a launch only barriers order two threads:
+// __syncthreads those of one block (CUDA C++ Programming Guide, "Synchronization
+// Functions": the global and shared memory accesses before it are visible to
+// every thread of the block after it), and barrier.cluster those of one cluster
+// (cluster_sync: its arrive releases and its wait acquires at cluster scope; PTX
+// ISA, "barrier.cluster"). Blocks in different clusters (without clusters: any
+// two blocks) are never ordered: a GPU runs them in any order, or at once, where
+// the harness runs them one after another and so always gives one answer.
+// compute-sanitizer's racecheck checks shared memory only; this is the same
+// check for the global accesses of the kernels' helpers, per 2-byte granule.
+
+// "block (x,y,z) thread (x,y,z)" of the thread numbered `id` (Fiber::launch_thread).
+std::string where_in_launch(const Launch& l, uint32_t id) {
+  const uint64_t i = id - 1, block = i / l.threads, t = i % l.threads;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "block (%llu,%llu,%llu) thread (%llu,%llu,%llu)",
+                static_cast<unsigned long long>(block % l.grid.x),
+                static_cast<unsigned long long>(block / l.grid.x % l.grid.y),
+                static_cast<unsigned long long>(block / (1ull * l.grid.x * l.grid.y)),
+                static_cast<unsigned long long>(t % l.block.x),
+                static_cast<unsigned long long>(t / l.block.x % l.block.y),
+                static_cast<unsigned long long>(t / (1ull * l.block.x * l.block.y)));
+  return buf;
+}
+
+std::string check_global_access(Launch& l, uintptr_t addr, size_t bytes, bool write) {
+  const Fiber& f = l.fibers[l.current];
+  const uint32_t me = f.launch_thread;
+  const uint64_t my_block = (me - 1) / l.threads;
+  const uint32_t now = l.block_epoch[f.rank];
+  // What orders `other` before this access, if anything does.
+  enum class Order { Ordered, SameBlock, SameCluster, Unordered };
+  auto order = [&](const GlobalAccess& other) {
+    if (other.thread == 0 || other.thread == me) return Order::Ordered;
+    const uint64_t block = (other.thread - 1) / l.threads;
+    if (block == my_block) return other.stamp != now ? Order::Ordered : Order::SameBlock;
+    // Clusters are 1-D along x and grid.x is a multiple of their size, so the
+    // blocks of one cluster are consecutive in the launch's numbering.
+    if (block / l.cluster_blocks == my_block / l.cluster_blocks) {
+      return other.stamp < l.cluster_epoch ? Order::Ordered : Order::SameCluster;
+    }
+    return Order::Unordered;
+  };
+  auto race = [&](const char* hazard, uintptr_t a, const GlobalAccess& other, Order o) {
+    const char* why = o == Order::SameBlock     ? "no __syncthreads between"
+                      : o == Order::SameCluster ? "another block of the cluster, no cluster_sync between"
+                      : l.cluster_blocks > 1
+                          ? "another cluster: nothing orders two clusters of a launch (a GPU runs them in any "
+                            "order, or at once)"
+                          : "another block: nothing orders two blocks of a launch (a GPU runs them in any order, "
+                            "or at once)";
+    char what[512];
+    std::snprintf(what, sizeof what, "global memory race (%s) at %p with %s, %s", hazard, reinterpret_cast<void*>(a),
+                  where_in_launch(l, other.thread).c_str(), why);
+    return std::string(what);
+  };
+  const uintptr_t first = addr / kGlobalGranuleBytes * kGlobalGranuleBytes;
+  for (uintptr_t a = first; a < addr + bytes; a += kGlobalGranuleBytes) {
+    GlobalShadowPage* const record = l.global.page(a / kGlobalPageBytes);
+    if (record == nullptr) return "the harness cannot map the global racecheck's record (out of memory)";
+    GlobalShadowPage& page = *record;
+    const size_t i = a % kGlobalPageBytes / kGlobalGranuleBytes;
+    GlobalAccess& writer = page.writer[i];
+    GlobalAccess& reader = page.reader[i];
+    GlobalAccess& other_reader = page.other_reader[i];
+    if (write) {
+      if (const Order o = order(writer); o != Order::Ordered) return race("write after write", a, writer, o);
+      if (const Order o = order(reader); o != Order::Ordered) return race("write after read", a, reader, o);
+      if (const Order o = order(other_reader); o != Order::Ordered) {
+        return race("write after read", a, other_reader, o);
+      }
+      writer = {me, now};
+    } else {
+      if (const Order o = order(writer); o != Order::Ordered) return race("read after write", a, writer, o);
+      // As for shared memory (check_access): a reader this one follows can be
+      // forgotten, two are kept. A byte read by many blocks (a weight) keeps two
+      // of them, and a later write by any thread outside their block races
+      // with the first and is reported.
+      if (reader.thread == me) {
+        reader.stamp = now;
+      } else if (other_reader.thread == me) {
+        other_reader.stamp = now;
+      } else if (order(reader) == Order::Ordered) {
+        reader = {me, now};
+      } else if (order(other_reader) == Order::Ordered) {
+        other_reader = {me, now};
       }
     }
   }
@@ -1106,7 +1276,10 @@ __attribute__((noinline)) void* memory_access(const void* p, size_t bytes, bool 
                   write ? "store_shared" : "load_shared", bytes, p);
     fail_in_fiber(what);
   }
-  if (!g_traffic.on || is_local(a, l->fibers[l->current].stack)) return const_cast<void*>(p);
+  if (is_local(a, l->fibers[l->current].stack)) return const_cast<void*>(p);
+  const std::string race = check_global_access(*l, a, bytes, write);
+  if (!race.empty()) fail_in_fiber(race);
+  if (!g_traffic.on) return const_cast<void*>(p);
   const uintptr_t site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   g_traffic.accesses[warp_instruction(*l, site)].emplace_back(a, bytes);
   (write ? g_traffic.counts.bytes_written : g_traffic.counts.bytes_read) += bytes;
@@ -1239,6 +1412,12 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   l.closure = closure;
   const size_t threads = static_cast<size_t>(block.x) * block.y * block.z;
   l.threads = threads;
+  // The global racecheck numbers a launch's threads in 32 bits; a launch of
+  // 2^32 threads would take the harness weeks.
+  if (1.0 * grid.x * grid.y * grid.z * threads >= static_cast<double>(UINT32_MAX)) {
+    throw std::runtime_error(std::string("cuda_sim: kernel ") + kernel_name +
+                             ": a launch of 2^32 threads or more, beyond what the harness runs");
+  }
   const size_t fibers = threads * cluster_blocks;
   while (g_stacks.size() < fibers) {
     void* s = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -1279,7 +1458,11 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
     const auto first_x = static_cast<unsigned>(c % clusters_x * cluster_blocks);
     const uint3 first{first_x, static_cast<unsigned>(c / clusters_x % grid.y),
                       static_cast<unsigned>(c / (clusters_x * grid.y))};
-    for (Fiber& f : l.fibers) f.block_idx = uint3{first.x + f.rank, first.y, first.z};
+    for (Fiber& f : l.fibers) {
+      f.block_idx = uint3{first.x + f.rank, first.y, first.z};
+      const uint64_t block_number = f.block_idx.x + 1ull * grid.x * (f.block_idx.y + 1ull * grid.y * f.block_idx.z);
+      f.launch_thread = static_cast<uint32_t>(1 + block_number * threads + f.thread);
+    }
     g_view.block_idx = first;
     open_cluster_interval(l);
     watch_cluster(watch);

@@ -220,8 +220,6 @@ __global__ void global_out_of_bounds_kernel(const float* in, float* out, int n) 
   if (i <= n) out[0] = in[i];  // MISTAKE: `<=` reads in[n], one past the buffer
 }
 
-// Not a mistake the harness reports: one thread per block adds its block's
-// value to a global total in block order, as atomicAdd would in arrival order.
 // Global-memory traffic (op_extension.cuda_sim.traffic; tests/test_cuda_sim_traffic.py):
 // a copy through the kernels' load/store helpers, moving each byte once in whole
 // sectors; the same copy with an extra pass over its input; and a copy whose
@@ -272,7 +270,58 @@ __global__ void banks_column_kernel(float* out) {
   detail::store_global(out + threadIdx.x, detail::load_shared(tile + 32 * (threadIdx.x % 32) + threadIdx.x / 32));
 }
 
-// Float addition does not associate, so the bits depend on the order.
+// ---- global-memory races (the harness's global racecheck) -----------------------------
+//
+// Through the kernels' global helpers, as the kernels access global memory.
+
+// Every block's thread 0 writes the same element: on a GPU the last block to
+// store wins, whichever that is.
+__global__ void global_blocks_write_one_element_kernel(float* out) {
+  if (threadIdx.x == 0) detail::store_global(out, static_cast<float>(blockIdx.x));  // MISTAKE: one element, every block
+}
+
+// The "last block sums the partials" pattern without its atomic counter and
+// fence: block 1 reads block 0's partial, which a GPU may not have written yet.
+__global__ void global_block_reads_another_blocks_partial_kernel(float* partial, float* out) {
+  if (threadIdx.x != 0) return;
+  detail::store_global(partial + blockIdx.x, 1.0f);
+  if (blockIdx.x == gridDim.x - 1) {
+    float s = 0.0f;
+    for (unsigned b = 0; b < gridDim.x; ++b) s += detail::load_global(partial + b);  // MISTAKE: unordered with b's store
+    detail::store_global(out, s);
+  }
+}
+
+// Thread 1 reads what thread 0 of its block wrote, with no __syncthreads between.
+__global__ void global_read_after_write_in_block_kernel(float* out) {
+  if (threadIdx.x == 0) detail::store_global(out, 1.0f);
+  if (threadIdx.x == 1) detail::store_global(out + 1, detail::load_global(out));  // MISTAKE: no barrier
+}
+
+// An in-place shift: thread t reads element t + 1, which thread t + 1 overwrites.
+__global__ void global_write_after_read_in_block_kernel(float* data) {
+  const unsigned t = threadIdx.x;
+  const float next = t + 1 < blockDim.x ? detail::load_global(data + t + 1) : 0.0f;
+  detail::store_global(data + t, next);  // MISTAKE: thread t - 1 read this element, unordered
+}
+
+// The same exchanges, ordered: within a block by __syncthreads; each block on a
+// slice of its own. Must pass.
+__global__ void global_clean_kernel(float* data, float* out) {
+  const unsigned t = threadIdx.x, n = blockDim.x;
+  float* mine = data + blockIdx.x * n;
+  const float next = t + 1 < n ? detail::load_global(mine + t + 1) : 0.0f;
+  __syncthreads();
+  detail::store_global(mine + t, next);
+  __syncthreads();
+  detail::store_global(out + blockIdx.x * n + t, detail::load_global(mine + (t + 1) % n));
+}
+
+// Not a mistake the harness reports: one thread per block adds its block's
+// value to a global total, in block order, as atomicAdd would in arrival order
+// (the harness has no atomics: the direct access stands in for one, and the
+// global racecheck sees only the helpers' accesses). Float addition does not
+// associate, so the bits depend on the order.
 __global__ void order_dependent_sum_kernel(const float* values, float* total) {
   if (threadIdx.x == 0) *total += values[blockIdx.x];
 }
@@ -380,6 +429,19 @@ __global__ void cluster_map_local_variable_kernel(float* out) {
   out[threadIdx.x] = *detail::cluster_map_shared(&local, 0);
 }
 
+// Rank 1 of each cluster reads what rank 0 wrote to global memory: ordered by a
+// cluster_sync (the control), or not (the mistake). Each cluster on its own
+// element.
+template <bool kSync>
+__global__ void global_cluster_exchange_kernel(float* data, float* out) {
+  const unsigned cluster = blockIdx.x / cuda_sim::cluster_blocks();
+  const unsigned rank = detail::cluster_block_rank();
+  if (rank == 0 && threadIdx.x == 0) detail::store_global(data + cluster, static_cast<float>(cluster + 1));
+  if constexpr (kSync) detail::cluster_sync();
+  if (rank == 1 && threadIdx.x == 0) detail::store_global(out + cluster, detail::load_global(data + cluster));
+  if constexpr (!kSync) detail::cluster_sync();  // MISTAKE: after the read, not before
+}
+
 }  // namespace op_ext::cuda::misuse
 
 // cluster_clean_kernel over 8 blocks of `threads` threads in clusters of 4:
@@ -438,6 +500,13 @@ void run_cluster_misuse_kernel(const std::string& n) {
     (void)launch_cluster_kernel<cluster_map_static_shared_kernel>(2, 32, 2, shared, nullptr, out);
   } else if (n == "cluster_map_local_variable") {
     (void)launch_cluster_kernel<cluster_map_local_variable_kernel>(2, 32, 2, shared, nullptr, out);
+  } else if (n == "cluster_global_exchange") {
+    std::vector<float> data(2, 0.0f), got(2, 0.0f);
+    (void)launch_cluster_kernel<global_cluster_exchange_kernel<true>>(4, 32, 2, 0, nullptr, data.data(), got.data());
+    if (got[0] != 1.0f || got[1] != 2.0f) throw std::runtime_error("cuda_sim misuse: cluster exchange read wrong");
+  } else if (n == "cluster_global_exchange_without_sync") {
+    std::vector<float> data(2, 0.0f), got(2, 0.0f);
+    (void)launch_cluster_kernel<global_cluster_exchange_kernel<false>>(4, 32, 2, 0, nullptr, data.data(), got.data());
   } else if (n == "cluster_sync_on_sm80") {  // run at sm_80, without clusters
     launch_kernel<cluster_sync_skipped_by_a_block_kernel>(1, 32, 0, nullptr);
   } else if (n == "cluster_on_sm80") {  // run at sm_80
@@ -494,6 +563,28 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
     launch_kernel<static_shared_past_end_kernel>(1, 32, 0, nullptr, out);
   } else if (n == "static_shared_before_start") {
     launch_kernel<static_shared_before_start_kernel>(1, 32, 0, nullptr, out);
+  } else if (n.rfind("global_", 0) == 0 && n != "global_out_of_bounds") {
+    std::vector<float> data(4 * 32, 1.0f), got(4 * 32, 0.0f);
+    if (n == "global_clean") {
+      for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
+      launch_kernel<global_clean_kernel>(4, 32, 0, nullptr, data.data(), got.data());
+      // Block b's slice i ends as i + 1 (shifted down, 0 last); out reads slot (t + 1) % 32 of that.
+      for (size_t i = 0; i < got.size(); ++i) {
+        const size_t b = i / 32, t = i % 32, read = (t + 1) % 32;
+        const float want = read + 1 < 32 ? static_cast<float>(b * 32 + read + 1) : 0.0f;
+        if (got[i] != want) throw std::runtime_error("cuda_sim misuse: global clean kernel read wrong");
+      }
+    } else if (n == "global_blocks_write_one_element") {
+      launch_kernel<global_blocks_write_one_element_kernel>(2, 32, 0, nullptr, got.data());
+    } else if (n == "global_block_reads_another_blocks_partial") {
+      launch_kernel<global_block_reads_another_blocks_partial_kernel>(3, 32, 0, nullptr, data.data(), got.data());
+    } else if (n == "global_read_after_write_in_block") {
+      launch_kernel<global_read_after_write_in_block_kernel>(1, 32, 0, nullptr, got.data());
+    } else if (n == "global_write_after_read_in_block") {
+      launch_kernel<global_write_after_read_in_block_kernel>(1, 32, 0, nullptr, data.data());
+    } else {
+      throw std::invalid_argument("cuda_sim: no misuse kernel " + n);
+    }
   } else if (n == "global_out_of_bounds") {
     // A heap buffer, as a tensor's storage is: ASan puts a redzone after it.
     constexpr int kN = 32;
