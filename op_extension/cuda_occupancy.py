@@ -26,6 +26,9 @@ Programming Guide's table "Technical Specifications per Compute Capability":
     carveout, a block at most 227 KiB / 163 KiB (opt-in, with
     cudaFuncAttributeMaxDynamicSharedMemorySize; 48 KiB without).
 
+A block of more threads than the kernel's __launch_bounds__ (ptxas's
+EIATTR_MAX_THREADS, in the table as max_threads) cannot launch either.
+
 Resident blocks per SM are the least of the four; the limit that sets it is
 named. Thread-block clusters (sm_90) are modelled as their blocks: the GPU also
 needs a cluster's blocks in one GPC at once, which this model does not see (a
@@ -94,6 +97,9 @@ GPUS = {
 class KernelResources:
     registers: int            # per thread
     static_shared_bytes: int  # per block
+    # The kernel's __launch_bounds__ maximum (EIATTR_MAX_THREADS); None: it has
+    # none, and any block of up to 1024 threads is allowed.
+    max_threads: int | None = None
 
 
 class LaunchError(ValueError):
@@ -130,7 +136,7 @@ def normalize_signature(signature: str) -> str:
 
 def load_resources(path: Path | str = RESOURCES_PATH) -> dict:
     """The committed table: {"nvcc": version, "archs": {arch: {signature:
-    {"registers", "static_shared_bytes"}}}}."""
+    {"registers", "static_shared_bytes"[, "max_threads"]}}}}."""
     return json.loads(Path(path).read_text())
 
 
@@ -149,7 +155,7 @@ def kernel_resources(signature: str, arch: str) -> KernelResources:
     if entry is None:
         raise KeyError(f"cuda_occupancy: kernel {key} is not in {RESOURCES_PATH.name} for {arch}: a new or renamed "
                        f"kernel? Refresh the table with `bash scripts/check_cuda_compile.sh --write-resources`")
-    return KernelResources(entry["registers"], entry["static_shared_bytes"])
+    return KernelResources(entry["registers"], entry["static_shared_bytes"], entry.get("max_threads"))
 
 
 def _round_up(x: int, unit: int) -> int:
@@ -198,6 +204,13 @@ def launch_occupancy(launch: dict, arch: str = "sm_90", resources: KernelResourc
     threads = math.prod(launch["block"])
     blocks = math.prod(launch["grid"])
     shared = resources.static_shared_bytes + launch["dynamic_shared_bytes"]
+    if resources.max_threads is not None and threads > resources.max_threads:
+        # ptxas allocated the kernel's registers for at most that many threads
+        # (CUDA C++ Programming Guide, "Launch Bounds"); cudaFuncAttributes'
+        # maxThreadsPerBlock is "the maximum number of threads per block, beyond
+        # which a launch of the function would fail".
+        raise LaunchError(f"kernel {launch['kernel']} on {arch}: a block of {threads} threads, beyond its "
+                          f"__launch_bounds__({resources.max_threads}): the launch fails")
     try:
         per_sm, limited_by = blocks_per_sm(threads, resources.registers, shared, gpu)
     except LaunchError as e:

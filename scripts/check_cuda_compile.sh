@@ -32,10 +32,11 @@
 # from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm); one on PATH or next
 # to nvcc is used first.
 #
-# 4. the registers and static shared memory ptxas gives every kernel, sm_80 and
-#    sm_90, match op_extension/csrc/kernel/cuda/kernel_resources.json, which the
-#    occupancy model reads (op_extension/cuda_occupancy.py); a table written by
-#    another nvcc is not compared. After a kernel change:
+# 4. the registers and static shared memory ptxas gives every kernel (and its
+#    __launch_bounds__, from cuobjdump -elf), sm_80 and sm_90, match
+#    op_extension/csrc/kernel/cuda/kernel_resources.json, which the occupancy
+#    model reads (op_extension/cuda_occupancy.py); a table written by another
+#    nvcc is not compared. After a kernel change:
 #
 #      bash scripts/check_cuda_compile.sh --write-resources   (then commit the table)
 #
@@ -230,8 +231,8 @@ if ! check_kernels "$tmp/kernels" --expect-vector-from "${kernels[@]}"; then
   echo "check_cuda_compile: FAILED: the kernel checks above" >&2
   exit 1
 fi
-echo "   sm_80 + sm_90 kernels: registers and static shared memory against $RESOURCES"
-if ! "$PYTHON" scripts/cuda_kernel_resources.py --ptxas "$tmp"/kernels/*.ptxas \
+echo "   sm_80 + sm_90 kernels: registers, static shared memory and launch bounds against $RESOURCES"
+if ! "$PYTHON" scripts/cuda_kernel_resources.py --ptxas "$tmp"/kernels/*.ptxas --elf "$tmp"/kernels/*.elf \
   --nvcc "$("$NVCC" --version | grep -Eo 'V[0-9.]+' | tail -n 1)" "$resources_mode" "$RESOURCES"; then
   echo "check_cuda_compile: FAILED: the kernel resources above" >&2
   exit 1

@@ -2,11 +2,13 @@
 scripts/check_cuda_compile.sh; the occupancy model (op_extension/cuda_occupancy.py)
 reads them.
 
-    python scripts/cuda_kernel_resources.py --ptxas out/*.ptxas --write TABLE
-    python scripts/cuda_kernel_resources.py --ptxas out/*.ptxas --check TABLE
+    python scripts/cuda_kernel_resources.py --ptxas out/*.ptxas --elf out/*.elf --write TABLE
+    python scripts/cuda_kernel_resources.py --ptxas out/*.ptxas --elf out/*.elf --check TABLE
 
 Reads nvcc -Xptxas -v reports (every arch compiled: 'Compiling entry function
-'<mangled>' for 'sm_NN'', then 'Used R registers, ..., S bytes smem'), names
+'<mangled>' for 'sm_NN'', then 'Used R registers, ..., S bytes smem') and
+`cuobjdump -elf` dumps (each kernel's EIATTR_MAX_THREADS: its __launch_bounds__,
+a property of the source, the same for every arch: max_threads), names
 each kernel as the harness does (cuda_occupancy.normalize_signature of the
 c++filt name) and writes the table, or compares it with TABLE: a kernel whose
 registers or shared memory changed, a new kernel and a kernel no longer built
@@ -26,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))  # as when run as a script, also when a test loads it by path
-from cuda_kernel_check import ENTRY, demangled  # noqa: E402
+from cuda_kernel_check import ENTRY, Report, demangled, parse_elf  # noqa: E402
 _spec = importlib.util.spec_from_file_location("cuda_occupancy", ROOT / "op_extension" / "cuda_occupancy.py")
 cuda_occupancy = importlib.util.module_from_spec(_spec)
 sys.modules["cuda_occupancy"] = cuda_occupancy  # its dataclasses look their module up
@@ -52,6 +54,19 @@ def parse(texts: list[str]) -> dict[str, dict[str, dict]]:
                 current["static_shared_bytes"] = int(smem.group(1)) if smem else 0
                 current = None
     return archs
+
+
+def add_launch_bounds(archs: dict[str, dict[str, dict]], elf_texts: list[str]) -> None:
+    """Each kernel's __launch_bounds__ maximum from the ELF dumps, as max_threads
+    in its entry of every arch (kernels without one get none)."""
+    report = Report()
+    for text in elf_texts:
+        parse_elf(text, report)
+    for kernels in archs.values():
+        for name, resources in kernels.items():
+            k = report.kernels.get(name)
+            if k is not None and k.max_threads is not None:
+                resources["max_threads"] = k.max_threads
 
 
 def table(archs: dict[str, dict[str, dict]], nvcc: str) -> dict:
@@ -84,6 +99,7 @@ def differences(committed: dict, fresh: dict) -> list[str]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ptxas", nargs="+", required=True)
+    parser.add_argument("--elf", nargs="+", default=[], help="cuobjdump -elf dumps of the same objects")
     parser.add_argument("--nvcc", required=True, help="the compiler's version, e.g. 'V13.0.88'")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", metavar="TABLE")
@@ -93,6 +109,7 @@ def main(argv: list[str]) -> int:
     if not archs:
         print("cuda_kernel_resources: no kernel in the ptxas reports (was -Xptxas -v passed?)")
         return 1
+    add_launch_bounds(archs, [Path(p).read_text() for p in args.elf])
     fresh = table(archs, args.nvcc)
     counts = ", ".join(f"{len(k)} for {a}" for a, k in fresh["archs"].items())
     if args.write:

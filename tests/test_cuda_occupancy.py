@@ -103,6 +103,11 @@ def test_the_table_holds_both_archs_and_its_compiler():
     for arch, kernels in table["archs"].items():
         assert len(kernels) > 100, arch
         assert all(0 < k["registers"] <= 255 and k["static_shared_bytes"] >= 0 for k in kernels.values())
+        # The kernels that declare __launch_bounds__ carry it (the model refuses a
+        # bigger block); the others take any block their registers fit.
+        bounds = {name: k["max_threads"] for name, k in kernels.items() if "max_threads" in k}
+        assert all(32 <= b <= 1024 for b in bounds.values()), arch
+        assert bounds[f"op_ext::cuda::rotary_embedding_kernel<float, 4, false>"] == 256, arch
 
 
 # ---- every launch of every op at the benchmark's shapes -------------------------------
@@ -195,6 +200,18 @@ def test_a_launch_beyond_the_shared_memory_of_a_block_is_refused_with_its_static
         occ.launch_occupancy(launch, "sm_90", occ.KernelResources(32, 1024))
 
 
+def test_a_block_beyond_the_kernels_launch_bounds_is_refused():
+    """ptxas gave the kernel registers for __launch_bounds__(256) threads: a block
+    of 512 fails to launch, though its registers would fit an SM; 256 launches."""
+    launch = {"kernel": "k", "signature": "k", "grid": (1, 1, 1), "block": (512, 1, 1), "dynamic_shared_bytes": 0}
+    bounded = occ.KernelResources(32, 0, max_threads=256)
+    with pytest.raises(occ.LaunchError, match=r"kernel k on sm_90: a block of 512 threads, beyond its "
+                                              r"__launch_bounds__\(256\): the launch fails"):
+        occ.launch_occupancy(launch, "sm_90", bounded)
+    assert occ.launch_occupancy(launch | {"block": (32, 8, 1)}, "sm_90", bounded)["threads"] == 256
+    assert occ.launch_occupancy(launch, "sm_90", occ.KernelResources(32, 0))["threads"] == 512  # no bound
+
+
 # ---- the table's check (scripts/cuda_kernel_resources.py), on planted reports -------
 
 def _resources_script():
@@ -218,6 +235,39 @@ ptxas info    : Function properties for _Z6kernelPf
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 42 registers, used 0 barriers, 360 bytes cmem[0]
 """
+
+
+# `cuobjdump -elf` of a __launch_bounds__(256) kernel: its .nv.info section.
+ELF_DUMP = """\
+.nv.info._Z6kernelPf
+\t<0x1>
+\tAttribute:\tEIATTR_CBANK_PARAM_SIZE
+\tFormat:\tEIFMT_HVAL
+\tValue:\t0x8
+\t<0x2>
+\tAttribute:\tEIATTR_MAX_THREADS
+\tFormat:\tEIFMT_SVAL
+\tValue:\t0x100 0x1 0x1 
+"""
+
+
+def test_the_table_takes_each_kernels_launch_bounds_from_its_elf(tmp_path):
+    """The bound is the source's, so every arch's entry gets it; a changed bound
+    is a difference like a changed register count."""
+    script = _resources_script()
+    archs = script.parse([PTXAS_REPORT])
+    script.add_launch_bounds(archs, [ELF_DUMP])
+    assert archs["sm_80"]["_Z6kernelPf"]["max_threads"] == archs["sm_90"]["_Z6kernelPf"]["max_threads"] == 256
+    report, elf, committed = tmp_path / "k.ptxas", tmp_path / "k.elf", tmp_path / "table.json"
+    report.write_text(PTXAS_REPORT)
+    elf.write_text(ELF_DUMP)
+    common = ["--ptxas", str(report), "--elf", str(elf), "--nvcc", "V13.0.88"]
+    assert script.main(common + ["--write", str(committed)]) == 0
+    written = __import__("json").loads(committed.read_text())
+    assert written["archs"]["sm_90"]["kernel"] == {"registers": 42, "static_shared_bytes": 0, "max_threads": 256}
+    assert occ.load_resources(committed)["archs"]["sm_80"]["kernel"]["max_threads"] == 256
+    elf.write_text(ELF_DUMP.replace("0x100 0x1 0x1", "0x200 0x1 0x1"))
+    assert script.main(common + ["--check", str(committed)]) == 1
 
 
 def test_the_resource_table_is_read_from_ptxas_and_its_changes_are_named(tmp_path):
