@@ -21,7 +21,11 @@ each warp-wide access touches. The rules (issue 26), at LLM-like shapes
   * rows longer than any on-chip copy (TRAFFIC_LONG_ROWS: 65536 elements, the
     row ops' forwards and backwards) may read each row input once more (a
     statistics pass, then the output pass): that allowance is theirs and no
-    other call's.
+    other call's;
+  * every launch is one a GPU accepts, as the occupancy model says
+    (tests/test_cuda_occupancy.py holds the benchmark's shapes to the same):
+    its kernel in the resource table, its block within the kernel's
+    __launch_bounds__ and fitting an SM with its registers and shared memory.
 
 A kernel not yet redesigned to meet them is held to the figures it has today
 (TRAFFIC_CEILING in its op_cases module, per sample and direction): a regression fails, and so does an
@@ -38,6 +42,7 @@ import torch
 import op_cases
 import reference
 from op_cases import Maker
+from op_extension import cuda_occupancy as occ
 from op_extension import cuda_sim
 
 MAX_MOVED = 1.15
@@ -85,6 +90,20 @@ def broken_rules(t: dict, ceiling: dict | None = None) -> list[str]:
     if t["launches"] > max_launches:
         broken.append(f"{t['launches']} launches (at most {max_launches})")
     return broken
+
+
+def unlaunchable(t: dict, arch: str) -> list[str]:
+    """The launches of `t` a GPU of `arch` would refuse, as the occupancy model
+    says (op_extension/cuda_occupancy.py): a block beyond the kernel's
+    __launch_bounds__, or none that fits an SM with its registers and shared
+    memory; or a kernel missing from the resource table."""
+    found = []
+    for launch in t["per_launch"]:
+        try:
+            occ.launch_occupancy(launch, arch)
+        except (occ.LaunchError, KeyError) as e:
+            found.append(str(e).strip("'\""))
+    return found
 
 
 def loose(t: dict, ceiling: dict) -> list[str]:
@@ -157,13 +176,27 @@ def test_kernels_move_their_minimum_coalesced(op, sample, direction, arch):
     problems, slack = [], []
     for dtype in DTYPES:
         t = measure(op, sample, direction, dtype, arch)
-        problems += [f"{reference.DTYPE_IDS[dtype]}: {p}" for p in broken_rules(t, ceiling)]
+        problems += [f"{reference.DTYPE_IDS[dtype]}: {p}" for p in broken_rules(t, ceiling) + unlaunchable(t, arch)]
         slack.append(loose(t, ceiling) if ceiling else [])
     assert not problems, f"{op} {direction} ({sample.id}, {arch}): " + "; ".join(problems)
     # A ceiling is the worst dtype's figure: it is loose only if every dtype beats it.
     if ceiling and all(slack):
         pytest.fail(f"{op} {direction}: better than TRAFFIC_CEILING in tests/op_cases/{op}.py "
                     f"({'; '.join(slack[0])}): tighten it, or drop it once the targets are met")
+
+
+def test_a_launch_beyond_a_kernels_launch_bounds_is_seen():
+    """unlaunchable() on a real kernel's launch record with its block doubled
+    past the kernel's __launch_bounds__ (the harness itself ignores the bound)."""
+    x, w = torch.randn(4, 1024), torch.ones(1024)
+    t = cuda_sim.traffic("rms_norm", x, [1024], w, 1e-6)
+    assert unlaunchable(t, "sm_80") == []
+    launch = t["per_launch"][0]
+    bound = occ.kernel_resources(launch["signature"], "sm_80").max_threads
+    assert bound is not None
+    too_big = dict(launch, block=(bound * 2, 1, 1) if bound <= 512 else (1024, 2, 1))
+    found = unlaunchable(t | {"per_launch": [too_big]}, "sm_80")
+    assert len(found) == 1 and f"beyond its __launch_bounds__({bound})" in found[0], found
 
 
 def test_ceilings_are_above_the_targets_only():
