@@ -534,6 +534,11 @@ MISUSE = {
     "global_write_after_read_in_block": r"global_write_after_read_in_block_kernel: block \(0,0,0\) thread \(1,0,0\): "
                                         r"global memory race \(write after read\) at 0x[0-9a-f]+ with block \(0,0,0\) "
                                         r"thread \(0,0,0\), no __syncthreads between",
+    # initcheck: a kernel reads an allocation made for the call that no kernel
+    # wrote; the fmaxf it feeds drops the NaN bits, so only the read shows it.
+    "global_uninitialized_read": r"global_max_of_buffer_kernel: block \(0,0,0\) thread \(0,0,0\): read of "
+                                 r"uninitialized global memory \(initcheck\) at byte offset 0 of a 128-byte "
+                                 r"workspace, which no kernel has written",
 }
 
 
@@ -551,6 +556,24 @@ def test_global_accesses_ordered_by_barriers_pass(block_order):
     the writes and another before reading a neighbour's result, each block on
     its own slice; the host checks the values."""
     cuda_sim._run_misuse("global_clean", block_order=block_order)
+
+
+def test_a_workspace_a_kernel_wrote_is_initialized():
+    """The control of initcheck: the same buffer, written by a kernel in an
+    earlier launch, then read in full."""
+    cuda_sim._run_misuse("global_initialized_read")
+
+
+def test_the_launchers_workspaces_are_tracked_by_initcheck():
+    """The glue registers each launcher's workspace with initcheck: rms_norm's
+    backward (partial sums of the weight gradient, then their sum in a second
+    launch) registers its workspace's bytes and reads only what its first
+    kernel wrote (every op's workspace is held to that in the tests above)."""
+    before = cuda_sim._cuda_sim.uninitialized_bytes_tracked()
+    x, w, dy = torch.randn(600, 256), torch.ones(256), torch.randn(600, 256)
+    cuda_sim.run_backward("rms_norm", dy, x, [256], w, 1e-6)
+    grown = cuda_sim._cuda_sim.uninitialized_bytes_tracked() - before
+    assert grown >= 256 * 4  # at least one float partial row of the weight gradient
 
 
 def test_the_helpers_check_shared_memory_without_a_fault():

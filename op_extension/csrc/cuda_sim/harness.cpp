@@ -48,6 +48,7 @@
 #include <iterator>
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -196,6 +197,27 @@ struct GlobalShadow {
   }
 };
 
+// initcheck's record (see "initcheck" below): the allocations tracked, per byte
+// whether a kernel wrote it. On the heap, and reached during a launch only
+// through Launch::initcheck: while a launch runs, the pages around the static
+// __shared__ slots are watched, and a variable of this library's .bss may share
+// one of them (it did: a kernel thread reading such a variable faulted and was
+// reported as a shared-memory access).
+struct TrackedAllocation {
+  size_t bytes = 0;
+  std::vector<uint8_t> written;  // per byte: a kernel wrote it
+};
+struct InitcheckState {
+  std::mutex mutex;
+  std::map<uintptr_t, TrackedAllocation> tracked;  // by first byte
+  std::atomic<size_t> count{0};
+  std::atomic<uint64_t> total{0};
+};
+InitcheckState& initcheck_state() {
+  static InitcheckState* const state = new InitcheckState();
+  return *state;
+}
+
 struct Launch {
   std::string name;
   dim3 grid, block;
@@ -219,6 +241,7 @@ struct Launch {
   uint32_t cluster_epoch = 0;
   std::vector<uint32_t> block_epoch;
   GlobalShadow global;
+  InitcheckState* initcheck = nullptr;
   // Zeroed: ASan's swapcontext interceptor reads the stack of the context it
   // switches to, which getcontext/swapcontext never fill in for this one.
   ucontext_t scheduler{};
@@ -554,6 +577,44 @@ std::string check_global_access(Launch& l, uintptr_t addr, size_t bytes, bool wr
       } else if (order(other_reader) == Order::Ordered) {
         other_reader = {me, now};
       }
+    }
+  }
+  return "";
+}
+
+// ---- initcheck: reads of global memory no kernel wrote -------------------------------
+//
+// compute-sanitizer's initcheck reports a device read of global memory that was
+// never written since its allocation. The harness tracks the launchers'
+// workspaces (binding/cuda_sim_module.cpp registers each for its call), which
+// only their kernels write, and per byte whether a kernel wrote it. The poison
+// they are filled with (NaN bits) shows most such reads in a float sum, but a
+// max, a comparison or an integer swallows it; this reports the read itself.
+// (Outputs are poisoned and compared with the reference instead: the host may
+// write them, a copy or a fill the harness does not see.)
+
+// The allocation holding [a, a + bytes), if tracked: marks a write, checks a read.
+std::string check_initialized(InitcheckState& state, uintptr_t a, size_t bytes, bool write) {
+  std::lock_guard<std::mutex> lock(state.mutex);
+  auto it = state.tracked.upper_bound(a);
+  if (it == state.tracked.begin()) return "";
+  --it;
+  TrackedAllocation& t = it->second;
+  if (a >= it->first + t.bytes) return "";
+  const size_t offset = a - it->first;
+  const size_t n = std::min(bytes, t.bytes - offset);
+  if (write) {
+    std::fill_n(t.written.begin() + static_cast<std::ptrdiff_t>(offset), n, uint8_t{1});
+    return "";
+  }
+  for (size_t k = 0; k < n; ++k) {
+    if (!t.written[offset + k]) {
+      char what[320];
+      std::snprintf(what, sizeof what,
+                    "read of uninitialized global memory (initcheck) at byte offset %zu of a %zu-byte workspace, "
+                    "which no kernel has written",
+                    offset + k, t.bytes);
+      return what;
     }
   }
   return "";
@@ -1279,6 +1340,10 @@ __attribute__((noinline)) void* memory_access(const void* p, size_t bytes, bool 
   if (is_local(a, l->fibers[l->current].stack)) return const_cast<void*>(p);
   const std::string race = check_global_access(*l, a, bytes, write);
   if (!race.empty()) fail_in_fiber(race);
+  if (l->initcheck->count.load(std::memory_order_relaxed) > 0) {
+    const std::string uninitialized = check_initialized(*l->initcheck, a, bytes, write);
+    if (!uninitialized.empty()) fail_in_fiber(uninitialized);
+  }
   if (!g_traffic.on) return const_cast<void*>(p);
   const uintptr_t site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   g_traffic.accesses[warp_instruction(*l, site)].emplace_back(a, bytes);
@@ -1289,6 +1354,28 @@ __attribute__((noinline)) void* memory_access(const void* p, size_t bytes, bool 
 }
 
 uint64_t shared_faults() { return g_handler.faults.load(std::memory_order_relaxed); }
+
+// Called by the host (the ops' allocator), never during a launch.
+void track_uninitialized(const void* p, size_t bytes) {
+  if (p == nullptr || bytes == 0) return;
+  InitcheckState& state = initcheck_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  TrackedAllocation& t = state.tracked[reinterpret_cast<uintptr_t>(p)];
+  t.bytes = bytes;
+  t.written.assign(bytes, 0);
+  state.count.store(state.tracked.size(), std::memory_order_relaxed);
+  state.total.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void forget_allocation(const void* p) {
+  InitcheckState& state = initcheck_state();
+  if (state.count.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.tracked.erase(reinterpret_cast<uintptr_t>(p));
+  state.count.store(state.tracked.size(), std::memory_order_relaxed);
+}
+
+uint64_t uninitialized_bytes_tracked() { return initcheck_state().total.load(std::memory_order_relaxed); }
 
 Arch arch() { return g_arch; }
 
@@ -1410,6 +1497,7 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   l.dynamic_bytes = dynamic_shared_bytes;
   l.body = body;
   l.closure = closure;
+  l.initcheck = &initcheck_state();  // before the watch: its static lives in .bss
   const size_t threads = static_cast<size_t>(block.x) * block.y * block.z;
   l.threads = threads;
   // The global racecheck numbers a launch's threads in 32 bits; a launch of

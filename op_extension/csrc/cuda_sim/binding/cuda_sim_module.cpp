@@ -8,7 +8,8 @@
 // torch.ops.cuda_sim.<op> with the schemas of torch.ops.custom.<op> (both
 // generated from the prototypes). So the sim runs exactly what cuda_ops.cpp runs
 // on a GPU; only the memory is the host's. Every output (and workspace) is filled
-// with NaN bits before the launch, so an element a kernel forgets to write shows.
+// with NaN bits before the launch, so an element a kernel forgets to write shows;
+// a workspace byte read before a kernel wrote it is reported (initcheck).
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -80,7 +81,15 @@ class SimKernels {
     const Tensor workspace =
         workspace_bytes > 0 ? at::empty({static_cast<int64_t>(workspace_bytes)}, at::kByte) : Tensor();
     cuda_sim::note_workspace(workspace_bytes);
-    launcher(dtype, args, workspace.defined() ? workspace.data_ptr() : nullptr, nullptr);
+    void* const scratch = workspace.defined() ? workspace.data_ptr() : nullptr;
+    // Only the launcher's kernels write the workspace (as on a GPU, where it is
+    // uninitialized device memory): initcheck holds their reads to what they wrote.
+    cuda_sim::track_uninitialized(scratch, workspace_bytes);
+    struct Forget {
+      const void* p;
+      ~Forget() { cuda_sim::forget_allocation(p); }
+    } forget{scratch};
+    launcher(dtype, args, scratch, nullptr);
   }
 };
 
@@ -123,6 +132,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_arch", &op_ext::set_arch);
   m.def("set_block_order", &op_ext::set_block_order);
   m.def("launch_count", &cuda_sim::launches, "Kernel launches made on the harness in this process.");
+  m.def("uninitialized_bytes_tracked", &cuda_sim::uninitialized_bytes_tracked,
+        "Bytes of launcher workspaces registered with the harness's initcheck in this process.");
   m.def("shared_fault_count", &cuda_sim::shared_faults,
         "Shared-memory accesses of kernel threads that bypassed the load/store helpers in this process "
         "(each checked through a page fault).");

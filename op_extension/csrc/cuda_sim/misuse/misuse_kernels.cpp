@@ -4,7 +4,9 @@
 // Standard headers first: runtime.h defines __noinline__, which libstdc++'s
 // <memory> uses as an attribute name.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -317,6 +319,17 @@ __global__ void global_clean_kernel(float* data, float* out) {
   detail::store_global(out + blockIdx.x * n + t, detail::load_global(mine + (t + 1) % n));
 }
 
+// initcheck: a running max over a buffer allocated for the call. fmaxf drops a
+// NaN operand, so poisoned bytes read here leave no trace in the result; the
+// harness reports the read itself.
+__global__ void global_max_of_buffer_kernel(const float* buffer, float* out) {
+  detail::store_global(out + threadIdx.x, fmaxf(0.0f, detail::load_global(buffer + threadIdx.x)));
+}
+
+__global__ void global_fill_buffer_kernel(float* buffer) {
+  detail::store_global(buffer + threadIdx.x, static_cast<float>(threadIdx.x));
+}
+
 // Not a mistake the harness reports: one thread per block adds its block's
 // value to a global total, in block order, as atomicAdd would in arrival order
 // (the harness has no atomics: the direct access stands in for one, and the
@@ -573,6 +586,22 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
         const size_t b = i / 32, t = i % 32, read = (t + 1) % 32;
         const float want = read + 1 < 32 ? static_cast<float>(b * 32 + read + 1) : 0.0f;
         if (got[i] != want) throw std::runtime_error("cuda_sim misuse: global clean kernel read wrong");
+      }
+    } else if (n == "global_uninitialized_read" || n == "global_initialized_read") {
+      // As the harness's op glue hands a launcher its workspace: poisoned, tracked.
+      std::vector<float> buffer(32);
+      std::memset(buffer.data(), 0xff, buffer.size() * sizeof(float));
+      cuda_sim::track_uninitialized(buffer.data(), buffer.size() * sizeof(float));
+      struct Forget {
+        const void* p;
+        ~Forget() { cuda_sim::forget_allocation(p); }
+      } forget{buffer.data()};
+      // Written by a kernel of an earlier launch: initialized.
+      if (n == "global_initialized_read") launch_kernel<global_fill_buffer_kernel>(1, 32, 0, nullptr, buffer.data());
+      launch_kernel<global_max_of_buffer_kernel>(1, 32, 0, nullptr, static_cast<const float*>(buffer.data()),
+                                                 got.data());
+      if (n == "global_initialized_read" && (got[15] != 15.0f || got[31] != 31.0f)) {
+        throw std::runtime_error("cuda_sim misuse: initialized buffer read wrong");
       }
     } else if (n == "global_blocks_write_one_element") {
       launch_kernel<global_blocks_write_one_element_kernel>(2, 32, 0, nullptr, got.data());

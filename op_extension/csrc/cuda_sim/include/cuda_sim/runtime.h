@@ -176,6 +176,14 @@ void note_workspace(uint64_t bytes);
 // memory (load_shared, store_shared), anything else is reported.
 enum class Space { Any, Shared };
 void* memory_access(const void* p, size_t bytes, bool write, Space space);
+// initcheck (compute-sanitizer's, for global memory): `bytes` at p were just
+// allocated as a launcher's workspace, which only kernels write. A kernel
+// thread that reads a byte of it no kernel has written is reported.
+// forget_allocation: p's tracking ends (the call is over). uninitialized_bytes_tracked:
+// all bytes ever tracked in this process (tests show the op paths register theirs).
+void track_uninitialized(const void* p, size_t bytes);
+void forget_allocation(const void* p);
+uint64_t uninitialized_bytes_tracked();
 // Accesses of watched shared memory by kernel threads that bypassed the
 // helpers, in this process so far: each was checked through a page fault (for
 // its first byte), at some 20 us apiece.
