@@ -146,11 +146,11 @@ struct GlobalShadowPage {
   GlobalAccess reader[kGranulesPerPage];
   GlobalAccess other_reader[kGranulesPerPage];
 };
-// 12 bytes of record per byte. Each page's record is mapped on its own, and up
-// to kKeptShadowPages of them are kept for the next launches (cleared when
-// taken): mapping each afresh cost a third more harness time in page faults,
-// and records freed to the heap kept the largest launch's (hundreds of MB) in
-// the process.
+// 12 bytes of record per byte (48 KiB a page). Each page's record is mapped on
+// its own and unmapped when more than kKeptShadowPages are free; those are
+// kept for the next launches (cleared when taken), so that a launch's records
+// cost no page faults in the common case, and records freed to the heap do
+// not keep the largest launch's (hundreds of MB) in the process.
 constexpr size_t kKeptShadowPages = 512;  // 24 MiB
 thread_local std::vector<GlobalShadowPage*> g_kept_shadow_pages;
 
@@ -1355,7 +1355,7 @@ __attribute__((noinline)) void* memory_access(const void* p, size_t bytes, bool 
 
 uint64_t shared_faults() { return g_handler.faults.load(std::memory_order_relaxed); }
 
-// Called by the host (the ops' allocator), never during a launch.
+// Called by the host (the glue, around a launcher call), never during a launch.
 void track_uninitialized(const void* p, size_t bytes) {
   if (p == nullptr || bytes == 0) return;
   InitcheckState& state = initcheck_state();
