@@ -24,8 +24,9 @@ each warp-wide access touches. The rules (issue 26), at LLM-like shapes
     other call's;
   * every launch is one a GPU accepts, as the occupancy model says
     (tests/test_cuda_occupancy.py holds the benchmark's shapes to the same):
-    its kernel in the resource table, its block within the kernel's
-    __launch_bounds__ and fitting an SM with its registers and shared memory.
+    its block within the kernel's __launch_bounds__ and fitting an SM with its
+    registers and shared memory (for the kernels in the resource table; a new
+    one is added by check_cuda_compile.sh, which fails until it is).
 
 A kernel not yet redesigned to meet them is held to the figures it has today
 (TRAFFIC_CEILING in its op_cases module, per sample and direction): a regression fails, and so does an
@@ -96,13 +97,17 @@ def unlaunchable(t: dict, arch: str) -> list[str]:
     """The launches of `t` a GPU of `arch` would refuse, as the occupancy model
     says (op_extension/cuda_occupancy.py): a block beyond the kernel's
     __launch_bounds__, or none that fits an SM with its registers and shared
-    memory; or a kernel missing from the resource table."""
+    memory. A kernel not yet in the resource table (a new op's, before
+    `check_cuda_compile.sh --write-resources` has run where nvcc is) is left to
+    that script's check, which fails on it by name."""
     found = []
     for launch in t["per_launch"]:
         try:
             occ.launch_occupancy(launch, arch)
-        except (occ.LaunchError, KeyError) as e:
-            found.append(str(e).strip("'\""))
+        except occ.LaunchError as e:
+            found.append(str(e))
+        except KeyError:
+            pass
     return found
 
 
