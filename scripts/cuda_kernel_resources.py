@@ -11,7 +11,7 @@ Reads nvcc -Xptxas -v reports (every arch compiled: 'Compiling entry function
 a property of the source, the same for every arch: max_threads), names
 each kernel as the harness does (cuda_occupancy.normalize_signature of the
 c++filt name) and writes the table, or compares it with TABLE: a kernel whose
-registers or shared memory changed, a new kernel and a kernel no longer built
+registers, shared memory or launch bound changed, a new kernel and a kernel no longer built
 each fail, by name, with the command that refreshes the table. A table written
 by another nvcc is not compared (another compiler allocates registers
 differently): that is said, and the check passes.

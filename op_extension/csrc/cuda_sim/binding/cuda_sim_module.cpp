@@ -84,11 +84,7 @@ class SimKernels {
     void* const scratch = workspace.defined() ? workspace.data_ptr() : nullptr;
     // Only the launcher's kernels write the workspace (as on a GPU, where it is
     // uninitialized device memory): initcheck holds their reads to what they wrote.
-    cuda_sim::track_uninitialized(scratch, workspace_bytes);
-    struct Forget {
-      const void* p;
-      ~Forget() { cuda_sim::forget_allocation(p); }
-    } forget{scratch};
+    const cuda_sim::TrackedWorkspace tracked(scratch, workspace_bytes);
     launcher(dtype, args, scratch, nullptr);
   }
 };

@@ -591,11 +591,7 @@ extern "C" void op_ext_cuda_sim_run_misuse_kernel(const char* name) {
       // As the harness's op glue hands a launcher its workspace: poisoned, tracked.
       std::vector<float> buffer(32);
       std::memset(buffer.data(), 0xff, buffer.size() * sizeof(float));
-      cuda_sim::track_uninitialized(buffer.data(), buffer.size() * sizeof(float));
-      struct Forget {
-        const void* p;
-        ~Forget() { cuda_sim::forget_allocation(p); }
-      } forget{buffer.data()};
+      const cuda_sim::TrackedWorkspace tracked(buffer.data(), buffer.size() * sizeof(float));
       // Written by a kernel of an earlier launch: initialized.
       if (n == "global_initialized_read") launch_kernel<global_fill_buffer_kernel>(1, 32, 0, nullptr, buffer.data());
       launch_kernel<global_max_of_buffer_kernel>(1, 32, 0, nullptr, static_cast<const float*>(buffer.data()),

@@ -184,6 +184,17 @@ void* memory_access(const void* p, size_t bytes, bool write, Space space);
 void track_uninitialized(const void* p, size_t bytes);
 void forget_allocation(const void* p);
 uint64_t uninitialized_bytes_tracked();
+// Tracks `bytes` at p (nullptr or 0: nothing) while it lives: a launcher call's workspace.
+class TrackedWorkspace {
+ public:
+  TrackedWorkspace(const void* p, size_t bytes) : p_(p) { track_uninitialized(p, bytes); }
+  ~TrackedWorkspace() { forget_allocation(p_); }
+  TrackedWorkspace(const TrackedWorkspace&) = delete;
+  TrackedWorkspace& operator=(const TrackedWorkspace&) = delete;
+
+ private:
+  const void* p_;
+};
 // Accesses of watched shared memory by kernel threads that bypassed the
 // helpers, in this process so far: each was checked through a page fault (for
 // its first byte), at some 20 us apiece.
