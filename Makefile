@@ -45,7 +45,7 @@ bench: build
 	$(PY) -m op_extension.bench $(BENCH_ARGS)
 
 test: build
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 clean:
 	rm -rf build op_extension/_C*.so $(VENV)/.built

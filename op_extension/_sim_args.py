@@ -31,7 +31,34 @@ def bind(who: str, op_name: str, args: tuple, kwargs: dict) -> dict:
             if not a.has_default_value():
                 raise TypeError(f"{who}: {op_name} is missing argument {a.name!r}")
             bound[a.name] = a.default_value
+        elif not _fits(a.type, bound[a.name]):
+            # Checked here, before an op module's SIMULATOR_ARGS conversion reads
+            # the value (a list where a tensor belongs would fail there, unnamed).
+            raise TypeError(f"{who}: {op_name}'s argument {a.name!r} must be {a.type}, "
+                            f"got {type(bound[a.name]).__name__}")
     return bound
+
+
+def _fits(schema_type, value) -> bool:
+    """Whether value can be passed for an argument of schema_type, as the
+    dispatcher's binding takes it (the types the custom ops' schemas use)."""
+    if isinstance(schema_type, torch.OptionalType):
+        return value is None or _fits(schema_type.getElementType(), value)
+    if isinstance(schema_type, torch.TensorType):
+        # A number too: an op module's conversion may wrap it (add's `other`, as
+        # ops.add takes it); where none does, the kernel's binding refuses it.
+        return isinstance(value, (torch.Tensor, int, float)) and not isinstance(value, bool)
+    if isinstance(schema_type, torch.ListType):
+        return isinstance(value, (list, tuple, torch.Size)) and all(_fits(schema_type.getElementType(), v) for v in value)
+    if isinstance(schema_type, torch.BoolType):
+        return isinstance(value, bool)
+    if isinstance(schema_type, (torch.IntType, torch.SymIntType)):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(schema_type, torch.FloatType):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(schema_type, torch.StringType):
+        return isinstance(value, str)
+    return True  # a type no custom op uses yet: the kernel's binding checks it
 
 
 def converter(op_name: str) -> Callable[[dict], dict] | None:

@@ -25,9 +25,10 @@ PY="$VENV/bin/python"
 # replace torch on their account. transformers (pinned: its class names are what
 # op_extension.transformers recognises) is for the Hugging Face tests and
 # benchmark; op_extension itself never imports it. pytest-xdist runs `make test`'s
-# files on two workers (the Makefile's TEST_WORKERS). cuobjdump and nvdisasm (CUDA 13
-# binaries, no dependencies) are for scripts/check_cuda_compile.sh's SASS check:
-# the machines' nvcc comes without them.
+# files on two workers (the Makefile's TEST_WORKERS; 3.6 is the first with
+# --no-loadscope-reorder). cuobjdump and nvdisasm (CUDA 13 binaries, no
+# dependencies) are for scripts/check_cuda_compile.sh's SASS check: the
+# machines' nvcc comes without them.
 installed_torch=$("$PY" -c 'import importlib.metadata as m
 try:
     print("torch==" + m.version("torch"))
@@ -38,7 +39,7 @@ trap 'rm -f "$constraints"' EXIT
 echo "${installed_torch:-$TORCH_SPEC}" >"$constraints"
 echo "setup: installing build, test and benchmark dependencies"
 "$PY" -m pip install --quiet --constraint "$constraints" \
-  ninja numpy pytest "pytest-xdist>=3.2" expecttest hypothesis "matplotlib>=3.7" "transformers==5.23.0" \
+  ninja numpy pytest "pytest-xdist>=3.6" expecttest hypothesis "matplotlib>=3.7" "transformers==5.23.0" \
   "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14"
 
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then

@@ -80,3 +80,37 @@ def num_threads():
         assert torch.get_num_threads() == n
 
     return set_threads
+
+
+# ---- the order of the files ---------------------------------------------------------------------
+# `make test` runs whole files on two pytest-xdist workers (--dist loadfile). xdist
+# hands the files out in collection order as workers free up; by default it first
+# sorts them by their number of tests, which put the few long end-to-end files
+# (the add-an-op walkthrough: 5 tests, 6 minutes) last, alone on one worker, for
+# the suite's last 6 minutes. The Makefile turns that sort off
+# (--no-loadscope-reorder) and this hook starts the longest files first, so the
+# many short ones fill in around them (longest-processing-time-first). Seconds
+# of each, from a fresh clone on the 2-core VM (2026-11-28); a file missing here
+# runs after these, in pytest's order. A stale list costs time, never a result.
+LONGEST_FILES_FIRST = (
+    "test_add_an_op.py",        # 380: a scratch tree's two builds and its shared tests
+    "test_npu_sim_device.py",   # 200 the first time: builds the simulated npu device (test_debug reuses it)
+    "test_transformers.py",     # 105
+    "test_compiler.py",         # 105
+    "test_scaffold.py",         # 90
+    "test_npu_glue.py",         # 85
+    "test_docs.py",             # 85
+    "test_cuda_occupancy.py",   # 80
+    "test_fuzz.py",             # 65
+    "test_ops.py",              # 60
+    "test_distributed.py",      # 55
+    "test_compile.py",          # 45
+    "test_bench_harness.py",    # 40
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FILES_FIRST)}
+    # A stable sort: each file's tests keep their order (and stay together, so a
+    # module-scoped fixture is set up once per worker).
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from op_extension import cuda_sim
+from op_extension import ascend_sim, cuda_sim
 from reference import DTYPE_IDS, DTYPES, backward_args, build, reference, sample_params, tolerance
 
 CUDA_KERNELS = Path(__file__).resolve().parent.parent / "op_extension" / "csrc" / "kernel" / "cuda"
@@ -458,6 +458,23 @@ def test_bad_input_raises_the_op_message():
         cuda_sim.run("gelu", torch.ones(3), arch="sm_70")
     with pytest.raises(ValueError, match="block_order must be linear or reverse"):
         cuda_sim.run("gelu", torch.ones(3), block_order="random")
+
+
+def test_arguments_of_the_wrong_type_are_named_before_any_conversion():
+    # rms_norm's backward converts eps=None from its input's dtype: given the
+    # forward's arguments, it used to fail inside that conversion, naming nothing.
+    x, w = torch.randn(4, 8), torch.randn(8)
+    with pytest.raises(TypeError, match="cuda_sim: rms_norm_backward's argument 'input' must be Tensor, got list"):
+        cuda_sim.traffic("rms_norm", x, [8], w, None, backward=True)
+    with pytest.raises(TypeError, match="ascend_sim: rms_norm's argument 'eps' must be Optional\\[float\\], got str"):
+        ascend_sim.run("rms_norm", x, [8], w, "1e-6")
+    with pytest.raises(TypeError, match="cuda_sim: rms_norm_backward is missing argument 'normalized_shape'"):
+        cuda_sim.run_backward("rms_norm", x, x)
+    # What the dispatcher's binding takes, these take: a tuple or a torch.Size for
+    # an int list, an int for a float.
+    expected = torch.ops.custom.rms_norm(x, [8], w, 1.0)
+    for shape in ((8,), torch.Size([8])):
+        torch.testing.assert_close(cuda_sim.run("rms_norm", x, shape, w, 1), expected)
 
 
 # ---------------------------------------------------------------------------
