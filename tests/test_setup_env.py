@@ -88,3 +88,27 @@ def test_existing_torch_is_pinned_and_never_reinstalled(tmp_path):
     assert len(installs) == 1, log  # the dependencies only
     assert "[constraints: torch==2.13.0+cpu]" in installs[0], log
     assert all("NO numpy" not in line for line in log), log
+
+
+def test_make_test_starts_the_longest_files_first():
+    """conftest's LONGEST_FILES_FIRST names files that exist (a renamed one would
+    quietly fall back to pytest's order), and the Makefile keeps xdist from
+    re-sorting them by test count."""
+    import conftest
+
+    here = Path(__file__).resolve().parent
+    missing = [name for name in conftest.LONGEST_FILES_FIRST if not (here / name).is_file()]
+    assert not missing, f"tests/conftest.py LONGEST_FILES_FIRST names files that do not exist: {missing}"
+    makefile = (here.parent / "Makefile").read_text()
+    assert "--dist loadfile --no-loadscope-reorder" in makefile
+
+    class Item:  # what the hook reads of a pytest item
+        def __init__(self, name, test):
+            self.path, self.test = Path(name), test
+
+    items = [Item("test_a.py", 1), Item("test_compiler.py", 1), Item("test_a.py", 2),
+             Item("test_add_an_op.py", 1), Item("test_compiler.py", 2), Item("test_add_an_op.py", 2)]
+    conftest.pytest_collection_modifyitems(None, None, items)
+    assert [(i.path.name, i.test) for i in items] == [
+        ("test_add_an_op.py", 1), ("test_add_an_op.py", 2), ("test_compiler.py", 1),
+        ("test_compiler.py", 2), ("test_a.py", 1), ("test_a.py", 2)]
