@@ -39,6 +39,7 @@ from hypothesis.internal.conjecture import providers as hypothesis_providers
 
 import op_cases
 import op_extension
+import fuzz_kit
 from fuzz_kit import Case, Expect, FuzzDraw
 from fuzz_strategies import DTYPE_NAMES, TSpec
 from op_extension import ascend_sim, cuda_sim
@@ -206,6 +207,19 @@ def reference(case: Case, args: tuple, grad_outputs: tuple = ()) -> list[Expect 
             for e in op_entry(case.op, case.backward, "fuzz_model")(case, args, grad_outputs)]
 
 
+def flushed_reference(case: Case, args: tuple, grad_outputs: tuple = ()) -> list[Expect | None]:
+    """reference() with subnormals flushed to zero: in the inputs (as their
+    dtype has them) and in the activations (fuzz_kit.FLUSHED)."""
+    def flush(t):
+        return fuzz_kit.flush_subnormals(t, case.dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+    fuzz_kit.FLUSHED = True
+    try:
+        return reference(case, tuple(flush(a) for a in args), tuple(flush(g) for g in grad_outputs))
+    finally:
+        fuzz_kit.FLUSHED = False
+
+
 # ---------------------------------------------------------------------------
 # Comparison
 # ---------------------------------------------------------------------------
@@ -216,7 +230,8 @@ def _fmt(i, shape):
 
 
 def compare(what: str, got: torch.Tensor, expected64: torch.Tensor, mag: torch.Tensor, n: int, dtype: torch.dtype,
-            tol: dict, repro: str, nan_means_undefined: bool = False, saturated: bool = False) -> None:
+            tol: dict, repro: str, nan_means_undefined: bool = False, saturated: bool = False,
+            flushed: Expect | None = None, extra_atol: torch.Tensor | float = 0.0) -> None:
     """NaN/+inf/-inf exactly where the reference has them, the rest within the bound.
 
     nan_means_undefined (gradients of the row reductions): where the reference
@@ -228,11 +243,29 @@ def compare(what: str, got: torch.Tensor, expected64: torch.Tensor, mag: torch.T
 
     saturated (16-bit results on Ascend310P, whose only overflow mode is
     saturation: docs/ascend.md): an inf result is +-max, a NaN result 0 -- or
-    NaN where the kernel writes NaN bits itself (softmax rows)."""
+    NaN where the kernel writes NaN bits itself (softmax rows).
+
+    flushed: the same output's model with subnormals flushed to zero
+    (fuzz_kit.FLUSHED); an element that matches it passes too.
+
+    extra_atol: the model's own absolute allowance (Expect.atol)."""
     where = f"{what} [{DTYPE_NAMES[dtype]}]\nReproduce: {repro}"
     assert isinstance(got, torch.Tensor), f"{what}: got {type(got).__name__}; {where}"
     assert got.dtype == dtype, f"{what}: dtype {got.dtype}, expected {dtype}; {where}"
     assert tuple(got.shape) == tuple(expected64.shape), f"{what}: shape {tuple(got.shape)}, expected {tuple(expected64.shape)}; {where}"
+    bad, explain = judge(got, expected64, mag, n, dtype, tol, nan_means_undefined, saturated, extra_atol)
+    if flushed is not None and bad.any():
+        flushed_bad, _ = judge(got, flushed.value, flushed.magnitude, flushed.n, dtype, tol,
+                               flushed.nan_means_undefined, saturated, flushed.atol)
+        bad = bad & flushed_bad
+    if bad.any():
+        extra = " (nor as with subnormals flushed to zero)" if flushed is not None else ""
+        raise AssertionError(f"{what}: {explain(bad)}{extra}; {where}")
+
+
+def judge(got, expected64, mag, n, dtype, tol, nan_means_undefined, saturated, extra_atol=0.0):
+    """(the elements of `got` that break compare's rules, a function that says
+    why for a mask of them)."""
     exp = expected64.to(dtype).double()  # the float64 value rounded to the output dtype
     a = got.detach().double()
     if saturated:
@@ -244,34 +277,39 @@ def compare(what: str, got: torch.Tensor, expected64: torch.Tensor, mag: torch.T
     if nan_means_undefined:
         undefined = torch.isnan(exp) & torch.isinf(a)
         a = torch.where(undefined, torch.full_like(a, math.nan), a)
-    for name, test in (("NaN", torch.isnan), ("+inf", lambda t: torch.isposinf(t)), ("-inf", torch.isneginf)):
-        mism = test(a) != test(exp)
-        if mism.any():
-            idx = mism.reshape(-1).nonzero()[0, 0].item()
-            pos = _fmt(idx, got.shape)
-            raise AssertionError(
-                f"{what}: {int(mism.sum())} element(s) differ in being {name}; first at {pos}: "
-                f"got {a.reshape(-1)[idx].item()!r}, expected {exp.reshape(-1)[idx].item()!r} "
-                f"(float64 {expected64.reshape(-1)[idx].item()!r}); {where}")
+    classes = (("NaN", torch.isnan), ("+inf", torch.isposinf), ("-inf", torch.isneginf))
+    mismatched = [(name, test(a) != test(exp)) for name, test in classes]
     finite = torch.isfinite(exp)
     eps_c = compute_eps(dtype)
     rtol = tol["out_ulps"] * torch.finfo(dtype).eps + (tol["pointwise"] + tol["per_sqrt_n"] * math.sqrt(max(n, 1))) * eps_c
     atol = torch.finfo(dtype).tiny + torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).tiny * 2**25
-    bound = atol + rtol * mag.expand_as(exp)
+    bound = atol + extra_atol + rtol * mag.expand_as(exp)
     if saturated:
         bound = torch.where(saturated_inf, torch.zeros_like(bound), bound)  # exactly +-max
     err = (a - exp).abs()
-    bad = finite & ~(err <= bound)
-    if bad.any():
-        ratio = torch.where(bad, err / bound, torch.zeros_like(err))
+    out_of_tolerance = finite & ~(err <= bound)
+    bad = out_of_tolerance
+    for _, m in mismatched:
+        bad = bad | m
+
+    def explain(mask):
+        for name, m in mismatched:
+            m = m & mask
+            if m.any():
+                idx = m.reshape(-1).nonzero()[0, 0].item()
+                return (f"{int(m.sum())} element(s) differ in being {name}; first at {_fmt(idx, got.shape)}: "
+                        f"got {a.reshape(-1)[idx].item()!r}, expected {exp.reshape(-1)[idx].item()!r} "
+                        f"(float64 {expected64.reshape(-1)[idx].item()!r})")
+        m = out_of_tolerance & mask
+        ratio = torch.where(m, err / bound, torch.zeros_like(err))
         idx = int(ratio.reshape(-1).argmax())
-        pos = _fmt(idx, got.shape)
-        raise AssertionError(
-            f"{what}: {int(bad.sum())} of {int(finite.sum())} finite element(s) out of tolerance; worst at {pos}: "
-            f"got {a.reshape(-1)[idx].item()!r}, expected {exp.reshape(-1)[idx].item()!r} "
-            f"(float64 {expected64.reshape(-1)[idx].item()!r}), |diff| {err.reshape(-1)[idx].item():.3g} > bound "
-            f"{bound.reshape(-1)[idx].item():.3g} (atol {atol:.3g}, rtol {rtol:.3g} x magnitude "
-            f"{mag.expand_as(exp).reshape(-1)[idx].item():.3g}, n={n}); {where}")
+        return (f"{int(m.sum())} of {int(finite.sum())} finite element(s) out of tolerance; worst at "
+                f"{_fmt(idx, got.shape)}: got {a.reshape(-1)[idx].item()!r}, expected {exp.reshape(-1)[idx].item()!r} "
+                f"(float64 {expected64.reshape(-1)[idx].item()!r}), |diff| {err.reshape(-1)[idx].item():.3g} > bound "
+                f"{bound.reshape(-1)[idx].item():.3g} (atol {atol:.3g}, rtol {rtol:.3g} x magnitude "
+                f"{mag.expand_as(exp).reshape(-1)[idx].item():.3g}, n={n})")
+
+    return bad, explain
 
 
 def _bits(t):
@@ -315,6 +353,7 @@ def check_case(case: Case, target: str) -> None:
     outs = outs if isinstance(outs, tuple) else (outs,)
     refs = reference(case, args, grad_outputs)
     assert len(outs) == len(refs), f"{len(outs)} outputs, expected {len(refs)}; Reproduce: {repro}"
+    flushed = flushed_reference(case, args, grad_outputs) if case.dtype != torch.float64 else [None] * len(refs)
     key = f"{case.op}.{'backward' if case.backward else 'forward'}"
     saturated = target == "ascend-Ascend310P" and case.dtype in (torch.float16, torch.bfloat16)
     if saturated and op_entry(case.op, False, "FUZZ_SATURATES_16BIT", False) and not case.backward and any(
@@ -331,7 +370,7 @@ def check_case(case: Case, target: str) -> None:
         out_key = f"{case.op}.{ref.key}" if ref.key else key
         compare(f"{out_key} output {k}", out, ref.value, ref.magnitude, ref.n, case.dtype,
                 tolerance(target, case.dtype, out_key), repro, nan_means_undefined=ref.nan_means_undefined,
-                saturated=saturated)
+                saturated=saturated, flushed=flushed[k], extra_atol=ref.atol)
     for k, (b, a) in enumerate(zip(before, args + grad_outputs)):
         if b is not None:
             assert torch.equal(b, _bits(a)), f"input {k} was modified; Reproduce: {repro}"
@@ -405,3 +444,62 @@ def test_reproducer_rebuilds_the_tensors():
     s = T((2, 3), "float32", seed=1, layout="step")
     assert s.storage_offset() == 1 and s.stride() == (7, 2)
     assert torch.isnan(s.as_strided((1,), (1,), 0)).all()  # the canary before the view
+
+
+def _swiglu_case(gate: str, up: str) -> Case:
+    return Case("swiglu", False, torch.float32,
+                (TSpec((1,), "float32", 0, 1.0, "contiguous", (), {0: gate}),
+                 TSpec((1,), "float32", 0, 1.0, "contiguous", (), {0: up})))
+
+
+def _judge_swiglu(case: Case, value: float) -> None:
+    args = case.build()
+    ref, = reference(case, args)
+    flushed, = flushed_reference(case, args)
+    compare("swiglu output 0", torch.tensor([value]), ref.value, ref.magnitude, ref.n, torch.float32,
+            tolerance("cpu-default", torch.float32, "swiglu.forward"), "-",
+            nan_means_undefined=ref.nan_means_undefined, flushed=flushed, extra_atol=ref.atol)
+
+
+def test_a_subnormal_activation_may_be_kept_or_flushed_and_nothing_else():
+    """silu(1e-39) = 5e-40 is subnormal in float32: times an up of 1.7e38 it is
+    0.085 where the kernel keeps subnormals (CPU, CUDA without -ftz) and 0 where
+    it flushes them (Ascend); the comparison takes either, and no third value.
+    With an inf up it is inf or, flushed, 0 * inf = NaN; never a finite number."""
+    case = _swiglu_case("1e-39", "1.7014117331926443e+38")
+    exact = float(torch.nn.functional.silu(torch.tensor([1e-39])) * 1.7014117331926443e38)
+    assert 0.08 < exact < 0.09
+    _judge_swiglu(case, exact)
+    _judge_swiglu(case, 0.0)
+    with pytest.raises(AssertionError, match=r"out of tolerance.*nor as with subnormals flushed to zero"):
+        _judge_swiglu(case, exact / 2)
+    infinite = _swiglu_case("1e-39", "inf")
+    _judge_swiglu(infinite, math.inf)
+    _judge_swiglu(infinite, math.nan)
+    with pytest.raises(AssertionError, match=r"differ in being \+inf.*nor as with subnormals flushed to zero"):
+        _judge_swiglu(infinite, 0.0)
+    # A normal activation is not flushed: the exact product only.
+    normal = _swiglu_case("1.0", "3.0")
+    _judge_swiglu(normal, float(torch.nn.functional.silu(torch.tensor(1.0)) * 3))
+    with pytest.raises(AssertionError, match="out of tolerance"):
+        _judge_swiglu(normal, 0.0)
+
+
+def test_rows_scaled_by_the_generator_are_distinct():
+    """Two "mul" row operations on one row would stack their factor (1e140 *
+    1e140 in float64), past the float64 model's range: the generator picks
+    distinct rows."""
+    from hypothesis import given as given_, settings as settings_
+    from fuzz_kit import tensor_spec
+
+    seen = []
+
+    @settings_(max_examples=300, derandomize=True, database=None, deadline=None)
+    @given_(tensor_spec((3, 4), torch.float64, row_len=4))
+    def draw(spec):
+        rows = [start for start, _, _, _ in spec.rows]
+        assert len(rows) == len(set(rows)), spec.rows
+        seen.append(len(rows))
+
+    draw()
+    assert max(seen) == 2  # two rows are still scaled together
