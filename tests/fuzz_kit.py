@@ -352,11 +352,14 @@ def flush_subnormals(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def flush_parts(f, fp, fmag, fpmag):
-    """An activation's (f, f', magnitudes), f and f' 0 below float32's normal
-    range in the flushed model (the kernels compute 16-bit types in float32)."""
+    """An activation's (f, f', magnitudes), f and f' 0 near float32's smallest
+    normal in the flushed model (the kernels compute 16-bit types in float32).
+    Near: below tiny * 2^10, because f' is s + x s'(u) with a sigmoid (or
+    exp(-x^2/2)) that underflows first, times |x| * 2 du/dx < 2^8 where it does
+    (x ~ -10 for the tanh form, ~13 for erf): a kernel loses f' = -4e-36 there."""
     if not FLUSHED:
         return f, fp, fmag, fpmag
-    tiny = torch.finfo(torch.float32).tiny
+    tiny = torch.finfo(torch.float32).tiny * 2**10
     return (torch.where(f.abs() < tiny, f * 0, f), torch.where(fp.abs() < tiny, fp * 0, fp), fmag, fpmag)
 
 

@@ -71,6 +71,47 @@ def test_layer_norm_backward_row_whose_squares_overflow(kernel_device):
     assert_close_f64(db, b64.grad)
 
 
+# Found by the fuzz suite at 2000 examples: a weight gradient of NaN where it is
+# finite. A NaN weight (or an inf dy) makes sum(g * d) NaN, which sent the row
+# to the overflow rescue: for a row of subnormals its scale was 2^129 = inf, and
+# for a constant near-max row eps * s^2 underflowed to 0 * inf. The weight
+# gradient, sum(dy * xhat), does not depend on the weight.
+LAYER_NORM_RESCUE_ROWS = [[1e-39, 3e-39], [1.7e38, 1.7e38], [0.5, 0.25]]
+
+
+def _layer_norm_weight_grad_f64(dy, x):
+    """sum over rows of dy * xhat, from the centred values in float64 (torch's
+    float64 layer_norm gives 1e24 for the constant near-max row, not 0)."""
+    x64, dy64 = x.cpu().double(), dy.cpu().double()
+    d = x64 - x64.mean(-1, keepdim=True)
+    xhat = d / torch.sqrt((d * d).mean(-1, keepdim=True) + 1e-5)
+    return (dy64 * xhat).sum(0)
+
+
+def test_layer_norm_weight_grad_is_finite_with_a_nan_weight(kernel_device):
+    dy = torch.tensor([[0.7, -0.3]], device=kernel_device)
+    w = torch.tensor([math.nan, 2.0], device=kernel_device)
+    for row in LAYER_NORM_RESCUE_ROWS:
+        x = torch.tensor([row], device=kernel_device)
+        dx, dw, _ = torch.ops.custom.layer_norm_backward(dy, x, [2], w, None, 1e-5)
+        expected = _layer_norm_weight_grad_f64(dy, x)
+        assert torch.isfinite(dw).all(), (row, dw)
+        assert_close_f64(dw, expected, atol=1e-40)
+        assert torch.isnan(dx[0, 0])  # dy * w is NaN there
+
+
+def test_layer_norm_weight_grad_is_finite_with_a_nan_weight_on_the_cuda_harness():
+    from op_extension import cuda_sim
+
+    dy = torch.tensor([[0.7, -0.3]])
+    w = torch.tensor([math.nan, 2.0])
+    for row in LAYER_NORM_RESCUE_ROWS:
+        x = torch.tensor([row])
+        dx, dw, _ = cuda_sim.run_backward("layer_norm", dy, x, [2], w, None, 1e-5)
+        assert torch.isfinite(dw).all(), (row, dw)
+        assert_close_f64(dw, _layer_norm_weight_grad_f64(dy, x), atol=1e-40)
+
+
 def test_rms_norm_row_whose_squares_overflow_is_not_zeroed(kernel_device):
     # x^2 = 9e76 overflows float: rstd came out 0 and the row [0, 0].
     x = torch.tensor([[3e38, 1.0], [1e20, -1e20]], device=kernel_device)

@@ -81,12 +81,17 @@ acc_t<T> row_abs_max(const T* x, int64_t cols) {
 }
 
 // The power of two that brings the row's max |x| into [0.5, 1), or 0 when no
-// scaling can help (the row holds inf or NaN, or is all zeros).
+// scaling can help (the row holds inf or NaN, is all zeros, or is below 1).
 template <typename Acc>
 Acc overflow_scale(Acc max_abs) {
   if (!std::isfinite(max_abs) || max_abs == Acc(0)) return Acc(0);
   int exponent = 0;
   std::frexp(max_abs, &exponent);
+  // Only down: a row below 1 cannot overflow its statistics by its own size,
+  // and scaling up a subnormal max (2^129) is inf, which made a row of
+  // subnormals with a NaN weight or an inf dy (whose sums are not finite
+  // either) give a NaN weight gradient where it is 0.
+  if (exponent <= 0) return Acc(0);
   return std::ldexp(Acc(1), -exponent);
 }
 
@@ -712,7 +717,11 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a) {
     Acc scale = Acc(1), eps_row = eps, mean = row_sum<T, false>(x, cols, Acc(1)) / n;
     Stats st = stats(std::false_type{}, scale, mean);
     bool scaled = false;
-    if (!std::isfinite(mean) || !std::isfinite(st.sq_sum) || !std::isfinite(st.gd_sum)) {
+    // Rescued on x * s where x's own sums overflowed; a g * d sum that is not
+    // finite because g is not (an inf dy, a NaN weight) is not x's to rescue,
+    // and the rescue's eps * s^2 underflows: a constant row gave 0 * inf.
+    if (!std::isfinite(mean) || !std::isfinite(st.sq_sum) ||
+        (!std::isfinite(st.gd_sum) && std::isfinite(st.g_sum))) {
       const Acc s = overflow_scale(row_abs_max(x, cols));
       if (s != Acc(0)) {
         scaled = true;

@@ -1295,7 +1295,10 @@ __device__ __forceinline__ void layer_norm_row_stats(const T* x, const T* dy, in
   using Acc = acc_t<T>;
   Acc scale = Acc(1);
   Acc eps_scaled = eps;
-  if (!dev_isfinite(mean) || !dev_isfinite(sums[0]) || !dev_isfinite(sums[2])) {
+  // Not where g * d is not finite because g is not (an inf dy, a NaN weight):
+  // rescaling x cannot help, and the rescue's eps * s^2 underflows (a constant
+  // row gave 0 * inf).
+  if (!dev_isfinite(mean) || !dev_isfinite(sums[0]) || (!dev_isfinite(sums[2]) && dev_isfinite(sums[1]))) {
     const Acc s = overflow_scale(row_abs_max<kVec>(x, accesses));
     if (s != Acc(0)) {
       scale = s;
@@ -1426,7 +1429,8 @@ __global__ void __launch_bounds__(kCluster ? kBackwardClusterThreads : kMaxRowTh
       row_sums(Acc(1));
       Acc scale = Acc(1);
       Acc eps_scaled = eps;
-      if (!dev_isfinite(mean) || !dev_isfinite(sums[0]) || !dev_isfinite(sums[2])) {
+      // As layer_norm_row_stats: not for a g that is not finite.
+      if (!dev_isfinite(mean) || !dev_isfinite(sums[0]) || (!dev_isfinite(sums[2]) && dev_isfinite(sums[1]))) {
         const Acc s = overflow_scale(row_abs_max<kVec>(x_src, accesses, reduce));
         if (s != Acc(0)) {
           scale = s;

@@ -289,12 +289,17 @@ __device__ __forceinline__ acc_t<T> row_centered_squares(const T* src, int64_t a
 }
 
 // The power of two that brings max_abs into [0.5, 1); 0 when scaling cannot
-// help (inf or NaN in the row, or an all-zero row).
+// help (inf or NaN in the row, an all-zero row, or one below 1).
 template <typename Acc>
 __device__ __forceinline__ Acc overflow_scale(Acc max_abs) {
   if (!dev_isfinite(max_abs) || max_abs == Acc(0)) return Acc(0);
   int exponent = 0;
   dev_frexp(max_abs, &exponent);
+  // Only down: a row below 1 cannot overflow its statistics by its own size,
+  // and scaling up a subnormal max (2^129) is inf, which made a row of
+  // subnormals with a NaN weight or an inf dy (whose sums are not finite
+  // either) give a NaN weight gradient where it is 0.
+  if (exponent <= 0) return Acc(0);
   return dev_ldexp(Acc(1), -exponent);
 }
 
