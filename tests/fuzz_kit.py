@@ -446,6 +446,14 @@ def norm_backward_model(centered: bool, g, x, norm, w, b, eps, n, *, bias: bool,
     if grad_residual is not None:
         gx = gx + grad_residual
         mgx = mgx + grad_residual.abs()
+    if x.numel() and dims:
+        # An inf in a row's g makes mean(g) and mean(g * xhat) inf: every
+        # element of the row's gradient is then an inf - inf or an inf whose
+        # grouping (g - mean(g) - xhat m, or g - (mean(g) + xhat m)) the kernel
+        # chooses, and a centred value that is 0 exactly (a constant row) is
+        # +-tiny after the kernel's rounded mean. NaN or inf, never finite.
+        inf_g = torch.isinf(wg).any(dim=dims, keepdim=True)
+        gx = torch.where(inf_g & ~torch.isnan(gx), torch.full_like(gx, math.nan), gx)
     out = [Expect(gx, nan_to_inf(mgx), n, nan_means_undefined=True)]
     if w is not None:
         mgw = (g.abs() * xm).sum(lead_dims) if lead_dims else g.abs() * xm
