@@ -328,7 +328,7 @@ def silu_parts(g):
     f = g * s
     fp = s * (1 + g * (1 - s))
     cond = 1 + mul0(1 - s, g.abs())
-    return flush_parts(f, fp, mul0(g.abs() * s, cond) * 2, mul0(s * (1 + mul0(1 - s, g.abs())), cond))
+    return flush_parts(f, fp, mul0(g.abs() * s, cond) * 2, mul0(s * cond, cond))
 
 
 # ---- subnormals flushed to zero ----

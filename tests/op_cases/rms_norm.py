@@ -159,7 +159,6 @@ def fuzz_model(case, args, grad_outputs):
     return [Expect(e, e.abs(), case.row_len, atol=rescued_rms_norm_error(x, norm, w, eps, case.dtype))]
 
 
-
 def backward_fuzz_case(fz):
     lead, norm, x, w, n = norm_case_inputs(fz)
     eps = fz.pick([None, None, 1e-6, 0.0])
