@@ -100,7 +100,7 @@ class Expect(NamedTuple):
     key: str | None = None
     # An absolute error allowed beyond test_fuzz's atol, per element: an
     # intermediate the kernel may have to compute below float32's normal range
-    # (rescued_row_error), whose rounding later factors magnify.
+    # (row_norm_atol), whose rounding later factors magnify.
     atol: torch.Tensor | float = 0.0
 
 
@@ -375,33 +375,42 @@ def nan_to_inf(m):
     return torch.where(torch.isnan(m), torch.full_like(m, math.inf), m)
 
 
-def rescued_row_error(x, dims, rstd, w, dtype):
-    """The absolute error of a row norm's overflow rescue (docs/ascend.md,
-    rms_norm_custom; the CPU kernels' overflow_scale): a row whose sum of
-    squares overflows float32 is normalized as x * s, s = 2^-e with
-    max|x| s <= 1 and s >= 2^-126. An element far below the row's max is then
-    subnormal in float32, rounded to 2^-150 absolute, an error that rstd and
-    the weight (near float32's max in these tests) carry into the output:
-    2^-150 / s * rstd * |w|, counted twice. 0 for float64 (its rows do not
-    overflow) and for rows that do not overflow."""
+def row_norm_atol(x, dims, rstd, w, dtype):
+    """The absolute error of a row norm's output (RMSNorm's xhat = x * rstd,
+    LayerNorm's (x - mean) * rstd, then times the weight) that its magnitude
+    does not bound: an xhat below float32's normal range, rounded there.
+
+    * Every kernel (and torch) rounds xhat to float32 before the weight
+      multiplies it. A subnormal xhat (a subnormal x in a row of larger ones)
+      is rounded to 2^-150 absolute, which a near-max weight makes visible:
+      2^-150 * |w|.
+    * The overflow rescue (docs/ascend.md, rms_norm_custom; the CPU kernels'
+      overflow_scale): a row whose sum of squares overflows float32 is
+      normalized as x * s, s = 2^-e with max|x| s <= 1 and s >= 2^-126. An
+      element far below the row's max is then subnormal in float32, rounded to
+      2^-150 absolute, an error that rstd and the weight carry into the output:
+      2^-150 / s * rstd * |w|, counted twice.
+
+    0 for float64, which has no such rounding at these magnitudes."""
     if dtype == torch.float64 or x.numel() == 0 or not dims:
         return 0.0
+    w_abs = w.abs() if w is not None else torch.ones((), dtype=x.dtype)
+    subnormal_xhat = torch.where(torch.isfinite(w_abs), 2.0**-150 * w_abs, torch.zeros_like(w_abs))
     amax = x.abs().amax(dims, keepdim=True)
     overflows = torch.isfinite(amax) & ((x * x).sum(dims, keepdim=True) > torch.finfo(torch.float32).max)
     if not overflows.any():
-        return 0.0
+        return subnormal_xhat
     s = torch.exp2(-torch.ceil(torch.log2(torch.where(overflows, amax, torch.ones_like(amax))))).clamp(min=2.0**-126)
-    w_abs = w.abs() if w is not None else 1.0
     err = 2 * 2.0**-150 / s * rstd * w_abs
-    return torch.where(overflows & torch.isfinite(err), err, torch.zeros_like(err))
+    return subnormal_xhat + torch.where(overflows & torch.isfinite(err), err, torch.zeros_like(err))
 
 
-def rescued_rms_norm_error(x, norm, w, eps, dtype):
-    """rescued_row_error for an RMSNorm row (rms_norm's, fused_add_rms_norm's)."""
+def rms_norm_atol(x, norm, w, eps, dtype):
+    """row_norm_atol for an RMSNorm row (rms_norm's, fused_add_rms_norm's)."""
     dims = row_dims(x, norm)
     if x.numel() == 0 or not dims:
         return 0.0
-    return rescued_row_error(x, dims, torch.rsqrt((x * x).mean(dims, keepdim=True) + eps), w, dtype)
+    return row_norm_atol(x, dims, torch.rsqrt((x * x).mean(dims, keepdim=True) + eps), w, dtype)
 
 
 def row_dims(x, norm):
@@ -427,8 +436,13 @@ def norm_backward_model(centered: bool, g, x, norm, w, b, eps, n, *, bias: bool,
     if x.numel() == 0:
         gx, xhat, xm, rstd, mean_wg = torch.zeros_like(x), x, x, torch.zeros(()), 0
     elif centered:
+        # The mean refined once: float64's sum of a constant float64 row is
+        # rounded (0.1 three times: 0.30000000000000004), which leaves its
+        # centred values +-1e-17 and, with eps 0, a finite gradient of 1e17 where
+        # the variance is 0 and torch and the kernels give NaN (0 / 0).
         mean = x.mean(dims, keepdim=True)
-        rstd = torch.rsqrt(x.var(dims, unbiased=False, keepdim=True) + eps)
+        mean = mean + (x - mean).mean(dims, keepdim=True)
+        rstd = torch.rsqrt(((x - mean) ** 2).mean(dims, keepdim=True) + eps)
         xhat = (x - mean) * rstd
         gx = rstd * (wg - wg.mean(dims, keepdim=True) - xhat * (wg * xhat).mean(dims, keepdim=True))
         xm = (x.abs() + x.abs().mean(dims, keepdim=True)) * rstd  # as layer_norm's forward model

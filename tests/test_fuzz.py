@@ -15,10 +15,13 @@ backward examples on the CPU go through torch.autograd instead, so that the
 gradients of cos and sin, which its autograd composes, are checked too.
 
     OP_EXT_FUZZ_EXAMPLES=500 python -m pytest tests/test_fuzz.py   # more examples
+    OP_EXT_FUZZ_SEED=7 python -m pytest tests/test_fuzz.py         # other examples
 
-Runs are derandomized (the same examples every run); a failure prints one line
-that reproduces it (the "Reproduce:" note): the call, with its tensors as
-fuzz_strategies.T(...) specs.
+Runs are derandomized (the same examples every run, the ones CI sees); a seed
+draws another fixed set, so a campaign can explore past them and still be
+rerun. A failure prints one line that reproduces it (the "Reproduce:" note):
+the call, with its tensors as fuzz_strategies.T(...) specs, which does not
+depend on the seed.
 
 This file names no op: each op's cases and float64 models are its entries in
 tests/op_cases/<op>.py (fuzz_case, fuzz_model and their backward_ twins), built
@@ -33,7 +36,7 @@ import sys
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture import providers as hypothesis_providers
 
@@ -48,9 +51,17 @@ from reference import supported_isas
 custom = torch.ops.custom
 
 MAX_EXAMPLES = int(os.environ.get("OP_EXT_FUZZ_EXAMPLES", "100"))
-FUZZ = settings(max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, database=None, print_blob=False,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture])
+# Unset: derandomized, each test's examples fixed by its name. Set: Hypothesis's
+# seed, another fixed set of examples (derandomize would ignore the seed).
+FUZZ_SEED = os.environ.get("OP_EXT_FUZZ_SEED")
+FUZZ = settings(max_examples=MAX_EXAMPLES, derandomize=FUZZ_SEED is None, deadline=None, database=None,
+                print_blob=False, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                         HealthCheck.function_scoped_fixture])
+
+
+def seeded(test):
+    """`test` with OP_EXT_FUZZ_SEED's seed, where one is set."""
+    return test if FUZZ_SEED is None else seed(int(FUZZ_SEED))(test)
 
 _NO_LOCAL_CONSTANTS = hypothesis_providers.Constants()
 
@@ -378,6 +389,7 @@ def check_case(case: Case, target: str) -> None:
 
 @pytest.mark.parametrize("op,target", forward_params())
 def test_forward(op, target, target_isa):
+    @seeded
     @FUZZ
     @given(case=forward_case(op, target))
     def run(case):
@@ -388,6 +400,7 @@ def test_forward(op, target, target_isa):
 
 @pytest.mark.parametrize("op,target", backward_params())
 def test_backward(op, target, target_isa):
+    @seeded
     @FUZZ
     @given(case=backward_case(op, target))
     def run(case):
@@ -503,3 +516,54 @@ def test_rows_scaled_by_the_generator_are_distinct():
 
     draw()
     assert max(seen) == 2  # two rows are still scaled together
+
+
+def _judge_case(case: Case, outputs) -> None:
+    """compare() of `outputs` against the case's models, as check_case does on cpu-default."""
+    args = case.build()
+    refs = reference(case, args)
+    flushed = flushed_reference(case, args) if case.dtype != torch.float64 else [None] * len(refs)
+    key = f"{case.op}.{'backward' if case.backward else 'forward'}"
+    for k, (out, ref) in enumerate(zip(outputs, refs)):
+        if ref is not None:
+            compare(f"{key} output {k}", out, ref.value, ref.magnitude, ref.n, case.dtype,
+                    tolerance("cpu-default", case.dtype, key), "-", nan_means_undefined=ref.nan_means_undefined,
+                    flushed=flushed[k], extra_atol=ref.atol)
+
+
+def test_a_subnormal_xhat_is_rounded_before_the_weight_multiplies_it():
+    """rms_norm of [1e-39, -293] with a weight of 1.7e38 on the first element:
+    xhat = 4.8e-42 is subnormal in float32, rounded to 2^-150 absolute, and
+    the weight makes that 1.1e-4 relative (every target, torch too: 8.1992e-4
+    where float64 says 8.2001e-4). The model allows 2^-150 * |w| there and
+    not ten times it."""
+    case = Case("rms_norm", False, torch.float32,
+                (TSpec((2,), "float32", 0, 1000.0, "contiguous", (), {0: "1e-39"}), [2],
+                 TSpec((2,), "float32", 0, 0.5, "contiguous", (), {0: "1.7014117331926443e+38"}), None), row_len=2)
+    x, _, w, _ = case.build()
+    got = torch.nn.functional.rms_norm(x, [2], w)
+    exact = torch.nn.functional.rms_norm(x.double(), [2], w.double(), torch.finfo(torch.float32).eps)
+    assert 5e-8 < (got[0] - exact[0]).abs() < 2.0**-150 * w[0].item()
+    _judge_case(case, [got])
+    off = got.clone()
+    off[0] = exact[0] - 10 * 2.0**-150 * w[0].item()
+    with pytest.raises(AssertionError, match="out of tolerance"):
+        _judge_case(case, [off])
+
+
+def test_a_constant_float64_row_with_eps_0_has_a_nan_layer_norm_gradient():
+    """A constant row has variance 0: with eps 0 its LayerNorm gradient is 0 / 0,
+    NaN in torch and in the kernels. float64's rounded sum of the row (0.1 three
+    times) once left the model's centred values at +-1e-17 and a gradient of
+    1.6e17; its mean is refined, and a finite gradient there fails."""
+    case = Case("layer_norm", True, torch.float64,
+                (TSpec((1, 3), "float64", 0, 1.0, "contiguous", (), {}),
+                 TSpec((1, 3), "float64", 0, 1.0, "contiguous", ((0, 3, "set", "0.1"),), {}),
+                 [1, 3], None, None, 0.0), row_len=3)
+    g, x, *_ = case.build()
+    xr = x.detach().requires_grad_()
+    torch.nn.functional.layer_norm(xr, [1, 3], None, None, 0.0).backward(g)
+    assert torch.isnan(xr.grad).all()
+    _judge_case(case, [xr.grad, None, None])
+    with pytest.raises(AssertionError, match="differ in being NaN"):
+        _judge_case(case, [torch.full_like(x, 1.5e17), None, None])

@@ -5,7 +5,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from fuzz_kit import Expect, f64, nan_to_inf, norm_backward_model, norm_case_inputs, rescued_row_error, row_dims
+from fuzz_kit import Expect, f64, nan_to_inf, norm_backward_model, norm_case_inputs, row_norm_atol, row_dims
 from op_cases import HUGE, Bad, Call, Fake, H, dt_norm, huge, placed, rand, sample
 from op_extension import ops
 
@@ -158,7 +158,7 @@ def fuzz_model(case, args, grad_outputs):
     # x - mean: the mean's rounding error is relative to mean(|x|), not |mean|
     m = (x.abs() + x.abs().mean(dims, keepdim=True)) * rstd * (w.abs() if w is not None else 1)
     m = m + (b.abs() if b is not None else 0)
-    atol = rescued_row_error(x, dims, rstd, w, case.dtype)
+    atol = row_norm_atol(x, dims, rstd, w, case.dtype)
     if w is None:
         return [Expect(e, nan_to_inf(m), case.row_len, atol=atol)]
     # Where the result may be NaN or +-inf (nan_means_undefined):

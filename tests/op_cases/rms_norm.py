@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from fuzz_kit import Expect, f64, norm_backward_model, norm_case_inputs, rescued_rms_norm_error, rms_eps
+from fuzz_kit import Expect, f64, norm_backward_model, norm_case_inputs, rms_norm_atol, rms_eps
 from op_cases import HUGE, Bad, Call, Fake, H, dt_norm, huge, placed, rand, sample
 from op_extension import ops
 
@@ -156,7 +156,7 @@ def fuzz_case(fz):
 def fuzz_model(case, args, grad_outputs):
     x, norm, w, eps = f64(args[0]), args[1], f64(args[2]), rms_eps(args[3], case.dtype)
     e = F.rms_norm(x, norm, w, eps)
-    return [Expect(e, e.abs(), case.row_len, atol=rescued_rms_norm_error(x, norm, w, eps, case.dtype))]
+    return [Expect(e, e.abs(), case.row_len, atol=rms_norm_atol(x, norm, w, eps, case.dtype))]
 
 
 def backward_fuzz_case(fz):
