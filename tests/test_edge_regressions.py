@@ -1,6 +1,9 @@
 """Regression tests for the edge-case defects of issue 11, one test per defect,
 named after it. Each runs on every CPU kernel variant and on CUDA where present
 (the kernel_device fixture); the Ascend versions are in test_ascend_sim*.py.
+A defect found on every target at once is tested on each here: the CPU kernel
+variants, the CUDA kernels on the harness and the Ascend kernels on the
+simulator.
 
 References are float64 computations of the same (already rounded) inputs.
 """
@@ -14,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+import op_extension
 from op_extension import ops
 
 F32_MAX = torch.finfo(torch.float32).max
@@ -110,6 +114,63 @@ def test_layer_norm_weight_grad_is_finite_with_a_nan_weight_on_the_cuda_harness(
         dx, dw, _ = cuda_sim.run_backward("layer_norm", dy, x, [2], w, None, 1e-5)
         assert torch.isfinite(dw).all(), (row, dw)
         assert_close_f64(dw, _layer_norm_weight_grad_f64(dy, x), atol=1e-40)
+
+
+# A constant row of near-max values: its sum overflows float, so the kernels take
+# its statistics on x * 2^-e, where its variance is 0 and eps * 2^-2e underflows;
+# rstd at that scale was inf and xhat = 0 * inf: NaN where the output is the bias
+# and the input gradient rstd * (g - mean(g)), on every target (torch's own float32
+# layer_norm gives NaN there too). Rows of 2 and 5 (a rounded scaled mean, refined)
+# and of 70000 (the CUDA long-row kernels, split rows on Ascend). With eps 0 the
+# row is 0 / 0: NaN.
+CONSTANT_NEAR_MAX_ROWS = [(-3e38, 2, 1e-5), (3e38, 5, 1e-5), (2e38, 70000, 1e-2)]
+
+
+def _run_layer_norm(target: str, x, w, b, eps, dy):
+    """(y, dx, dw, db) of one target: "cpu-<isa>", "cuda-<arch>" (the harness) or
+    "ascend-<soc>" (the simulator)."""
+    from op_extension import ascend_sim, cuda_sim
+
+    kind, name = target.split("-", 1)
+    norm = [x.shape[-1]]
+    if kind == "cpu":
+        op_extension._C.set_cpu_isa(name)
+        try:
+            return (ops.layer_norm(x, norm, w, b, eps),) + tuple(torch.ops.custom.layer_norm_backward(dy, x, norm, w, b, eps))
+        finally:
+            op_extension._C.set_cpu_isa(op_extension._C.best_cpu_isa())
+    if kind == "cuda":
+        return (cuda_sim.run("layer_norm", x, norm, w, b, eps, arch=name),) + tuple(
+            cuda_sim.run_backward("layer_norm", dy, x, norm, w, b, eps, arch=name))
+    return (ascend_sim.run("layer_norm", x, norm, w, b, eps, soc=name),) + tuple(
+        ascend_sim.run_backward("layer_norm", dy, x, norm, w, b, eps, soc=name))
+
+
+def _every_target() -> list[str]:
+    from op_extension import ascend_sim
+    from reference import supported_isas
+
+    return ([f"cpu-{isa}" for isa in supported_isas()] + ["cuda-sm_80", "cuda-sm_90"]
+            + [f"ascend-{soc}" for soc in ascend_sim.SOCS])
+
+
+@pytest.mark.parametrize("target", _every_target())
+def test_layer_norm_of_a_constant_near_max_row_is_its_bias(target):
+    torch.manual_seed(0)
+    for value, n, eps in CONSTANT_NEAR_MAX_ROWS:
+        x = torch.full((4, n), value)
+        w, b, dy = torch.randn(n), torch.randn(n), torch.randn(4, n)
+        y, dx, dw, db = _run_layer_norm(target, x, w, b, eps, dy)
+        where = f"{target}, rows of {n} x {value}"
+        assert torch.equal(y, b.expand_as(y)), where
+        g = (dy * w).double()
+        expected_dx = (g - g.mean(-1, keepdim=True)) / math.sqrt(eps)
+        assert_close_f64(dx, expected_dx, rtol=1e-5, atol=1e-5 * expected_dx.abs().max().item())
+        assert torch.equal(dw, torch.zeros_like(dw)), where
+        assert_close_f64(db, dy.double().sum(0), rtol=1e-5, atol=1e-5)
+        # eps 0: xhat is 0 / 0.
+        y0, dx0, _, _ = _run_layer_norm(target, x, w, b, 0.0, dy)
+        assert torch.isnan(y0).all() and torch.isnan(dx0).all(), where
 
 
 def test_rms_norm_row_whose_squares_overflow_is_not_zeroed(kernel_device):

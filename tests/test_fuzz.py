@@ -149,8 +149,9 @@ def compute_eps(dtype: torch.dtype) -> float:
 CPU_TARGETS = [f"cpu-{isa}" for isa in supported_isas()]
 ASCEND_TARGETS = [f"ascend-{soc}" for soc in ascend_sim.SOCS]
 # The CUDA kernels on the CPU harness, through the ops' shared glue (cuda_sim.run):
-# one arch, since an arch changes only the launch limits checked, not the results.
-CUDA_TARGETS = ["cuda-sm_80"]
+# sm_80's kernels, and sm_90's, whose long rows (fuzz_kit.LONG_ROW_SIZES) take
+# thread-block clusters where sm_80 takes a statistics and a column launch.
+CUDA_TARGETS = ["cuda-sm_80", "cuda-sm_90"]
 # Every op of op_protos/, forward and backward, on every target: the CPU
 # kernels, the CUDA kernels on the harness, the Ascend kernels on the simulator
 # (test_every_op_has_every_target checks that each target has every op).
@@ -567,3 +568,49 @@ def test_a_constant_float64_row_with_eps_0_has_a_nan_layer_norm_gradient():
     _judge_case(case, [xr.grad, None, None])
     with pytest.raises(AssertionError, match="differ in being NaN"):
         _judge_case(case, [torch.full_like(x, 1.5e17), None, None])
+
+
+def test_a_subnormal_activation_derivative_is_allowed_its_rounding_and_no_more():
+    """GELU'(-14.2) = -8.6e-44 is subnormal in float32, made of subnormal pieces
+    (the pdf, times the gate): the CPU kernels give 7.85e-6 and the Ascend ones
+    8.54e-6 for dy * up * GELU' = 8.49e-6 with an up of 4.25e37. The model allows
+    2^-149 (2 + |gate|) |dy * up| there; three times that fails."""
+    case = Case("geglu", True, torch.float32,
+                (TSpec((2, 5, 2), "float32", 0, 1.0, "contiguous", (), {}),
+                 TSpec((2, 5, 2), "float32", 1377862487, 10.0, "contiguous", (), {}),
+                 TSpec((2, 5, 2), "float32", 0, 1.0, "contiguous", (), {0: "4.2535293329816107e+37"}), "none"))
+    dy, gate, up, _ = case.build()
+    cpu = torch.ops.custom.geglu_backward(dy, gate, up, "none")
+    _judge_case(case, list(cpu))
+    _judge_case(case, list(ascend_sim.run_backward("geglu", dy, gate, up, "none", soc="Ascend310P")))
+    g0, d0, u0 = gate.flatten()[0].item(), dy.flatten()[0].item(), up.flatten()[0].item()
+    assert g0 < -14 and 7.8e-6 < cpu[0].flatten()[0].item() < 7.9e-6
+    exact = d0 * u0 * (0.5 * math.erfc(-g0 / math.sqrt(2)) + g0 * math.exp(-0.5 * g0 * g0) / math.sqrt(2 * math.pi))
+    floor = 2.0**-149 * (2 + abs(g0)) * abs(d0 * u0)
+    off = cpu[0].clone()
+    off.view(-1)[0] = exact + 3 * floor
+    with pytest.raises(AssertionError, match="out of tolerance"):
+        _judge_case(case, [off, cpu[1]])
+
+
+def test_a_row_whose_squares_underflow_with_eps_0_is_undefined_and_only_that_row():
+    """rms_norm with eps 0 of a row of zeros and one subnormal (1e-39): every
+    square is 0 in float32, rstd = 1 / sqrt(0) = inf, and the row is inf and NaN
+    on the CPU and CUDA kernels (and in torch) where float64 gives sqrt(24) for
+    the subnormal. A known limitation: the model calls that row undefined (NaN or
+    inf), and still checks the others, here a row whose squares overflow."""
+    case = Case("rms_norm", False, torch.float32,
+                (TSpec((2, 2, 3, 8), "float32", 0, 1.0, "contiguous", ((0, 24, "mul", "1e20"), (72, 96, "set", "0.0")),
+                       {72: "1e-39"}), [3, 8], None, 0.0), row_len=24)
+    x, norm, _, _ = case.build()
+    got = torch.ops.custom.rms_norm(x, norm, None, 0.0)
+    assert torch.isinf(got[1, 1, 0, 0]) and torch.isfinite(got[0]).all() and torch.isfinite(got[1, 0]).all()
+    _judge_case(case, [got])
+    wrong = got.clone()
+    wrong[0, 0, 0, 0] *= 1.001  # in the overflowing row, which the model still checks
+    with pytest.raises(AssertionError, match="out of tolerance"):
+        _judge_case(case, [wrong])
+    finite = got.clone()
+    finite[1, 1] = 1.0  # the undefined row may be NaN or inf, not finite
+    with pytest.raises(AssertionError, match="differ in being NaN"):
+        _judge_case(case, [finite])

@@ -4,7 +4,8 @@
 import torch
 import torch.nn.functional as F
 
-from fuzz_kit import Expect, f64, norm_backward_model, norm_case_inputs, rms_norm_atol, rms_eps
+from fuzz_kit import (Expect, f64, norm_backward_model, norm_case_inputs, rms_eps, rms_norm_atol, row_dims,
+                      squares_underflow, undefined_where)
 from op_cases import DT_ROWS, HUGE, SAME_DTYPE, Bad, Call, Fake, H, grand, huge, placed, rand, sample
 from op_extension import ops
 
@@ -135,7 +136,9 @@ def fuzz_model(case, args, grad_outputs):
     z = (x + r).to(case.dtype).double()  # residual_out is stored in the dtype, the norm reads it
     eps = rms_eps(args[4], case.dtype)
     e = F.rms_norm(z, norm, w, eps)
-    return [Expect(e, e.abs(), case.row_len, atol=rms_norm_atol(z, norm, w, eps, case.dtype)),
+    underflow = squares_underflow(z, row_dims(z, norm), eps, case.dtype, centered=False)
+    return [Expect(undefined_where(e, underflow), e.abs(), case.row_len, nan_means_undefined=underflow is not None,
+                   atol=rms_norm_atol(z, norm, w, eps, case.dtype)),
             Expect(z, x.abs() + r.abs())]
 
 
@@ -149,7 +152,7 @@ def backward_fuzz_case(fz):
 def backward_fuzz_model(case, args, grad_outputs):
     g, gres, x, norm, w = f64(args[0]), f64(args[1]), f64(args[2]), args[3], f64(args[4])
     return norm_backward_model(False, g, x, norm, w, None, rms_eps(args[5], case.dtype), case.row_len,
-                               bias=False, grad_residual=gres)
+                               bias=False, dtype=case.dtype, grad_residual=gres)
 
 
 FUZZ_TOLERANCE = {

@@ -5,7 +5,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from fuzz_kit import Expect, f64, nan_to_inf, norm_backward_model, norm_case_inputs, row_norm_atol, row_dims
+from fuzz_kit import (Expect, f64, nan_to_inf, norm_backward_model, norm_case_inputs, row_dims, row_norm_atol,
+                      squares_underflow, undefined_where)
 from op_cases import HUGE, Bad, Call, Fake, H, dt_norm, huge, placed, rand, sample
 from op_extension import ops
 
@@ -160,16 +161,23 @@ def fuzz_model(case, args, grad_outputs):
     m = m + (b.abs() if b is not None else 0)
     atol = row_norm_atol(x, dims, rstd, w, case.dtype)
     if w is None:
-        return [Expect(e, nan_to_inf(m), case.row_len, atol=atol)]
+        underflow = squares_underflow(x, dims, eps, case.dtype, centered=True)
+        return [Expect(undefined_where(e, underflow), nan_to_inf(m), case.row_len,
+                       nan_means_undefined=underflow is not None, atol=atol)]
     # Where the result may be NaN or +-inf (nan_means_undefined):
     # * an inf weight times a centred value that is 0 in float64 (a constant
     #   row, an element equal to the mean): 0 * inf = NaN there, where the
     #   kernel's mean, rounded, leaves the value +-tiny (within the tolerance of
     #   a finite weight), and the product +-inf;
     # * in float32 and below, xhat * w past float32's range (it is +-inf in the
-    #   kernel, finite in float64) plus an inf bias: inf - inf or inf.
+    #   kernel, finite in float64) plus an inf bias: inf - inf or inf;
+    # * eps 0 and a row whose centred squares all underflow float32
+    #   (squares_underflow): rstd is inf in the kernel.
     row_finite = torch.isfinite(x).all(dim=dims, keepdim=True) if dims else torch.isfinite(x)
     undefined = torch.isinf(w) & torch.isnan(e) & row_finite
+    underflow = squares_underflow(x, dims, eps, case.dtype, centered=True)
+    if underflow is not None:
+        undefined = undefined | underflow
     if b is not None and case.dtype != torch.float64:
         xhat_w = (x - x.mean(dims, keepdim=True)) * rstd * w
         undefined |= torch.isinf(b) & (xhat_w.abs() > torch.finfo(torch.float32).max)
@@ -186,4 +194,4 @@ def backward_fuzz_case(fz):
 
 def backward_fuzz_model(case, args, grad_outputs):
     g, x, norm, w, b, eps = f64(args[0]), f64(args[1]), args[2], f64(args[3]), f64(args[4]), args[5]
-    return norm_backward_model(True, g, x, norm, w, b, eps, case.row_len, bias=True)
+    return norm_backward_model(True, g, x, norm, w, b, eps, case.row_len, bias=True, dtype=case.dtype)

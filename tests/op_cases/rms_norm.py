@@ -3,7 +3,8 @@
 import torch
 import torch.nn.functional as F
 
-from fuzz_kit import Expect, f64, norm_backward_model, norm_case_inputs, rms_norm_atol, rms_eps
+from fuzz_kit import (Expect, f64, norm_backward_model, norm_case_inputs, rms_eps, rms_norm_atol, row_dims,
+                      squares_underflow, undefined_where)
 from op_cases import HUGE, Bad, Call, Fake, H, dt_norm, huge, placed, rand, sample
 from op_extension import ops
 
@@ -156,7 +157,9 @@ def fuzz_case(fz):
 def fuzz_model(case, args, grad_outputs):
     x, norm, w, eps = f64(args[0]), args[1], f64(args[2]), rms_eps(args[3], case.dtype)
     e = F.rms_norm(x, norm, w, eps)
-    return [Expect(e, e.abs(), case.row_len, atol=rms_norm_atol(x, norm, w, eps, case.dtype))]
+    underflow = squares_underflow(x, row_dims(x, norm), eps, case.dtype, centered=False)
+    return [Expect(undefined_where(e, underflow), e.abs(), case.row_len, nan_means_undefined=underflow is not None,
+                   atol=rms_norm_atol(x, norm, w, eps, case.dtype))]
 
 
 def backward_fuzz_case(fz):
@@ -167,4 +170,4 @@ def backward_fuzz_case(fz):
 
 def backward_fuzz_model(case, args, grad_outputs):
     g, x, norm, w, eps = f64(args[0]), f64(args[1]), args[2], f64(args[3]), rms_eps(args[4], case.dtype)
-    return norm_backward_model(False, g, x, norm, w, None, eps, case.row_len, bias=False)
+    return norm_backward_model(False, g, x, norm, w, None, eps, case.row_len, bias=False, dtype=case.dtype)

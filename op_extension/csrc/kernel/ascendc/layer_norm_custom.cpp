@@ -290,7 +290,18 @@ class KernelLayerNorm {
     Adds(c, c, -mean, n);
     PipeBarrier<PIPE_V>();
     Mul(sq, c, c, n);
-    return Rstd(Sum(sq, n), t_.eps * s * s);
+    if (s == 1.0f) return Rstd(Sum(sq, n), t_.eps);
+    const float sumSq = ReadSum(sq, n);
+    return Rstd(ScalarToStat(sumSq), ScaledEps(sumSq, s));
+  }
+
+  // eps at scale s. A rescued row whose scaled variance is 0 is constant (c is
+  // 0): its rstd at that scale, 1 / (sqrt(eps) * s), is past float's range
+  // (eps * s^2 underflows), and c * rstd = 0 * inf gave NaN where the output is
+  // the bias. The true rstd, 1 / sqrt(eps), leaves c * rstd = 0; with eps 0 it
+  // is inf and the output NaN, as 0 / 0 is.
+  __aicore__ inline float ScaledEps(float scaledSumSq, float s) const {
+    return scaledSumSq == 0.0f ? t_.eps : t_.eps * s * s;
   }
 
   // A split row: the statistics of x * scale, by chunk passes (max|x|, sum, sum of
@@ -304,7 +315,8 @@ class KernelLayerNorm {
       mean = SplitRowPass(base, kPassSum, scale, 0.0f) * t_.invCols;
     }
     mean += SplitRowPass(base, kPassSum, scale, mean) * t_.invCols;
-    rstd = Rstd(ScalarToStat(SplitRowPass(base, kPassSumSq, scale, mean)), t_.eps * scale * scale);
+    const float sumSq = SplitRowPass(base, kPassSumSq, scale, mean);
+    rstd = Rstd(ScalarToStat(sumSq), ScaledEps(sumSq, scale));
   }
 
   static constexpr uint32_t kPassSum = 0;     // sum of v

@@ -116,6 +116,7 @@ class KernelLayerNormGrad {
         PipeBarrier<PIPE_V>();
         rstd = Rstd(sums.sumSq, eps);
       }
+      UnscaleConstantRow(sums, s, mean, eps, rstd);  // after the correction: a rounded mean left c +-tiny
       PipeBarrier<PIPE_V>();
       WriteGradInput(dx[at], c, g, sums, rstd, s, n);
       if (t_.hasWeight) {
@@ -254,6 +255,7 @@ class KernelLayerNormGrad {
       PipeBarrier<PIPE_V>();
       rstd = Rstd(sums.sumSq, eps);
     }
+    UnscaleConstantRow(sums, s, mean, eps, rstd);  // after the correction: a rounded mean left c +-tiny
     LocalTensor<float> cen = cen_.template Get<float>();
     // gradInput chunk by chunk (the last one shifted back to whole blocks where
     // only whole blocks move).
@@ -338,6 +340,20 @@ class KernelLayerNormGrad {
   __aicore__ inline float Rstd(float sumSq, float eps) {
     LocalTensor<float> stat = op_ext_kernel::ScalarToVector(stat_.template Get<float>(), sumSq);
     return op_ext_kernel::RstdFromSumOfSquares(stat, t_.invCols, eps, work_.template Get<float>());
+  }
+
+  // A rescued row whose scaled variance is 0 is constant: every x * s equals the
+  // scaled mean exactly. Its rstd at scale s, 1 / (sqrt(eps) * s), is past
+  // float's range (eps * s^2 underflows), and c * rstd = 0 * inf gave NaN where
+  // the gradient is rstd * (g - mean(g)). Its statistics are exact unscaled: back
+  // to s = 1 with mean / s and rstd = 1 / sqrt(eps); c and the sums, 0 at either
+  // scale, stand. With eps 0 rstd is inf and the gradient NaN, as 0 / 0 is.
+  __aicore__ inline void UnscaleConstantRow(const RowSums& sums, float& s, float& mean, float& eps, float& rstd) {
+    if (s == 1.0f || sums.sumSq != 0.0f) return;
+    mean = mean / s;  // a power of two: exact
+    s = 1.0f;
+    eps = t_.eps;
+    rstd = Rstd(sums.sumSq, eps);
   }
 
   __aicore__ static inline bool IsFinite(float v) {

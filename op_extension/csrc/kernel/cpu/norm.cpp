@@ -80,8 +80,8 @@ acc_t<T> row_abs_max(const T* x, int64_t cols) {
       at::vec::maximum(m_lo, m_hi));
 }
 
-// The power of two that brings the row's max |x| into [0.5, 1), or 0 when no
-// scaling can help (the row holds inf or NaN, is all zeros, or is below 1).
+// The power of two that brings the row's max |x| into [0.5, 1) (below 4 past
+// 2^126), or 0 when no scaling can help (the row holds inf or NaN, is all zeros, or is below 1).
 template <typename Acc>
 Acc overflow_scale(Acc max_abs) {
   if (!std::isfinite(max_abs) || max_abs == Acc(0)) return Acc(0);
@@ -92,7 +92,26 @@ Acc overflow_scale(Acc max_abs) {
   // subnormals with a NaN weight or an inf dy (whose sums are not finite
   // either) give a NaN weight gradient where it is 0.
   if (exponent <= 0) return Acc(0);
-  return std::ldexp(Acc(1), -exponent);
+  // A normal power of two (2^-126 at least in float), as the CUDA and Ascend
+  // kernels take: max |x| * scale is then below 4.
+  constexpr int kMaxExponent = 1 - std::numeric_limits<Acc>::min_exponent;
+  return std::ldexp(Acc(1), -std::min(exponent, kMaxExponent));
+}
+
+// A LayerNorm row rescued by overflow_scale whose scaled variance is 0 is
+// constant: every x * scale equals the scaled mean exactly. Its rstd at that
+// scale, 1 / (sqrt(eps) * scale), is past Acc's range (eps * scale^2
+// underflows), and xhat = 0 * inf gave NaN where the output is the bias and the
+// gradient rstd * (g - mean(g)). Its statistics are exact unscaled (mean / scale,
+// variance 0): the row is taken back to scale 1, where rstd is 1 / sqrt(eps).
+// With eps 0 it is inf, and xhat NaN, as 0 / 0 is.
+template <typename Acc>
+bool unscale_constant_row(Acc centred_sq_sum, Acc& scale, Acc& mean, Acc& eps_scaled, Acc eps) {
+  if (scale == Acc(1) || centred_sq_sum != Acc(0)) return false;
+  mean = mean / scale;  // a power of two: exact
+  scale = Acc(1);
+  eps_scaled = eps;
+  return true;
 }
 
 // Runs body(std::true_type) for a scaled row and body(std::false_type) for the
@@ -603,6 +622,8 @@ LayerNormRow<acc_t<T>> layer_norm_row(const T* x, int64_t cols, acc_t<T> eps, co
       row.var = centered_sums<T, kScaled, false>(x, cols, row.scale, row.mean, nullptr).second / n;
     });
   }
+  // After the refining: a constant row's rounded mean left its variance +-tiny.
+  if (unscale_constant_row(row.var, row.scale, row.mean, row.eps, eps)) row.scaled = false;
   return row;
 }
 
@@ -738,6 +759,9 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a) {
         st = stats(scaled_tag, scale, mean);
       });
     }
+    // After the refining (a constant row's rounded mean left its variance
+    // +-tiny); its centred values are 0 at either scale: the sums stand.
+    if (unscale_constant_row(st.sq_sum, scale, mean, eps_row, eps)) scaled = false;
     // rstd of the (scaled) row; the true rstd is rstd * scale.
     const Acc rstd_s = Acc(1) / std::sqrt(st.sq_sum / n + eps_row);
     const AVec rstd(rstd_s);

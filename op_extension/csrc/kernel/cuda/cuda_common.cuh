@@ -414,6 +414,25 @@ __device__ __forceinline__ float dev_frexp(float x, int* e) { return frexpf(x, e
 __device__ __forceinline__ double dev_frexp(double x, int* e) { return frexp(x, e); }
 __device__ __forceinline__ float dev_ldexp(float x, int e) { return ldexpf(x, e); }
 __device__ __forceinline__ double dev_ldexp(double x, int e) { return ldexp(x, e); }
+// 1 / p for a power of two p, exactly, without a division (whose IEEE slow path
+// is a call, and a call spills): the exponent field reflected about the bias.
+// For a normal p in [2^-126, 2^126] (float), [2^-1022, 2^1022] (double).
+__device__ __forceinline__ float dev_pow2_reciprocal(float p) {
+  unsigned int bits = 0;
+  __builtin_memcpy(&bits, &p, sizeof bits);
+  bits = 0x7F000000u - bits;
+  float r = 0;
+  __builtin_memcpy(&r, &bits, sizeof r);
+  return r;
+}
+__device__ __forceinline__ double dev_pow2_reciprocal(double p) {
+  unsigned long long bits = 0;
+  __builtin_memcpy(&bits, &p, sizeof bits);
+  bits = 0x7FE0000000000000ull - bits;
+  double r = 0;
+  __builtin_memcpy(&r, &bits, sizeof r);
+  return r;
+}
 
 template <typename Acc>
 __device__ __forceinline__ Acc neg_infinity() {

@@ -1192,6 +1192,10 @@ __global__ void __launch_bounds__(kCluster ? kClusterThreads : kMaxRowThreads)
       if (mean_needs_refining(mean[r], var[r] / n, eps_scaled)) {
         mean[r] += row_shifted_sum<kVec>(src(r), accesses, scale[r], mean[r], reduce) / n;
         var[r] = row_centered_squares<kVec>(src(r), accesses, scale[r], mean[r], reduce);
+        // A rescued constant row (unscale_constant_row): its centred values
+        // x * scale - mean are 0 exactly, so the forward needs only a finite
+        // rstd, the unscaled 1 / sqrt(eps), not its mean unscaled.
+        if (scale[r] != Acc(1) && var[r] == Acc(0)) eps_scaled = eps;
       }
       rstd[r] = Acc(1) / dev_sqrt(var[r] / n + eps_scaled);
     }
@@ -1310,6 +1314,7 @@ __device__ __forceinline__ void layer_norm_row_stats(const T* x, const T* dy, in
   if (mean_needs_refining(mean, sums[0] / n, eps_scaled)) {
     mean += row_shifted_sum<kVec>(x, accesses, scale, mean) / n;
     layer_norm_row_sums<kHeld, kVec>(x, dy, accesses, weight_of, scale, mean, sums);
+    unscale_constant_row(sums[0], scale, mean, eps_scaled, eps);
   }
   // rstd of the scaled row; the true rstd is rstd * scale.
   const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps_scaled);
@@ -1442,6 +1447,7 @@ __global__ void __launch_bounds__(kCluster ? kBackwardClusterThreads : kMaxRowTh
       if (mean_needs_refining(mean, sums[0] / n, eps_scaled)) {
         mean += row_shifted_sum<kVec>(x_src, accesses, scale, mean, reduce) / n;
         row_sums(scale);
+        unscale_constant_row(sums[0], scale, mean, eps_scaled, eps);
       }
       // rstd of the scaled row; the true rstd is rstd * scale.
       const Acc rstd = Acc(1) / dev_sqrt(sums[0] / n + eps_scaled);

@@ -288,8 +288,8 @@ __device__ __forceinline__ acc_t<T> row_centered_squares(const T* src, int64_t a
   return row_centered_squares<kVec>(src, accesses, scale, mean, reduce);
 }
 
-// The power of two that brings max_abs into [0.5, 1); 0 when scaling cannot
-// help (inf or NaN in the row, an all-zero row, or one below 1).
+// The power of two that brings max_abs into [0.5, 1) (below 4 past 2^126); 0
+// when scaling cannot help (inf or NaN in the row, an all-zero row, or one below 1).
 template <typename Acc>
 __device__ __forceinline__ Acc overflow_scale(Acc max_abs) {
   if (!dev_isfinite(max_abs) || max_abs == Acc(0)) return Acc(0);
@@ -300,7 +300,30 @@ __device__ __forceinline__ Acc overflow_scale(Acc max_abs) {
   // subnormals with a NaN weight or an inf dy (whose sums are not finite
   // either) give a NaN weight gradient where it is 0.
   if (exponent <= 0) return Acc(0);
-  return dev_ldexp(Acc(1), -exponent);
+  // A normal power of two (2^-126 at least in float, as Ascend's
+  // PowerOfTwoScale): max |x| * scale is then below 4, and 1 / scale exact
+  // (unscale_constant_row).
+  constexpr int kMaxExponent = sizeof(Acc) == 4 ? 126 : 1022;
+  return dev_ldexp(Acc(1), -(exponent < kMaxExponent ? exponent : kMaxExponent));
+}
+
+// A LayerNorm row rescued by overflow_scale whose scaled variance is 0 is
+// constant: every x * scale equals the scaled mean exactly. Its rstd at that
+// scale, 1 / (sqrt(eps) * scale), is past Acc's range (eps * scale^2
+// underflows), and xhat = 0 * inf gave NaN where the output is the bias and the
+// gradient rstd * (g - mean(g)). Its statistics are exact unscaled (mean /
+// scale, variance 0), so the row is taken back to scale 1, where rstd is
+// 1 / sqrt(eps); its centred values, 0 at either scale, leave the sums as they
+// are. With eps 0 rstd is inf and xhat NaN, as 0 / 0 is. Such a row always
+// takes the mean's refining (its mean is large against a spread of 0), which
+// calls this after it; uniform over the block (reduced values).
+template <typename Acc>
+__device__ __forceinline__ void unscale_constant_row(Acc centred_sq_sum, Acc& scale, Acc& mean, Acc& eps_scaled,
+                                                     Acc eps) {
+  if (scale == Acc(1) || centred_sq_sum != Acc(0)) return;
+  mean = mean * dev_pow2_reciprocal(scale);  // exact: overflow_scale's scale is normal
+  scale = Acc(1);
+  eps_scaled = eps;
 }
 
 }  // namespace op_ext::cuda::detail
