@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from hypothesis import strategies as st
 
 from fuzz_strategies import DTYPE_NAMES, TSpec
@@ -446,18 +447,23 @@ def squares_underflow(x, dims, eps, dtype, centered):
     if dtype == torch.float64 or eps != 0 or x.numel() == 0 or not dims:
         return None
     d = x - x.mean(dims, keepdim=True) if centered else x
-    rows = (d.abs() < 2.0**-75).all(dim=dims[0], keepdim=True)
-    nonzero = (d != 0).any(dim=dims[0], keepdim=True)
-    for dim in dims[1:]:
-        rows = rows.all(dim=dim, keepdim=True)
-        nonzero = nonzero.any(dim=dim, keepdim=True)
-    rows = rows & nonzero
+    rows = (d.abs() < 2.0**-75).all(dim=dims, keepdim=True) & (d != 0).any(dim=dims, keepdim=True)
     return rows if rows.any() else None
 
 
 def undefined_where(e, rows):
     """e with NaN (undefined) on `rows` (squares_underflow's mask, or None)."""
     return e if rows is None else torch.where(rows, torch.full_like(e, math.nan), e)
+
+
+def rms_norm_expect(x, norm, w, eps, dtype, n) -> Expect:
+    """The Expect of an RMSNorm output (rms_norm's, fused_add_rms_norm's) of
+    `x` in float64: undefined on rows whose squares underflow, with
+    rms_norm_atol."""
+    e = F.rms_norm(x, norm, w, eps)
+    underflow = squares_underflow(x, row_dims(x, norm), eps, dtype, centered=False)
+    return Expect(undefined_where(e, underflow), e.abs(), n, nan_means_undefined=underflow is not None,
+                  atol=rms_norm_atol(x, norm, w, eps, dtype))
 
 
 def row_dims(x, norm):
@@ -518,7 +524,7 @@ def norm_backward_model(centered: bool, g, x, norm, w, b, eps, n, *, bias: bool,
         gx = torch.where(inf_g & ~torch.isnan(gx), torch.full_like(gx, math.nan), gx)
     # A row whose squares underflow float32 (eps 0): its rstd is inf in the
     # kernel, its gradient and every weight-gradient column it adds to undefined.
-    underflow = squares_underflow(x, dims, eps, dtype, centered) if x.numel() and dims else None
+    underflow = squares_underflow(x, dims, eps, dtype, centered)
     gx = undefined_where(gx, underflow)
     if underflow is not None:
         gw = torch.full_like(gw, math.nan)

@@ -160,8 +160,8 @@ def fuzz_model(case, args, grad_outputs):
     m = (x.abs() + x.abs().mean(dims, keepdim=True)) * rstd * (w.abs() if w is not None else 1)
     m = m + (b.abs() if b is not None else 0)
     atol = row_norm_atol(x, dims, rstd, w, case.dtype)
+    underflow = squares_underflow(x, dims, eps, case.dtype, centered=True)
     if w is None:
-        underflow = squares_underflow(x, dims, eps, case.dtype, centered=True)
         return [Expect(undefined_where(e, underflow), nan_to_inf(m), case.row_len,
                        nan_means_undefined=underflow is not None, atol=atol)]
     # Where the result may be NaN or +-inf (nan_means_undefined):
@@ -175,7 +175,6 @@ def fuzz_model(case, args, grad_outputs):
     #   (squares_underflow): rstd is inf in the kernel.
     row_finite = torch.isfinite(x).all(dim=dims, keepdim=True) if dims else torch.isfinite(x)
     undefined = torch.isinf(w) & torch.isnan(e) & row_finite
-    underflow = squares_underflow(x, dims, eps, case.dtype, centered=True)
     if underflow is not None:
         undefined = undefined | underflow
     if b is not None and case.dtype != torch.float64:

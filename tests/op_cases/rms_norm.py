@@ -3,8 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from fuzz_kit import (Expect, f64, norm_backward_model, norm_case_inputs, rms_eps, rms_norm_atol, row_dims,
-                      squares_underflow, undefined_where)
+from fuzz_kit import f64, norm_backward_model, norm_case_inputs, rms_eps, rms_norm_expect
 from op_cases import HUGE, Bad, Call, Fake, H, dt_norm, huge, placed, rand, sample
 from op_extension import ops
 
@@ -156,10 +155,7 @@ def fuzz_case(fz):
 
 def fuzz_model(case, args, grad_outputs):
     x, norm, w, eps = f64(args[0]), args[1], f64(args[2]), rms_eps(args[3], case.dtype)
-    e = F.rms_norm(x, norm, w, eps)
-    underflow = squares_underflow(x, row_dims(x, norm), eps, case.dtype, centered=False)
-    return [Expect(undefined_where(e, underflow), e.abs(), case.row_len, nan_means_undefined=underflow is not None,
-                   atol=rms_norm_atol(x, norm, w, eps, case.dtype))]
+    return [rms_norm_expect(x, norm, w, eps, case.dtype, case.row_len)]
 
 
 def backward_fuzz_case(fz):
