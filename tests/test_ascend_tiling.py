@@ -205,8 +205,8 @@ def test_rms_norm_grad_workspace_layout():
     for rows, cols, core_num, ub in [(70, 33, 48, 196608), (130, 64, 7, 196608), (5, 1000, 3, 8192), (1, 8, 48, 196608)]:
         (t,) = ascend_sim.tiling("rms_norm_backward", [(rows, cols)], torch.float32, _core_num=core_num, _ub_size=ub)
         per, big, slot_rows, pitch, tiles = (int(t[k]) for k in
-                                             ("rowsPerCore", "bigCoreNum", "rstdRowsPerSlot", "rstdPitch",
-                                              "rstdTilesPerCore"))
+                                             ("rowsPerCore", "bigCoreNum", "statRowsPerSlot", "statPitch",
+                                              "statTilesPerCore"))
         assert pitch % 8 == 0 and pitch >= slot_rows
         assert t["_workspaceBytes"] == t["usedCoreNum"] * tiles * pitch * 4
         seen = set()

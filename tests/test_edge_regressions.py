@@ -126,24 +126,28 @@ def test_layer_norm_weight_grad_is_finite_with_a_nan_weight_on_the_cuda_harness(
 CONSTANT_NEAR_MAX_ROWS = [(-3e38, 2, 1e-5), (3e38, 5, 1e-5), (2e38, 70000, 1e-2)]
 
 
-def _run_layer_norm(target: str, x, w, b, eps, dy):
-    """(y, dx, dw, db) of one target: "cpu-<isa>", "cuda-<arch>" (the harness) or
-    "ascend-<soc>" (the simulator)."""
+def _on_target(target: str, op: str, *args, backward: bool = False):
+    """op (or its backward) on one target: "cpu-<isa>", "cuda-<arch>" (the
+    harness) or "ascend-<soc>" (the simulator)."""
     from op_extension import ascend_sim, cuda_sim
 
     kind, name = target.split("-", 1)
-    norm = [x.shape[-1]]
     if kind == "cpu":
         op_extension._C.set_cpu_isa(name)
         try:
-            return (ops.layer_norm(x, norm, w, b, eps),) + tuple(torch.ops.custom.layer_norm_backward(dy, x, norm, w, b, eps))
+            return getattr(torch.ops.custom, f"{op}_backward" if backward else op)(*args)
         finally:
             op_extension._C.set_cpu_isa(op_extension._C.best_cpu_isa())
     if kind == "cuda":
-        return (cuda_sim.run("layer_norm", x, norm, w, b, eps, arch=name),) + tuple(
-            cuda_sim.run_backward("layer_norm", dy, x, norm, w, b, eps, arch=name))
-    return (ascend_sim.run("layer_norm", x, norm, w, b, eps, soc=name),) + tuple(
-        ascend_sim.run_backward("layer_norm", dy, x, norm, w, b, eps, soc=name))
+        return (cuda_sim.run_backward if backward else cuda_sim.run)(op, *args, arch=name)
+    return (ascend_sim.run_backward if backward else ascend_sim.run)(op, *args, soc=name)
+
+
+def _run_layer_norm(target: str, x, w, b, eps, dy):
+    """(y, dx, dw, db) of layer_norm on one target."""
+    norm = [x.shape[-1]]
+    return (_on_target(target, "layer_norm", x, norm, w, b, eps),) + tuple(
+        _on_target(target, "layer_norm", dy, x, norm, w, b, eps, backward=True))
 
 
 def _every_target() -> list[str]:
@@ -171,6 +175,129 @@ def test_layer_norm_of_a_constant_near_max_row_is_its_bias(target):
         # eps 0: xhat is 0 / 0.
         y0, dx0, _, _ = _run_layer_norm(target, x, w, b, 0.0, dy)
         assert torch.isnan(y0).all() and torch.isnan(dx0).all(), where
+
+
+def _run_rms_norm(target: str, x, w, eps, dy):
+    """(y, dx, dw) of rms_norm on one target."""
+    norm = [x.shape[-1]]
+    return (_on_target(target, "rms_norm", x, norm, w, eps),) + tuple(
+        _on_target(target, "rms_norm", dy, x, norm, w, eps, backward=True))
+
+
+def _run_fused_add_rms_norm(target: str, x, residual, w, eps):
+    """(y, residual_out) of fused_add_rms_norm on one target."""
+    return tuple(_on_target(target, "fused_add_rms_norm", x, residual, [x.shape[-1]], w, eps))
+
+
+# ---- rows whose squares underflow float ------------------------------------------
+#
+# With eps 0, a float row below |x| ~ 1e-19 has squares below float's normal range,
+# rounded to 2^-149 absolute, or 0: rstd came out 1 / sqrt(0) (inf on the CPU and
+# CUDA kernels, unknown, NaN, on Ascend, whose Sqrt of 0 is undefined) and the row
+# inf and NaN, forward and backward, on every target -- torch's own float
+# rms_norm and layer_norm give inf and NaN there too -- where x / rms(x) is finite.
+# Every kernel now takes such a row on x * 2^k. A norm with eps 0 is scale
+# invariant: norm(c x) = norm(x), its input gradient is the unscaled one over c
+# and its weight and bias gradients are unchanged. So each target's results on
+# c x are held to its own results on x, rows of ordinary size it normalises
+# without a rescue: c = 2^-100 (every square 0), 2^-70 (subnormal squares); rows
+# of 37 and of 70000 (the CUDA long-row kernels, split rows on Ascend).
+UNDERFLOW_SCALES = [2.0**-100, 2.0**-70]
+UNDERFLOW_ROWS = [(4, 37), (2, 70000)]
+
+
+def _underflow_inputs(rows: int, n: int):
+    torch.manual_seed(n)
+    x = torch.randn(rows, n)
+    x = torch.where(x.abs() < 2**-10, torch.full_like(x, 0.5), x)  # x * 2^-100 stays normal: exact
+    return x, torch.randn(n), torch.randn(n), torch.randn(rows, n)
+
+
+def _assert_scaled_copy(got, expected, where):
+    """Equal within a few float ulps of the row's largest value: the Ascend
+    LayerNorm corrects a rescued row's mean, which the unscaled row skips."""
+    assert torch.isfinite(got).all(), f"{where}: not finite"
+    atol = 8 * torch.finfo(torch.float32).eps * expected.abs().max().item()
+    torch.testing.assert_close(got, expected, rtol=8 * torch.finfo(torch.float32).eps, atol=atol,
+                               msg=lambda m: f"{where}: {m}")
+
+
+@pytest.mark.parametrize("target", _every_target())
+def test_norms_of_a_row_whose_squares_underflow_are_those_of_the_row_scaled_up(target):
+    for rows, n in UNDERFLOW_ROWS:
+        x, w, b, dy = _underflow_inputs(rows, n)
+        plain_rms = _run_rms_norm(target, x, w, 0.0, dy)
+        plain_ln = _run_layer_norm(target, x, w, b, 0.0, dy)
+        plain_fused = _run_fused_add_rms_norm(target, x, 0.5 * x.flip(-1), w, 0.0)
+        assert all(torch.isfinite(t).all() for t in plain_rms + plain_ln + plain_fused)
+        for c in UNDERFLOW_SCALES:
+            xc = x * c
+            assert torch.equal(xc / c, x)
+            where = f"{target}, {rows} rows of {n}, x * 2^{int(math.log2(c))}"
+            y, dx, dw = _run_rms_norm(target, xc, w, 0.0, dy)
+            _assert_scaled_copy(y, plain_rms[0], f"rms_norm y, {where}")
+            _assert_scaled_copy(dx * c, plain_rms[1], f"rms_norm dx, {where}")
+            _assert_scaled_copy(dw, plain_rms[2], f"rms_norm dw, {where}")
+            y, dx, dw, db = _run_layer_norm(target, xc, w, b, 0.0, dy)
+            _assert_scaled_copy(y, plain_ln[0], f"layer_norm y, {where}")
+            _assert_scaled_copy(dx * c, plain_ln[1], f"layer_norm dx, {where}")
+            _assert_scaled_copy(dw, plain_ln[2], f"layer_norm dw, {where}")
+            _assert_scaled_copy(db, plain_ln[3], f"layer_norm db, {where}")
+            y, z = _run_fused_add_rms_norm(target, xc, 0.5 * xc.flip(-1), w, 0.0)
+            assert torch.equal(z, plain_fused[1] * c), where
+            _assert_scaled_copy(y, plain_fused[0], f"fused_add_rms_norm y, {where}")
+
+
+@pytest.mark.parametrize("target", _every_target())
+def test_norms_of_subnormal_rows_match_float64(target):
+    """Rows of subnormals and zeros (the fuzz suite's find: one subnormal in a
+    row of zeros is sqrt(n) there, where the kernels gave inf), and an eps that
+    is itself below float's normal range (2^-140), or small enough that it
+    outweighs the rescued row's squares (2^-110 against rows near 2^-120)."""
+    n = 24
+    x = torch.zeros(4, n)
+    x[0, 5] = 1e-39
+    x[1] = torch.linspace(-3e-39, 2e-39, n)
+    x[2, ::3] = 2.0**-149
+    torch.manual_seed(3)
+    x[3] = torch.randn(n) * 2.0**-120
+    w, b, dy = torch.randn(n), torch.randn(n), torch.randn(4, n)
+    for eps in (0.0, 2.0**-140, 2.0**-110):
+        where = f"{target}, eps {eps:g}"
+        y, dx, dw = _run_rms_norm(target, x, w, eps, dy)
+        x64 = x.double().requires_grad_()
+        w64 = w.double().requires_grad_()
+        expected = F.rms_norm(x64, [n], w64, eps=eps)
+        expected.backward(dy.double())
+        assert torch.isfinite(y).all() and torch.isfinite(dw).all(), where
+        assert_close_f64(y, expected.detach(), rtol=1e-5, atol=1e-6)
+        assert_close_f64(dw, w64.grad, rtol=1e-5, atol=1e-5)
+        # dx ~ 1 / rms(x): past float's range for rows near 2^-149, inf in float
+        finite = torch.isfinite(x64.grad.float())
+        assert_close_f64(dx[finite], x64.grad[finite], rtol=1e-4, atol=1e-5 * x64.grad[finite].abs().max().item())
+        y, _, dw, _ = _run_layer_norm(target, x, w, b, eps, dy)
+        expected = F.layer_norm(x.double(), [n], w.double(), b.double(), eps=eps)
+        assert_close_f64(y, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", [t for t in _every_target() if not t.startswith("ascend")])
+def test_float64_norms_of_a_row_whose_squares_underflow_are_those_of_the_row_scaled_up(target):
+    """The same in float64 (the CPU and CUDA kernels), where squares underflow
+    below |x| ~ 1e-162: x * 2^-600 and x * 2^-1000."""
+    x, w, b, dy = (t.double() for t in _underflow_inputs(3, 45))
+    plain_rms = _run_rms_norm(target, x, w, 0.0, dy)
+    plain_ln = _run_layer_norm(target, x, w, b, 0.0, dy)
+    for c in (2.0**-600, 2.0**-1000):
+        xc = x * c
+        where = f"{target}, float64 x * 2^{int(math.log2(c))}"
+        y, dx, dw = _run_rms_norm(target, xc, w, 0.0, dy)
+        for got, expected in ((y, plain_rms[0]), (dx * c, plain_rms[1]), (dw, plain_rms[2])):
+            assert torch.isfinite(got).all(), where
+            torch.testing.assert_close(got, expected, rtol=1e-14, atol=1e-14 * expected.abs().max().item())
+        y, dx, dw, db = _run_layer_norm(target, xc, w, b, 0.0, dy)
+        for got, expected in ((y, plain_ln[0]), (dx * c, plain_ln[1]), (dw, plain_ln[2]), (db, plain_ln[3])):
+            assert torch.isfinite(got).all(), where
+            torch.testing.assert_close(got, expected, rtol=1e-14, atol=1e-14 * expected.abs().max().item())
 
 
 def test_rms_norm_row_whose_squares_overflow_is_not_zeroed(kernel_device):

@@ -593,24 +593,31 @@ def test_a_subnormal_activation_derivative_is_allowed_its_rounding_and_no_more()
         _judge_case(case, [off, cpu[1]])
 
 
-def test_a_row_whose_squares_underflow_with_eps_0_is_undefined_and_only_that_row():
+def test_a_row_whose_squares_underflow_with_eps_0_is_normalised_as_any_other():
     """rms_norm with eps 0 of a row of zeros and one subnormal (1e-39): every
-    square is 0 in float32, rstd = 1 / sqrt(0) = inf, and the row is inf and NaN
-    on the CPU and CUDA kernels (and in torch) where float64 gives sqrt(24) for
-    the subnormal. A known limitation: the model calls that row undefined (NaN or
-    inf), and still checks the others, here a row whose squares overflow."""
+    square is 0 in float32, and the kernels gave rstd = 1 / sqrt(0) = inf and
+    the row inf and NaN (torch still does) where float64 gives sqrt(24) for the
+    subnormal. They now rescue such a row (x * 2^k), on every target; the model
+    holds the row to float64 beside a row whose squares overflow, and the old
+    answer fails (a flushing device's NaN, 0 / 0 of the flushed row, would not)."""
     case = Case("rms_norm", False, torch.float32,
                 (TSpec((2, 2, 3, 8), "float32", 0, 1.0, "contiguous", ((0, 24, "mul", "1e20"), (72, 96, "set", "0.0")),
                        {72: "1e-39"}), [3, 8], None, 0.0), row_len=24)
     x, norm, _, _ = case.build()
     got = torch.ops.custom.rms_norm(x, norm, None, 0.0)
-    assert torch.isinf(got[1, 1, 0, 0]) and torch.isfinite(got[0]).all() and torch.isfinite(got[1, 0]).all()
+    assert got[1, 1, 0, 0].item() == pytest.approx(math.sqrt(24), rel=1e-6) and torch.isfinite(got).all()
     _judge_case(case, [got])
+    for target in CUDA_TARGETS + ASCEND_TARGETS:
+        kind, name = target.split("-", 1)
+        if kind == "cuda":
+            _judge_case(case, [cuda_sim.run("rms_norm", x, norm, None, 0.0, arch=name)])
+        else:
+            _judge_case(case, [ascend_sim.run("rms_norm", x, norm, None, 0.0, soc=name)])
+    old = got.clone()
+    old[1, 1] = torch.where(x[1, 1] == 0, math.nan, math.inf)  # 0 * inf and 1e-39 * inf
+    with pytest.raises(AssertionError, match="differ in being"):
+        _judge_case(case, [old])
     wrong = got.clone()
-    wrong[0, 0, 0, 0] *= 1.001  # in the overflowing row, which the model still checks
+    wrong[0, 0, 0, 0] *= 1.001  # in the overflowing row
     with pytest.raises(AssertionError, match="out of tolerance"):
         _judge_case(case, [wrong])
-    finite = got.clone()
-    finite[1, 1] = 1.0  # the undefined row may be NaN or inf, not finite
-    with pytest.raises(AssertionError, match="differ in being NaN"):
-        _judge_case(case, [finite])

@@ -12,7 +12,7 @@ namespace op_ext::ascend {
 uint64_t RmsNormGradUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols, bool gradResidual) {
   const uint64_t e = DTypeBytes(dtype);
   return (gradResidual ? 8 : 6) * k * stride * e + 4 * stride * (dtype == kDTypeFloat ? 2 : 4) +
-         4 * ReduceWorkFloats(cols) + 64 + 4 * RoundUp(k, 8) + kRowCopierStageBytes;
+         4 * ReduceWorkFloats(cols) + 64 + 4 * RoundUp(kRmsNormGradStatFloats * k, 8) + kRowCopierStageBytes;
 }
 
 uint64_t RmsNormGradUbBytesChunk(uint32_t dtype, uint64_t chunk, bool gradResidual) {
@@ -28,7 +28,7 @@ uint64_t RmsNormGradUbBytesColumns(uint32_t dtype, uint64_t chunk) {
 
 uint64_t RmsNormGradWorkspaceBytes(const optiling::RmsNormGradCustomTilingData& t) {
   if (!t.hasWeight) return 0;
-  return uint64_t(t.usedCoreNum) * t.rstdTilesPerCore * t.rstdPitch * sizeof(float);
+  return uint64_t(t.usedCoreNum) * t.statTilesPerCore * t.statPitch * sizeof(float);
 }
 
 namespace {
@@ -45,9 +45,9 @@ optiling::RmsNormGradCustomTilingData PlanRmsNormGrad(const char* op, uint64_t r
   SetRowNormFields(t, plan, cols, dtype, hasWeight, eps, soc);
   t.set_hasGradResidual(gradResidual ? 1 : 0);
   const uint64_t maxRowsPerCore = plan.rowsPerCore + (plan.bigCoreNum ? 1 : 0);
-  t.set_rstdRowsPerSlot(plan.splitRow ? 1 : std::max<uint32_t>(1, plan.rowsPerTile));
-  t.set_rstdPitch(uint32_t(RoundUp(t.rstdRowsPerSlot, 8)));
-  t.set_rstdTilesPerCore(uint32_t(CeilDiv(maxRowsPerCore, t.rstdRowsPerSlot)));
+  t.set_statRowsPerSlot(plan.splitRow ? 1 : std::max<uint32_t>(1, plan.rowsPerTile));
+  t.set_statPitch(uint32_t(RoundUp(uint64_t(kRmsNormGradStatFloats) * t.statRowsPerSlot, 8)));
+  t.set_statTilesPerCore(uint32_t(CeilDiv(maxRowsPerCore, t.statRowsPerSlot)));
   if (!hasWeight || cols == 0) return t;
   // Pass 1: column blocks of gradWeight over cores; every core reads all rows.
   const uint64_t e = DTypeBytes(dtype);

@@ -12,16 +12,19 @@
 // (`pass` differs):
 //   pass 0 (rows): rows split over cores exactly like RmsNormCustom (row_tiling.h:
 //     whole rows per tile, or rows in chunks); writes gradInput and, when there is
-//     a weight, each row's rstd to the kernel workspace;
+//     a weight, each row's statistics (rstd_s, s) to the kernel workspace;
 //   pass 1 (columns, only with a weight): the 32-byte column blocks of gradWeight
 //     split over cores (dwBlocksPerCore / dwBigCoreNum / dwUsedCoreNum); a core
 //     walks its columns in chunks of dwChunkCols and sums every row into them in
-//     row order, reading the rows' rstd back from the workspace. No core ever
+//     row order, reading the rows' statistics back from the workspace. No core ever
 //     adds into another core's output, so the result does not depend on the
 //     core count and needs no atomics or cross-core sync.
-// Workspace: rstd of row r (pass-0 core c, r the local-th row of c) at float
-//   (c * rstdTilesPerCore + local / rstdRowsPerSlot) * rstdPitch + local % rstdRowsPerSlot,
-// so every pass-0 tile writes whole 32-byte blocks.
+// Workspace: the statistics of row r (pass-0 core c, r the local-th row of c) at float
+//   (c * statTilesPerCore + local / statRowsPerSlot) * statPitch + (local % statRowsPerSlot) * 2
+//   + {0: rstd_s, 1: s}, so every pass-0 tile writes whole 32-byte blocks. Its rstd is
+// rstd_s * s, kept as the two factors: it is past float's range for a rescued row
+// whose rms is below 2^-128 (kernel_common.h, rows whose statistics underflow), and
+// subnormal for one whose rms is above 2^126.
 #ifndef OP_EXT_HOST_TILING_RMS_NORM_GRAD_CUSTOM_TILING_H_
 #define OP_EXT_HOST_TILING_RMS_NORM_GRAD_CUSTOM_TILING_H_
 
@@ -42,9 +45,9 @@ TILING_DATA_FIELD_DEF(uint32_t, splitRow)          // 0: whole rows per tile; 1:
 TILING_DATA_FIELD_DEF(uint32_t, rowsPerTile)
 TILING_DATA_FIELD_DEF(uint32_t, chunkLength)
 TILING_DATA_FIELD_DEF(uint32_t, reduceWorkLength)
-TILING_DATA_FIELD_DEF(uint32_t, rstdRowsPerSlot)   // rows whose rstd one workspace slot holds
-TILING_DATA_FIELD_DEF(uint32_t, rstdPitch)         // floats per slot (a block multiple)
-TILING_DATA_FIELD_DEF(uint32_t, rstdTilesPerCore)  // slots per pass-0 core
+TILING_DATA_FIELD_DEF(uint32_t, statRowsPerSlot)   // rows whose statistics one workspace slot holds
+TILING_DATA_FIELD_DEF(uint32_t, statPitch)         // floats per slot (a block multiple)
+TILING_DATA_FIELD_DEF(uint32_t, statTilesPerCore)  // slots per pass-0 core
 TILING_DATA_FIELD_DEF(uint32_t, dwBigCoreNum)
 TILING_DATA_FIELD_DEF(uint32_t, dwUsedCoreNum)     // pass 1 blockDim
 TILING_DATA_FIELD_DEF(uint32_t, dwChunkCols)
@@ -69,17 +72,20 @@ namespace op_ext::ascend {
 //   pass 0, k whole rows of stride P: x, dy, dx (+ gradResidualOut) queues 2*k*P*e each;
 //     float rows weight and scratch (+ x and g = dy*w in float for 16-bit types);
 //     ReduceMax work (twice ReduceSum's: value, index pairs); two statistic blocks;
-//     the tile's rstd (k rounded up to a block).
+//     the tile's statistics (2k rounded up to a block).
 //   pass 0, chunks of C: x (also weight chunks), dy, dx (+ gradResidualOut) queues
 //     2*C*e each; float scratch (+ x, g, weight for 16-bit); work; two statistic and
-//     two accumulator blocks; one rstd block.
+//     two accumulator blocks; one statistics block.
 //   pass 1, chunks of C columns: x, dy, dw queues 2*C*e each; float accumulator and
 //     scratch (+ x and dy in float for 16-bit).
 uint64_t RmsNormGradUbBytesRows(uint32_t dtype, uint64_t k, uint64_t stride, uint64_t cols, bool gradResidual);
 uint64_t RmsNormGradUbBytesChunk(uint32_t dtype, uint64_t chunk, bool gradResidual);
 uint64_t RmsNormGradUbBytesColumns(uint32_t dtype, uint64_t chunk);
 
-// Bytes of kernel workspace (the rows' rstd) the tiling needs.
+// Floats of a row's statistics in the workspace: rstd_s, s.
+inline constexpr uint32_t kRmsNormGradStatFloats = 2;
+
+// Bytes of kernel workspace (the rows' statistics) the tiling needs.
 uint64_t RmsNormGradWorkspaceBytes(const optiling::RmsNormGradCustomTilingData& t);
 
 // The pass-0 tiling; the pass-1 copy is the same with pass = 1.

@@ -10,8 +10,9 @@
 //     sums squares; pass 2 re-reads x and r and recomputes z (the same bits)
 //     rather than reading back residualOut, which would need an MTE3 -> MTE2
 //     ordering of this core's own GM writes.
-// A row whose sum of squares overflows (rstd comes out 0, |z| finite) is redone
-// on z * s (kernel_common.h, PowerOfTwoScale): y = (z * s) * rstd_s * w with
+// A row whose sum of squares overflows (rstd comes out 0, |z| finite) or
+// underflows (rstd above 2^51, or NaN, the Sqrt of 0: eps 0 and |z| below ~1e-19)
+// is redone on z * s (kernel_common.h, RescueScale): y = (z * s) * rstd_s * w with
 // rstd_s = rsqrt(mean((z s)^2) + eps s^2); split rows then take two more reads.
 // Tiling: host/tiling/fused_add_rms_norm_custom_tiling.h (the UB plan there mirrors Init*).
 #include "kernel_common.h"
@@ -86,7 +87,7 @@ class KernelFusedAddRmsNorm {
       LocalTensor<float> zf = AddResidual(z[at], x[at], r[at], sq, t_.cols);
       PipeBarrier<PIPE_V>();
       float rstd = RowRstd(SumOfSquares(zf, sq, n), t_.eps);
-      if (rstd == 0.0f) {
+      if (op_ext_kernel::NeedsRescue(rstd)) {
         // z itself is residualOut: the scaled row goes to y's row (float) or in place
         // in the float copy (16-bit).
         LocalTensor<float> zs = kIsFloat ? y[at].template ReinterpretCast<float>() : zf;
@@ -157,7 +158,7 @@ class KernelFusedAddRmsNorm {
     }
     float rstd = ScalarRstd(sumSq, t_.eps);
     float scale = 1.0f;
-    if (rstd == 0.0f) RescaleSplitRow(base, rstd, scale);
+    if (op_ext_kernel::NeedsRescue(rstd)) RescaleSplitRow(base, rstd, scale);
     // Pass 2: output, chunk by chunk, from x + r recomputed (the last chunk
     // shifted back to whole blocks where only whole blocks move).
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
@@ -260,7 +261,7 @@ class KernelFusedAddRmsNorm {
     return RowRstd(op_ext_kernel::ScalarToVector(stat_.template Get<float>(), sumSq), eps);
   }
 
-  // A split row whose sum of squares overflowed: max|z| over a pass, then the sum
+  // A split row whose sum of squares overflowed or underflowed: max|z| over a pass, then the sum
   // of squares of z * s over another (z recomputed from x + r, in y's buffer,
   // which is not written out here).
   __aicore__ inline void RescaleSplitRow(uint64_t base, float& rstd, float& scale) {
@@ -292,7 +293,7 @@ class KernelFusedAddRmsNorm {
       }
       if (pass == 0) {
         if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
-        scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
+        scale = op_ext_kernel::RescueScale(maxAbs, rstd);
       }
     }
     rstd = ScalarRstd(sumSq, t_.eps * scale * scale);

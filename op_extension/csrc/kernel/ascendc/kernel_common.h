@@ -501,6 +501,47 @@ __aicore__ inline float PowerOfTwoScale(float maxAbs) {
   return s;
 }
 
+// ---- rows whose statistics underflow float ------------------------------------
+// The other end: a row of tiny values (|x| below ~1e-19) has squares below float's
+// normal range, rounded to 2^-149 absolute, or 0. Where eps does not outweigh them
+// (eps 0, or an eps itself that small), rstd loses its precision, or is unknown
+// (Sqrt of 0: "if src holds a non-positive value, the result may be unknown", NaN
+// in the simulator) and the row NaN where x / rms(x) is finite. The kernels then
+// redo the row's statistics on x * s, s the power of two that brings max|x| up into
+// [0.5, 1), as the CPU and CUDA kernels do. The check is again on the rstd read
+// anyway: above 2^51, mean square + eps is below 2^-102, the only place where that
+// rounding can reach float's last bit; NaN is the Sqrt of 0 (or a NaN in the row,
+// whose max|x| is NaN: the callers then keep the plain result).
+
+constexpr float kUnderflowRstd = 2251799813685248.0f;  // 2^51
+constexpr float kMaxScaleUp = 1.26765060e30f;           // 2^100
+
+// True for the rstd of a row whose statistics underflowed: above 2^51, or NaN.
+__aicore__ inline bool StatisticUnderflowed(float rstd) { return !(rstd <= kUnderflowRstd); }
+
+// s = 2^e with maxAbs * s in [0.5, 1), but at most 2^100: eps, below 2^-102 where a
+// row underflowed, keeps eps * s^2 below 2^98, finite; and a row that would take
+// more (max|x| below 2^-100, every x a multiple of 2^-149) has x * s a multiple of
+// 2^-49, whose squares, multiples of 2^-98, float holds exactly (the CPU and CUDA
+// kernels' cap too). 1 for an all-zero row (its eps-0 statistics are 0 / 0 at any
+// scale). Scalar doublings: at most 100, and only on a row that underflowed.
+__aicore__ inline float UnderflowScale(float maxAbs) {
+  float s = 1.0f;
+  if (maxAbs == 0.0f) return s;
+  while (maxAbs * s < 0.5f && s < kMaxScaleUp) s *= 2.0f;
+  return s;
+}
+
+// The scale of a row's rescue from its rstd: PowerOfTwoScale where it overflowed
+// (rstd 0), UnderflowScale where it underflowed. maxAbs finite.
+__aicore__ inline float RescueScale(float maxAbs, float rstd) {
+  return StatisticUnderflowed(rstd) ? UnderflowScale(maxAbs) : PowerOfTwoScale(maxAbs);
+}
+
+// A row's rstd that asks for a rescue: 0 (its statistics overflowed), above
+// kUnderflowRstd or NaN (they underflowed, or the row holds a NaN).
+__aicore__ inline bool NeedsRescue(float rstd) { return rstd == 0.0f || StatisticUnderflowed(rstd); }
+
 }  // namespace op_ext_kernel
 
 #endif  // OP_EXT_KERNEL_ASCENDC_KERNEL_COMMON_H_

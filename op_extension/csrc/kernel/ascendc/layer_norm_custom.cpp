@@ -15,6 +15,10 @@
 //     finite: they are redone on x * s, s an exact power of two with max|x| * s <= 1
 //     (kernel_common.h), y = (x s - mean_s) * rstd_s * w + b with
 //     rstd_s = rsqrt(var_s + eps s^2);
+//   * the statistics underflow (rstd above 2^51, or NaN, the Sqrt of 0: eps 0 and a
+//     spread below ~1e-19, whose squares are subnormal or 0): the same on x * s, s the
+//     power of two that brings max|x| up into [0.5, 1) (kernel_common.h,
+//     UnderflowScale);
 //   * |mean| * rstd > kMeanCorrectionRatio: the spread is small next to the mean,
 //     and the mean's rounding error (sum * (1/cols) is not exact) is no longer small
 //     next to the spread. The mean is corrected by the mean of the centred values
@@ -109,9 +113,9 @@ class KernelLayerNorm {
       PipeBarrier<PIPE_V>();
       Mul(sq, c, c, n);
       float rstd = Rstd(Sum(sq, n), t_.eps);
-      if (Overflowed(mean, rstd) || NeedsMeanCorrection(mean, rstd)) {
+      if (NeedsRescue(mean, rstd) || NeedsMeanCorrection(mean, rstd)) {
         PipeBarrier<PIPE_V>();
-        rstd = CarefulRowStats(InputAsFloat(x[at], t_.cols), c, sq, n, Overflowed(mean, rstd));
+        rstd = CarefulRowStats(InputAsFloat(x[at], t_.cols), c, sq, n, mean, rstd);
       }
       LocalTensor<float> out = kIsFloat ? c : sq;
       PipeBarrier<PIPE_V>();
@@ -158,9 +162,9 @@ class KernelLayerNorm {
     }
     float rstd = Rstd(ScalarToStat(sumSq), t_.eps);
     float scale = 1.0f;
-    if (Overflowed(mean, rstd) || NeedsMeanCorrection(mean, rstd)) {
+    if (NeedsRescue(mean, rstd) || NeedsMeanCorrection(mean, rstd)) {
       PipeBarrier<PIPE_V>();
-      CarefulSplitRowStats(base, Overflowed(mean, rstd), mean, rstd, scale);
+      CarefulSplitRowStats(base, mean, rstd, scale);
     }
     // Pass 3: output, chunk by chunk (the last one shifted back to whole blocks
     // where only whole blocks move).
@@ -268,17 +272,30 @@ class KernelLayerNorm {
   __aicore__ static inline bool NeedsMeanCorrection(float mean, float rstd) {
     return (mean < 0.0f ? -mean : mean) * rstd > kMeanCorrectionRatio;
   }
+  // Statistics that overflowed, or that underflowed (kernel_common.h: eps 0 and
+  // a spread below ~1e-19), from the first mean and rstd.
+  __aicore__ static inline bool NeedsRescue(float mean, float rstd) {
+    return Overflowed(mean, rstd) || op_ext_kernel::StatisticUnderflowed(rstd);
+  }
+  // The rescue's scale for a row of that max|x| (1 where inf or NaN is in the
+  // row, which keeps the plain path's NaN, or the row is all zeros).
+  __aicore__ static inline float RescueScale(float maxAbs, float mean, float rstd) {
+    if (!(maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f)) return 1.0f;
+    return Overflowed(mean, rstd) ? op_ext_kernel::PowerOfTwoScale(maxAbs)
+                                  : op_ext_kernel::UnderflowScale(maxAbs);
+  }
 
-  // A whole row: c = x * s - mean_s (mean corrected), returns rstd_s. xf (the row in
-  // float) may be c (16-bit: both inputF_); sq is scratch.
+  // A whole row: c = x * s - mean_s (mean corrected), returns rstd_s; mean and
+  // rstd are the row's first statistics. xf (the row in float) may be c (16-bit:
+  // both inputF_); sq is scratch.
   __aicore__ inline float CarefulRowStats(const LocalTensor<float>& xf, const LocalTensor<float>& c,
-                                          const LocalTensor<float>& sq, int32_t n, bool overflowed) {
+                                          const LocalTensor<float>& sq, int32_t n, float firstMean,
+                                          float firstRstd) {
     float s = 1.0f;
-    if (overflowed) {
+    if (NeedsRescue(firstMean, firstRstd)) {
       const float maxAbs =
           op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n);
-      // inf or NaN in the row: s = 1, and the same NaN as the plain path.
-      if (maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f) s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+      s = RescueScale(maxAbs, firstMean, firstRstd);
     }
     PipeBarrier<PIPE_V>();
     Muls(c, xf, s, n);
@@ -307,11 +324,10 @@ class KernelLayerNorm {
   // A split row: the statistics of x * scale, by chunk passes (max|x|, sum, sum of
   // centred values, sum of squared centred values). Pass 3 then outputs
   // (x * scale - mean) * rstd.
-  __aicore__ inline void CarefulSplitRowStats(uint64_t base, bool overflowed, float& mean, float& rstd,
-                                              float& scale) {
-    if (overflowed) {
+  __aicore__ inline void CarefulSplitRowStats(uint64_t base, float& mean, float& rstd, float& scale) {
+    if (NeedsRescue(mean, rstd)) {
       const float maxAbs = SplitRowPass(base, kPassMaxAbs, 1.0f, 0.0f);
-      if (maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f) scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
+      scale = RescueScale(maxAbs, mean, rstd);
       mean = SplitRowPass(base, kPassSum, scale, 0.0f) * t_.invCols;
     }
     mean += SplitRowPass(base, kPassSum, scale, mean) * t_.invCols;

@@ -10,7 +10,9 @@
 // scalars the kernel reads anyway, so ordinary rows pay nothing more:
 //   * statistics overflow (mean, sum((x - mean)^2) or sum(g * c) not finite) while
 //     max|x| is finite: redone on x * s (kernel_common.h, PowerOfTwoScale), and
-//     gradInput = (rstd_s * (...)) * s;
+//     gradInput = (rstd_s * (...)) * s; or they underflow (rstd above 2^51, or NaN,
+//     the Sqrt of 0: eps 0 and a spread below ~1e-19): the same with s scaling up
+//     (UnderflowScale);
 //   * |mean| * rstd > kMeanCorrectionRatio: mean += mean(x - mean), then the sums are
 //     taken again. A constant row then centres to exact zeros, so eps = 0 gives
 //     0 * inf = NaN as torch and the CPU op do.
@@ -97,11 +99,11 @@ class KernelLayerNormGrad {
       RowSums sums = CentredSums(xf, g, s, mean, n);
       PipeBarrier<PIPE_V>();
       float rstd = Rstd(sums.sumSq, eps);
-      if (Overflowed(mean, rstd, sums)) {
+      if (NeedsRescue(mean, rstd, sums)) {
         const float maxAbs = op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, tmp, work_.template Get<float>(), n);
         // inf or NaN in the row: s stays 1 and the row gives the plain path's NaN.
         if (maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f) {
-          s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+          s = op_ext_kernel::RescueScale(maxAbs, rstd);
           eps = t_.eps * s * s;
           mean = ScaledSum(xf, s, 0.0f, n) * t_.invCols;
           PipeBarrier<PIPE_V>();
@@ -237,10 +239,10 @@ class KernelLayerNormGrad {
     RowSums sums = SplitSums(row, s, mean);
     PipeBarrier<PIPE_V>();
     float rstd = Rstd(sums.sumSq, eps);
-    if (Overflowed(mean, rstd, sums)) {
+    if (NeedsRescue(mean, rstd, sums)) {
       const float maxAbs = SplitMaxAbs(row);
       if (maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f) {
-        s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+        s = op_ext_kernel::RescueScale(maxAbs, rstd);
         eps = t_.eps * s * s;
         mean = SplitSum(row, s, 0.0f) * t_.invCols;
         PipeBarrier<PIPE_V>();
@@ -359,8 +361,10 @@ class KernelLayerNormGrad {
   __aicore__ static inline bool IsFinite(float v) {
     return v <= op_ext_kernel::kFloatMax && v >= -op_ext_kernel::kFloatMax;
   }
-  __aicore__ static inline bool Overflowed(float mean, float rstd, const RowSums& sums) {
-    return !IsFinite(mean) || rstd == 0.0f || !IsFinite(sums.sumGc);
+  // Statistics that overflowed, or that underflowed (kernel_common.h: eps 0 and a
+  // spread below ~1e-19); RescueScale tells them apart by rstd.
+  __aicore__ static inline bool NeedsRescue(float mean, float rstd, const RowSums& sums) {
+    return !IsFinite(mean) || rstd == 0.0f || !IsFinite(sums.sumGc) || op_ext_kernel::StatisticUnderflowed(rstd);
   }
   __aicore__ static inline bool NeedsMeanCorrection(float mean, float rstd) {
     return (mean < 0.0f ? -mean : mean) * rstd > kMeanCorrectionRatio;

@@ -5,8 +5,9 @@
 // chunk sums added in order). Two ways through a core's rows (row_tiling.h):
 //   whole rows: rowsPerTile rows per tile, one copy in and one copy out each;
 //   split rows: a row at a time in chunks, read twice (sum of squares, then output).
-// A row whose sum of squares overflows (rstd comes out 0, |x| finite) is redone
-// on x * s (kernel_common.h, PowerOfTwoScale): y = (x * s) * rstd_s * w with
+// A row whose sum of squares overflows (rstd comes out 0, |x| finite) or
+// underflows (rstd above 2^51, or NaN, the Sqrt of 0: eps 0 and |x| below ~1e-19)
+// is redone on x * s (kernel_common.h, RescueScale): y = (x * s) * rstd_s * w with
 // rstd_s = rsqrt(mean((x s)^2) + eps s^2); split rows then take two more reads.
 // Tiling: host/tiling/rms_norm_custom_tiling.h (the UB plan there mirrors Init*).
 #include "kernel_common.h"
@@ -74,7 +75,7 @@ class KernelRmsNorm {
       LocalTensor<float> xf = InputAsFloat(x[at], t_.cols);
       PipeBarrier<PIPE_V>();
       float rstd = RowRstd(SumOfSquares(xf, sq, n), t_.eps);
-      if (rstd == 0.0f) {
+      if (op_ext_kernel::NeedsRescue(rstd)) {
         // The scaled row goes to y's row (float) or in place (16-bit: xf is a copy).
         LocalTensor<float> xs = kIsFloat ? y[at].template ReinterpretCast<float>() : xf;
         if (RescaleRow(xs, xf, sq, n, rstd)) xf = xs;
@@ -109,7 +110,7 @@ class KernelRmsNorm {
     // Pass 1: sum of squares.
     float rstd = SplitRowRstd(base, 1.0f);
     float scale = 1.0f;
-    if (rstd == 0.0f) RescaleSplitRow(base, rstd, scale);
+    if (op_ext_kernel::NeedsRescue(rstd)) RescaleSplitRow(base, rstd, scale);
     // Pass 2: output, chunk by chunk (the last one shifted back to whole blocks
     // where only whole blocks move).
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
@@ -164,7 +165,7 @@ class KernelRmsNorm {
     return op_ext_kernel::RstdFromSumOfSquares(sumSq, t_.invCols, eps, work_.template Get<float>());
   }
 
-  // A whole row whose sum of squares overflowed: xs = xf * s, rstd = rstd_s (the
+  // A whole row whose sum of squares overflowed or underflowed: xs = xf * s, rstd = rstd_s (the
   // output is xs * rstd_s). False (nothing changed) when some |x| is inf or NaN.
   __aicore__ inline bool RescaleRow(const LocalTensor<float>& xs, const LocalTensor<float>& xf,
                                     const LocalTensor<float>& sq, int32_t n, float& rstd) {
@@ -185,7 +186,7 @@ class KernelRmsNorm {
       io_.inX.FreeTensor(x);
     }
     if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
-    scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
+    scale = op_ext_kernel::RescueScale(maxAbs, rstd);
     rstd = SplitRowRstd(base, scale);
   }
 

@@ -6,10 +6,12 @@
 // mean(g * xhat) = rstd * mean(g * x): every product is of values near their final
 // size, never rstd^2 or rstd^3 alone (which underflow for |x| above ~1e13).
 // gradWeight sums dy * (x * rstd), not (dy * x) * rstd, which overflows first.
-// A row whose sum of squares overflows (rstd comes out 0, |x| finite) is redone on
-// x * s (kernel_common.h, PowerOfTwoScale): rstd_s, c2_s from x * s, and
-// gradInput = ((g - (x s) * c2_s) * rstd_s) * s; its stored rstd is rstd_s * s
-// (subnormal when rms(x) > 2^126). Split rows then take two more reads.
+// A row whose sum of squares overflows (rstd comes out 0, |x| finite) or
+// underflows (rstd above 2^51, or NaN, the Sqrt of 0: eps 0 and |x| below ~1e-19)
+// is redone on x * s (kernel_common.h, RescueScale): rstd_s, c2_s from x * s, and
+// gradInput = ((g - (x s) * c2_s) * rstd_s) * s; the workspace keeps rstd_s and s,
+// and gradWeight sums dy * ((x s) * rstd_s) for such a row. Split rows then take
+// two more reads.
 // FusedAddRmsNormGradCustom is this kernel with hasGradResidual: x is the forward's
 // residualOut, and gradResidualOut is added to gradInput before its one rounding.
 // rstd is 1 / Sqrt(...) by Div, not the vector Rsqrt (an approximation on hardware).
@@ -25,6 +27,8 @@ using namespace AscendC;
 using op_ext_kernel::AsFloat;
 using op_ext_kernel::kBufferNum;
 
+constexpr uint32_t kStatFloats = 2;  // per row in the workspace: rstd_s, s (kRmsNormGradStatFloats)
+
 template <typename T>
 class KernelRmsNormGrad {
  public:
@@ -33,8 +37,8 @@ class KernelRmsNormGrad {
   __aicore__ inline void Init(GM_ADDR dy, GM_ADDR x, GM_ADDR w, GM_ADDR gr, GM_ADDR dx, GM_ADDR dw,
                               GM_ADDR workspace, const optiling::RmsNormGradCustomTilingData& tiling, TPipe* pipe) {
     t_ = tiling;
-    // The workspace: each row's rstd (rstd_s * s), in slots of a tile's rows.
-    io_.Init(dy, x, w, dx, dw, workspace, uint64_t(t_.usedCoreNum) * t_.rstdTilesPerCore * t_.rstdPitch, t_, pipe);
+    // The workspace: each row's statistics (rstd_s, s), in slots of a tile's rows.
+    io_.Init(dy, x, w, dx, dw, workspace, uint64_t(t_.usedCoreNum) * t_.statTilesPerCore * t_.statPitch, t_, pipe);
     if (t_.pass == 0 && t_.hasGradResidual) {
       grGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(gr),
                             op_ext_kernel::ReadableLength<T>(t_.rows * t_.cols, t_.tailMode));
@@ -63,10 +67,8 @@ class KernelRmsNormGrad {
     }
     pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
     pipe->InitBuffer(stat_, 2 * op_ext_kernel::kBlockBytes);
-    pipe->InitBuffer(rstd_, RstdPitch(t_.rowsPerTile) * sizeof(float));
+    pipe->InitBuffer(statTile_, (kStatFloats * t_.rowsPerTile + 7) / 8 * 8 * sizeof(float));
   }
-
-  __aicore__ inline uint32_t RstdPitch(uint32_t rows) const { return (rows + 7) / 8 * 8; }
 
   __aicore__ inline void CopyInRows(uint64_t row, uint32_t k) {
     io_.RowsIn(row, k, t_.cols);
@@ -83,7 +85,7 @@ class KernelRmsNormGrad {
     LocalTensor<T> dx = io_.out.template AllocTensor<T>();
     LocalTensor<T> gr;
     if (t_.hasGradResidual) gr = inQueueGr_.template DeQue<T>();
-    LocalTensor<float> rstdTile = rstd_.template Get<float>();
+    LocalTensor<float> statTile = statTile_.template Get<float>();
     const int32_t n = static_cast<int32_t>(t_.cols);
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t at = j * t_.rowStride;
@@ -97,12 +99,12 @@ class KernelRmsNormGrad {
       PipeBarrier<PIPE_V>();
       RstdAndCoeff(stat, t_.eps, rstd, coeff);
       float scale = 1.0f;
-      if (rstd == 0.0f) {
+      if (op_ext_kernel::NeedsRescue(rstd)) {
         const float maxAbs = op_ext_kernel::RowMaxAbs(stat, xf, tmp_.template Get<float>(),
                                                       work_.template Get<float>(), n);
         if (maxAbs <= op_ext_kernel::kFloatMax) {
           // xf is this core's copy of the row (pass 1 reads x again from GM).
-          scale = op_ext_kernel::PowerOfTwoScale(maxAbs);
+          scale = op_ext_kernel::RescueScale(maxAbs, rstd);
           PipeBarrier<PIPE_V>();
           Muls(xf, xf, scale, n);
           PipeBarrier<PIPE_V>();
@@ -113,7 +115,10 @@ class KernelRmsNormGrad {
       }
       PipeBarrier<PIPE_V>();
       WriteGradInput(dx[at], xf, g, rstd, coeff, scale, n, t_.hasGradResidual ? gr[at] : gr);
-      if (t_.hasWeight) rstdTile.SetValue(j, rstd * scale);
+      if (t_.hasWeight) {
+        statTile.SetValue(kStatFloats * j, rstd);
+        statTile.SetValue(kStatFloats * j + 1, scale);
+      }
     }
     io_.out.EnQue(dx);
     io_.inX.FreeTensor(x);
@@ -123,13 +128,13 @@ class KernelRmsNormGrad {
 
   __aicore__ inline void CopyOutRows(uint64_t row, uint32_t k, uint32_t tile) {
     io_.RowsOut(row, k, t_.cols);
-    if (t_.hasWeight) StoreRstd(tile);
+    if (t_.hasWeight) StoreStats(tile);
   }
 
-  // The tile's rstd values (scalar writes into rstd_) to their workspace slot.
-  __aicore__ inline void StoreRstd(uint32_t slot) {
-    op_ext_kernel::StoreStatTile(io_.statGm, rstd_.template Get<float>(),
-                                 (io_.core * t_.rstdTilesPerCore + slot) * t_.rstdPitch, t_.rstdPitch);
+  // The tile's statistics (scalar writes into statTile_) to their workspace slot.
+  __aicore__ inline void StoreStats(uint32_t slot) {
+    op_ext_kernel::StoreStatTile(io_.statGm, statTile_.template Get<float>(),
+                                 (io_.core * t_.statTilesPerCore + slot) * t_.statPitch, t_.statPitch);
   }
 
   // ---- pass 0, rows in chunks -------------------------------------------------------
@@ -147,7 +152,7 @@ class KernelRmsNormGrad {
     pipe->InitBuffer(work_, t_.reduceWorkLength * sizeof(float));
     pipe->InitBuffer(stat_, 2 * op_ext_kernel::kBlockBytes);
     pipe->InitBuffer(acc_, 2 * op_ext_kernel::kBlockBytes);
-    pipe->InitBuffer(rstd_, op_ext_kernel::kBlockBytes);
+    pipe->InitBuffer(statTile_, op_ext_kernel::kBlockBytes);
   }
 
   // Chunk [c, c + len) of row `row`: x and g = dy * w, both in float. The caller
@@ -168,7 +173,7 @@ class KernelRmsNormGrad {
     float coeff;
     SplitRowRstdAndCoeff(row, 1.0f, rstd, coeff);
     float scale = 1.0f;
-    if (rstd == 0.0f) RescaleSplitRow(row, rstd, coeff, scale);
+    if (op_ext_kernel::NeedsRescue(rstd)) RescaleSplitRow(row, rstd, coeff, scale);
     // Pass 2: gradInput chunk by chunk (the last one shifted back to whole blocks
     // where only whole blocks move).
     for (uint32_t c0 = 0; c0 < t_.cols; c0 += t_.chunkLength) {
@@ -199,9 +204,12 @@ class KernelRmsNormGrad {
       io_.out.FreeTensor(dx);
     }
     if (t_.hasWeight) {
-      rstd_.template Get<float>().SetValue(0, rstd * scale);
+      LocalTensor<float> statTile = statTile_.template Get<float>();
+      statTile.SetValue(0, rstd);
+      statTile.SetValue(1, scale);
+      for (uint32_t i = kStatFloats; i < t_.statPitch; ++i) statTile.SetValue(i, 0.0f);
       PipeBarrier<PIPE_V>();
-      StoreRstd(static_cast<uint32_t>(local));
+      StoreStats(static_cast<uint32_t>(local));
     }
   }
 
@@ -275,7 +283,7 @@ class KernelRmsNormGrad {
     }
   }
 
-  // A split row whose sum of squares overflowed: max|x| over a pass, then the sums
+  // A split row whose sum of squares overflowed or underflowed: max|x| over a pass, then the sums
   // of (x s)^2 and g * (x s) over another; rstd and coeff are then rstd_s and c2_s.
   __aicore__ inline void RescaleSplitRow(uint64_t row, float& rstd, float& coeff, float& scale) {
     LocalTensor<float> stat = stat_.template Get<float>();
@@ -292,7 +300,7 @@ class KernelRmsNormGrad {
       ReleaseChunk(w, x, dy);
     }
     if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
-    const float s = op_ext_kernel::PowerOfTwoScale(maxAbs);
+    const float s = op_ext_kernel::RescueScale(maxAbs, rstd);
     SplitRowRstdAndCoeff(row, s, rstd, coeff);
     scale = s;
   }
@@ -337,12 +345,13 @@ class KernelRmsNormGrad {
     }
   }
 
-  // Workspace index of row r's rstd (layout in the tiling header).
-  __aicore__ inline uint64_t RstdIndex(uint64_t r) const {
+  // Workspace index of row r's statistics (layout in the tiling header).
+  __aicore__ inline uint64_t StatIndex(uint64_t r) const {
     uint64_t core;
     uint64_t local;
     op_ext_kernel::RowOwner(r, t_.rowsPerCore, t_.bigCoreNum, core, local);
-    return (core * t_.rstdTilesPerCore + local / t_.rstdRowsPerSlot) * t_.rstdPitch + local % t_.rstdRowsPerSlot;
+    return (core * t_.statTilesPerCore + local / t_.statRowsPerSlot) * t_.statPitch +
+           (local % t_.statRowsPerSlot) * kStatFloats;
   }
 
   __aicore__ inline void ProcessColumns() {
@@ -369,9 +378,15 @@ class KernelRmsNormGrad {
       io_.inDy.EnQue(dy);
       x = io_.inX.template DeQue<T>();
       dy = io_.inDy.template DeQue<T>();
-      const float rstd = io_.statGm.GetValue(RstdIndex(r));
+      const uint64_t at = StatIndex(r);
+      const float rstd = io_.statGm.GetValue(at);
+      const float scale = io_.statGm.GetValue(at + 1);
       PipeBarrier<PIPE_V>();
-      Muls(tmp, AsFloat(x, io_.xF, width), rstd, n);  // x * rstd first: dy * x may overflow
+      Muls(tmp, AsFloat(x, io_.xF, width), scale == 1.0f ? rstd : scale, n);  // x * rstd first: dy * x may overflow
+      if (scale != 1.0f) {
+        PipeBarrier<PIPE_V>();
+        Muls(tmp, tmp, rstd, n);  // a rescued row's (x * s) * rstd_s
+      }
       PipeBarrier<PIPE_V>();
       Mul(tmp, tmp, AsFloat(dy, io_.gF, width), n);
       PipeBarrier<PIPE_V>();
@@ -390,7 +405,7 @@ class KernelRmsNormGrad {
   TBuf<TPosition::VECCALC> work_;
   TBuf<TPosition::VECCALC> stat_;
   TBuf<TPosition::VECCALC> acc_;
-  TBuf<TPosition::VECCALC> rstd_;
+  TBuf<TPosition::VECCALC> statTile_;
   GlobalTensor<T> grGm_;
 };
 

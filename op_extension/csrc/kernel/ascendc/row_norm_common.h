@@ -3,7 +3,8 @@
 //   * the split of rows over cores, tiles and chunks (host/tiling/row_tiling.h,
 //     row_norm_tiling.h) and the float copies of 16-bit rows;
 //   * the per-row statistics on the vector unit (sums, rstd by Sqrt then Div, the
-//     rescue of rows whose sum of squares overflows) and RMSNorm's output;
+//     rescue of rows whose sum of squares overflows or underflows) and RMSNorm's
+//     output;
 //   * NormRowsIo: what every forward moves (x in, y out, the weight), and the walk
 //     over its rows (NormRowsPasses);
 //   * the backward's last gradInput steps, its workspace statistics, NormGradIo
@@ -134,8 +135,9 @@ __aicore__ inline AscendC::LocalTensor<float> ScalarToVector(const AscendC::Loca
 
 // ---- forward ---------------------------------------------------------------------
 
-// A whole row whose sum of squares overflowed (rstd read 0): xs = xf * s and rstd =
-// rsqrt(mean(xs^2) + eps s^2), s = PowerOfTwoScale(max|xf|). False, with nothing
+// A whole row whose sum of squares overflowed or underflowed (NeedsRescue(rstd)):
+// xs = xf * s and rstd = rsqrt(mean(xs^2) + eps s^2), s = RescueScale(max|xf|,
+// rstd, eps) (kernel_common.h). False, with nothing
 // changed, when some |xf| is inf or NaN: the plain result stands. xs may be xf;
 // sq: n floats of scratch.
 __aicore__ inline bool RescaleRmsRow(const AscendC::LocalTensor<float>& stat, const AscendC::LocalTensor<float>& work,
@@ -144,7 +146,7 @@ __aicore__ inline bool RescaleRmsRow(const AscendC::LocalTensor<float>& stat, co
                                      float& rstd) {
   const float maxAbs = RowMaxAbs(stat, xf, sq, work, n);
   if (!(maxAbs <= kFloatMax)) return false;
-  const float s = PowerOfTwoScale(maxAbs);
+  const float s = RescueScale(maxAbs, rstd);
   AscendC::PipeBarrier<PIPE_V>();
   AscendC::Muls(xs, xf, s, n);
   rstd = RstdFromSumOfSquares(SumOfSquaresInto(stat, xs, sq, work, n), invCols, eps * s * s, work);

@@ -98,13 +98,68 @@ Acc overflow_scale(Acc max_abs) {
   return std::ldexp(Acc(1), -std::min(exponent, kMaxExponent));
 }
 
+// ---- statistics of rows whose squares underflow ------------------------------
+//
+// The other end: a row of tiny values (|x| below ~1e-19 in float) has squares
+// below float's normal range, rounded to 2^-149 absolute, or 0. Where eps does
+// not dominate the mean square (eps 0, or an eps itself below float's normal
+// range), rstd loses its precision, or is 1 / sqrt(0) = inf and the row NaN,
+// where x / rms(x) is finite (torch's own float rms_norm gives inf there). Such
+// a row's statistics are taken again on x * scale, the power of two that brings
+// max |x| into [0.5, 1): x * scale is exact, its squares normal, and every
+// result the scaled row gives is the unscaled one's, as rstd = rstd_s * scale.
+
+// True when mean_square + eps is below min / epsilon (2^-103 in float): only
+// there can the squares' rounding to 2^-149 (n * 2^-150 in the sum, 2^-150 in
+// the mean) reach float's last bit; above it the statistics stand.
+template <typename Acc>
+bool statistic_underflows(Acc mean_square, Acc eps) {
+  return mean_square + eps < std::numeric_limits<Acc>::min() / std::numeric_limits<Acc>::epsilon();
+}
+
+// The power of two that brings max |x| into [0.5, 1) from below, for a row whose
+// statistic underflows; 0 when none is needed (an all-zero row, whose eps-0
+// statistics are 0 / 0 at any scale, or one holding inf or NaN). At most 2^100
+// in float (2^900 in double): eps, below 2^-103 wherever this runs, keeps
+// eps * scale^2 below 2^97, finite; and a row that would take more (max |x|
+// below 2^-100, every x a multiple of 2^-149) has x * scale a multiple of 2^-49,
+// whose squares, multiples of 2^-98, float holds exactly.
+template <typename Acc>
+constexpr int kMaxUnderflowExponent = sizeof(Acc) == 4 ? 100 : 900;
+
+template <typename Acc>
+Acc underflow_scale(Acc max_abs) {
+  if (!std::isfinite(max_abs) || max_abs == Acc(0)) return Acc(0);
+  int exponent = 0;
+  std::frexp(max_abs, &exponent);
+  const int up = std::min(-exponent, kMaxUnderflowExponent<Acc>);
+  return up > 0 ? std::ldexp(Acc(1), up) : Acc(0);
+}
+
+// The scale of a row's rescue, 0 for none: where its statistics are not finite
+// (`overflowed`) or its first mean square underflows (statistic_underflows),
+// the power of two that brings max |x| into [0.5, 1), down (overflow_scale) or
+// up (underflow_scale); max |x| is only read then. A row that underflows has
+// max |x| below 2^-35 (mean square below 2^-103 over at most 2^31 elements); one
+// whose g * x sum overflowed (an inf dy) with max |x| below 1 is scaled up
+// exactly, to the same result. As the CUDA kernels choose.
+template <typename T>
+acc_t<T> rescue_scale(const T* x, int64_t cols, bool overflowed, acc_t<T> mean_square, acc_t<T> eps) {
+  using Acc = acc_t<T>;
+  if (!overflowed && !statistic_underflows(mean_square, eps)) return Acc(0);
+  const Acc max_abs = row_abs_max(x, cols);
+  return max_abs >= Acc(1) ? overflow_scale(max_abs) : underflow_scale(max_abs);
+}
+
 // A LayerNorm row rescued by overflow_scale whose scaled variance is 0 is
 // constant: every x * scale equals the scaled mean exactly. Its rstd at that
 // scale, 1 / (sqrt(eps) * scale), is past Acc's range (eps * scale^2
 // underflows), and xhat = 0 * inf gave NaN where the output is the bias and the
-// gradient rstd * (g - mean(g)). Its statistics are exact unscaled (mean / scale,
-// variance 0): the row is taken back to scale 1, where rstd is 1 / sqrt(eps).
-// With eps 0 it is inf, and xhat NaN, as 0 / 0 is.
+// gradient rstd * (g - mean(g)). Its statistics are exact unscaled (mean /
+// scale, variance 0): the row is taken back to scale 1, where rstd is
+// 1 / sqrt(eps). With eps 0 it is inf, and xhat NaN, as 0 / 0 is. (A constant
+// row rescued by underflow_scale has a finite rstd at its scale; it goes back to
+// scale 1 all the same.)
 template <typename Acc>
 bool unscale_constant_row(Acc centred_sq_sum, Acc& scale, Acc& mean, Acc& eps_scaled, Acc eps) {
   if (scale == Acc(1) || centred_sq_sum != Acc(0)) return false;
@@ -381,8 +436,9 @@ void rms_norm_forward_typed(const RmsNormArgs& a) {
         src = z;
       }
       Acc sum_sq = sum_squares_in_torch_order(src, cols);
-      // y = (x * scale) * rstd_scaled; scale is 1 unless the squares overflowed.
-      const Acc scale = std::isfinite(sum_sq) ? Acc(0) : overflow_scale(row_abs_max(src, cols));
+      // y = (x * scale) * rstd_scaled; scale is 1 unless the squares overflowed
+      // or underflowed.
+      const Acc scale = rescue_scale(src, cols, !std::isfinite(sum_sq), sum_sq / n, eps);
       const bool scaled = scale != Acc(0);
       if (scaled) {
         const AVec s(scale);
@@ -478,9 +534,7 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a) {
       return std::make_pair(reduce_add(ss_lo + ss_hi), reduce_add(dot_lo + dot_hi));
     };
     auto [sum_sq, dot] = sums(std::false_type{}, Acc(1));
-    const Acc scale = std::isfinite(sum_sq) && std::isfinite(dot)
-                          ? Acc(0)
-                          : overflow_scale(row_abs_max(x, cols));
+    const Acc scale = rescue_scale(x, cols, !std::isfinite(sum_sq) || !std::isfinite(dot), sum_sq / n, eps);
     const bool scaled = scale != Acc(0);
     if (scaled) std::tie(sum_sq, dot) = sums(std::true_type{}, scale);
     // rstd of the (scaled) row; the true rstd is rstd_s * scale.
@@ -595,7 +649,7 @@ bool mean_needs_refining(Acc mean, Acc var, Acc eps) {
 
 // The statistics of one LayerNorm row: xhat = (x * scale - mean) * rstd, where
 // mean and rstd are those of x * scale; scaled is false (scale 1) unless the
-// row's statistics overflowed. The true rstd is rstd * scale.
+// row's statistics overflowed or underflowed. The true rstd is rstd * scale.
 template <typename Acc>
 struct LayerNormRow {
   Acc scale, mean, var, eps;
@@ -608,8 +662,8 @@ LayerNormRow<acc_t<T>> layer_norm_row(const T* x, int64_t cols, acc_t<T> eps, co
   const Acc n = static_cast<Acc>(cols);
   LayerNormRow<Acc> row{Acc(1), row_sum<T, false>(x, cols, Acc(1)) / n, Acc(0), eps, false};
   row.var = centered_sums<T, false, false>(x, cols, Acc(1), row.mean, next_row).second / n;
-  if (!std::isfinite(row.mean) || !std::isfinite(row.var)) {
-    const Acc scale = overflow_scale(row_abs_max(x, cols));
+  {
+    const Acc scale = rescue_scale(x, cols, !std::isfinite(row.mean) || !std::isfinite(row.var), row.var, eps);
     if (scale != Acc(0)) {
       row = {scale, row_sum<T, true>(x, cols, scale) / n, Acc(0), eps * scale * scale, true};
       row.var = centered_sums<T, true, false>(x, cols, scale, row.mean, nullptr).second / n;
@@ -741,9 +795,10 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a) {
     // Rescued on x * s where x's own sums overflowed; a g * d sum that is not
     // finite because g is not (an inf dy, a NaN weight) is not x's to rescue,
     // and the rescue's eps * s^2 underflows: a constant row gave 0 * inf.
-    if (!std::isfinite(mean) || !std::isfinite(st.sq_sum) ||
-        (!std::isfinite(st.gd_sum) && std::isfinite(st.g_sum))) {
-      const Acc s = overflow_scale(row_abs_max(x, cols));
+    {
+      const bool overflowed = !std::isfinite(mean) || !std::isfinite(st.sq_sum) ||
+                              (!std::isfinite(st.gd_sum) && std::isfinite(st.g_sum));
+      const Acc s = rescue_scale(x, cols, overflowed, st.sq_sum / n, eps);
       if (s != Acc(0)) {
         scaled = true;
         scale = s;

@@ -327,8 +327,9 @@ __global__ void __launch_bounds__(kCluster ? kClusterThreads : kMaxRowThreads)
       if (r > 0 && r >= nrows) break;  // a step has a row: row 0 needs no test
       scale[r] = Acc(1);
       Acc eps_scaled = eps;
-      if (!dev_isfinite(sum_sq[r])) {
-        const Acc s = overflow_scale(row_abs_max<kVec>(src(r), accesses, reduce));
+      const bool underflowed = statistic_underflows(sum_sq[r], static_cast<Acc>(cols), eps);
+      if (!dev_isfinite(sum_sq[r]) || underflowed) {
+        const Acc s = rescue_scale(row_abs_max<kVec>(src(r), accesses, reduce));
         if (s != Acc(0)) {
           scale[r] = s;
           eps_scaled = eps * s * s;
@@ -710,8 +711,9 @@ __device__ __forceinline__ void rms_norm_row_stats(const T* x, const T* dy, cons
                                                    acc_t<T> (&stats)[kStats], Reduce& reduce) {
   using Acc = acc_t<T>;
   Acc scale = Acc(1);
-  if (!dev_isfinite(sums[0]) || !dev_isfinite(sums[1])) {
-    const Acc s = overflow_scale(row_abs_max<kVec>(x, accesses, reduce));
+  const bool underflowed = statistic_underflows(sums[0], n, eps);
+  if (!dev_isfinite(sums[0]) || !dev_isfinite(sums[1]) || underflowed) {
+    const Acc s = rescue_scale(row_abs_max<kVec>(x, accesses, reduce));
     if (s != Acc(0)) {
       scale = s;
       sums[0] = sums[1] = Acc(0);
@@ -1180,8 +1182,9 @@ __global__ void __launch_bounds__(kCluster ? kClusterThreads : kMaxRowThreads)
       if (r > 0 && r >= nrows) break;  // a step has a row: row 0 needs no test
       scale[r] = Acc(1);
       Acc eps_scaled = eps;
-      if (!dev_isfinite(mean[r]) || !dev_isfinite(var[r])) {
-        const Acc s = overflow_scale(row_abs_max<kVec>(src(r), accesses, reduce));
+      const bool underflowed = statistic_underflows(var[r], n, eps);
+      if (!dev_isfinite(mean[r]) || !dev_isfinite(var[r]) || underflowed) {
+        const Acc s = rescue_scale(row_abs_max<kVec>(src(r), accesses, reduce));
         if (s != Acc(0)) {
           scale[r] = s;
           eps_scaled = eps * s * s;
@@ -1302,8 +1305,10 @@ __device__ __forceinline__ void layer_norm_row_stats(const T* x, const T* dy, in
   // Not where g * d is not finite because g is not (an inf dy, a NaN weight):
   // rescaling x cannot help, and the rescue's eps * s^2 underflows (a constant
   // row gave 0 * inf).
-  if (!dev_isfinite(mean) || !dev_isfinite(sums[0]) || (!dev_isfinite(sums[2]) && dev_isfinite(sums[1]))) {
-    const Acc s = overflow_scale(row_abs_max<kVec>(x, accesses));
+  const bool underflowed = statistic_underflows(sums[0], n, eps);
+  if (!dev_isfinite(mean) || !dev_isfinite(sums[0]) || (!dev_isfinite(sums[2]) && dev_isfinite(sums[1])) ||
+      underflowed) {
+    const Acc s = rescue_scale(row_abs_max<kVec>(x, accesses));
     if (s != Acc(0)) {
       scale = s;
       eps_scaled = eps * s * s;
@@ -1435,8 +1440,10 @@ __global__ void __launch_bounds__(kCluster ? kBackwardClusterThreads : kMaxRowTh
       Acc scale = Acc(1);
       Acc eps_scaled = eps;
       // As layer_norm_row_stats: not for a g that is not finite.
-      if (!dev_isfinite(mean) || !dev_isfinite(sums[0]) || (!dev_isfinite(sums[2]) && dev_isfinite(sums[1]))) {
-        const Acc s = overflow_scale(row_abs_max<kVec>(x_src, accesses, reduce));
+      const bool underflowed = statistic_underflows(sums[0], n, eps);
+      if (!dev_isfinite(mean) || !dev_isfinite(sums[0]) || (!dev_isfinite(sums[2]) && dev_isfinite(sums[1])) ||
+          underflowed) {
+        const Acc s = rescue_scale(row_abs_max<kVec>(x_src, accesses, reduce));
         if (s != Acc(0)) {
           scale = s;
           eps_scaled = eps * s * s;

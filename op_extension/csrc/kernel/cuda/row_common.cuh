@@ -288,26 +288,64 @@ __device__ __forceinline__ acc_t<T> row_centered_squares(const T* src, int64_t a
   return row_centered_squares<kVec>(src, accesses, scale, mean, reduce);
 }
 
-// The power of two that brings max_abs into [0.5, 1) (below 4 past 2^126); 0
-// when scaling cannot help (inf or NaN in the row, an all-zero row, or one below 1).
+// Rows whose statistics leave float's range. Past |x| ~ 1.8e19 a row's sum of
+// squares overflows (and a g * x sum near 3e38): the statistics come out inf and
+// the row silent zeros or NaN. Below |x| ~ 1e-19 its squares are subnormal,
+// rounded to 2^-149 absolute, or 0: where eps does not outweigh them (eps 0, or
+// an eps itself that small), rstd loses its precision, or is 1 / sqrt(0) = inf
+// and the row NaN, where x / rms(x) is finite. Either way the row's statistics
+// are taken again on x * scale, a power of two (x * scale exact), and every
+// result is the unscaled one's: rstd = rstd_s * scale. As the CPU kernels do
+// (kernel/cpu/norm.cpp), the same scales.
+
+// True when a row's first sum of squares over n, plus eps, is below min /
+// epsilon (2^-103 in float), the only place where the squares' rounding reaches
+// float's last bit; uniform where its arguments are. Tested as
+// sum < (floor - eps) * n: a division's IEEE slow path is a call, and a call
+// made the row kernels spill on sm_90.
 template <typename Acc>
-__device__ __forceinline__ Acc overflow_scale(Acc max_abs) {
-  if (!dev_isfinite(max_abs) || max_abs == Acc(0)) return Acc(0);
-  int exponent = 0;
-  dev_frexp(max_abs, &exponent);
-  // Only down: a row below 1 cannot overflow its statistics by its own size,
-  // and scaling up a subnormal max (2^129) is inf, which made a row of
-  // subnormals with a NaN weight or an inf dy (whose sums are not finite
-  // either) give a NaN weight gradient where it is 0.
-  if (exponent <= 0) return Acc(0);
-  // A normal power of two (2^-126 at least in float, as Ascend's
-  // PowerOfTwoScale): max |x| * scale is then below 4, and 1 / scale exact
-  // (unscale_constant_row).
-  constexpr int kMaxExponent = sizeof(Acc) == 4 ? 126 : 1022;
-  return dev_ldexp(Acc(1), -(exponent < kMaxExponent ? exponent : kMaxExponent));
+__device__ __forceinline__ bool statistic_underflows(Acc sum, Acc n, Acc eps) {
+  constexpr Acc kFloor = sizeof(Acc) == 4 ? Acc(0x1p-103) : Acc(0x1p-970);
+  return eps < kFloor && sum < (kFloor - eps) * n;
 }
 
-// A LayerNorm row rescued by overflow_scale whose scaled variance is 0 is
+// The scale of a row whose statistics overflowed or underflowed: the power of
+// two that brings max |x| into [0.5, 1), down or up; 0 for none (max |x| already
+// there, inf or NaN in the row, an all-zero row). Bounded:
+//   * down to 2^-126 (2^-1022 in double), a normal number, as Ascend's
+//     PowerOfTwoScale: max |x| * scale is then below 4, and 1 / scale exact
+//     (unscale_constant_row);
+//   * up to 2^100 (2^900): eps, below 2^-103 wherever a row underflowed, keeps
+//     eps * scale^2 below 2^97, finite; and a row that would take more (max |x|
+//     below 2^-100, every x a multiple of 2^-149) has x * scale a multiple of
+//     2^-49, whose squares, multiples of 2^-98, float holds exactly.
+// Chosen by max |x| alone, so that no flag lives across the max's reduction: a
+// row that underflows has max |x| below 2^-35 (a mean square below 2^-103 over at
+// most 2^31 elements), one that overflows at least 1, or, where only its g * x
+// sum did (an inf dy), it is scaled exactly, to the same result. From the
+// exponent field, not frexp / ldexp, whose code made the row kernels spill on
+// sm_90; a subnormal max |x| (field 0) is below 2^-100 and takes the bound.
+template <typename Acc>
+__device__ __forceinline__ Acc rescue_scale(Acc max_abs) {
+  if (!dev_isfinite(max_abs) || max_abs == Acc(0)) return Acc(0);
+  using Bits = std::conditional_t<sizeof(Acc) == 4, unsigned int, unsigned long long>;
+  constexpr int kMantissaBits = sizeof(Acc) == 4 ? 23 : 52;
+  constexpr int kBias = sizeof(Acc) == 4 ? 127 : 1023;
+  constexpr int kMaxUp = sizeof(Acc) == 4 ? 100 : 900;
+  Bits bits = 0;
+  __builtin_memcpy(&bits, &max_abs, sizeof bits);
+  // max_abs in [2^(field - kBias), 2^(field - kBias + 1)): times 2^(kBias - 1 - field), in [0.5, 1).
+  int shift = kBias - 1 - static_cast<int>(bits >> kMantissaBits);  // the sign bit is 0
+  shift = shift < kMaxUp ? shift : kMaxUp;
+  shift = shift > 1 - kBias ? shift : 1 - kBias;
+  if (shift == 0) return Acc(0);
+  bits = static_cast<Bits>(shift + kBias) << kMantissaBits;
+  Acc scale = 0;
+  __builtin_memcpy(&scale, &bits, sizeof scale);
+  return scale;
+}
+
+// A LayerNorm row rescued down (rescue_scale) whose scaled variance is 0 is
 // constant: every x * scale equals the scaled mean exactly. Its rstd at that
 // scale, 1 / (sqrt(eps) * scale), is past Acc's range (eps * scale^2
 // underflows), and xhat = 0 * inf gave NaN where the output is the bias and the
@@ -321,7 +359,7 @@ template <typename Acc>
 __device__ __forceinline__ void unscale_constant_row(Acc centred_sq_sum, Acc& scale, Acc& mean, Acc& eps_scaled,
                                                      Acc eps) {
   if (scale == Acc(1) || centred_sq_sum != Acc(0)) return;
-  mean = mean * dev_pow2_reciprocal(scale);  // exact: overflow_scale's scale is normal
+  mean = mean * dev_pow2_reciprocal(scale);  // exact: rescue_scale's scales are normal
   scale = Acc(1);
   eps_scaled = eps;
 }
