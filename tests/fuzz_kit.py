@@ -128,6 +128,10 @@ LONG_ROW_ODDS = 16
 # (rows up to 65536) at 16385 and 32769, and the CUDA harness's LayerNorm
 # backward of 4 x 131073 costs seconds an example (`make test`'s budget).
 LONG_BACKWARD_MAX_NUMEL = 4 * 32769
+# The elementwise ops (add, GELU, the GLUs), at most one long row: their kernels see
+# a flat numel, whose grid-stride loops and tiles a single long row already
+# spans; four cost their float64 models seconds an example (`make test`'s budget).
+LONG_ELEMENTWISE_MAX_NUMEL = max(LONG_ROW_SIZES)
 
 
 def special_values(dtype: torch.dtype, backward_primal: bool = False) -> dict[str, str]:
@@ -205,13 +209,15 @@ def tensor_spec(draw, shape, dtype, *, row_len=None, specials=True, rows=True, n
 
 
 @st.composite
-def row_shape(draw, max_norm_dims=1, min_ndim=0, backward=False):
+def row_shape(draw, max_norm_dims=1, min_ndim=0, backward=False, elementwise=False):
     """(leading dims, normalized dims) with at most MAX_NUMEL elements, or
-    (one example in LONG_ROW_ODDS) a few long rows."""
+    (one example in LONG_ROW_ODDS) a few long rows (one for `elementwise` ops)."""
     # The last value, not 0: Hypothesis shrinks a failure towards 0, the short rows.
     if draw(st.integers(0, LONG_ROW_ODDS - 1)) == LONG_ROW_ODDS - 1:
         n = draw(st.sampled_from(LONG_ROW_SIZES))
-        leads = [s for s in LONG_LEAD_SIZES if not backward or s * n <= LONG_BACKWARD_MAX_NUMEL]
+        most = min(LONG_BACKWARD_MAX_NUMEL if backward else math.inf,
+                   LONG_ELEMENTWISE_MAX_NUMEL if elementwise else math.inf)
+        leads = [s for s in LONG_LEAD_SIZES if s * n <= most]
         lead = [draw(st.sampled_from(leads))] if draw(st.booleans()) or min_ndim > 1 else []
         return tuple(lead), (n,)
     k = draw(st.integers(1, max_norm_dims))
@@ -229,8 +235,8 @@ def row_shape(draw, max_norm_dims=1, min_ndim=0, backward=False):
 
 
 @st.composite
-def any_shape(draw, min_ndim=0, backward=False):
-    lead, norm = draw(row_shape(1, min_ndim, backward))
+def any_shape(draw, min_ndim=0, backward=False, elementwise=False):
+    lead, norm = draw(row_shape(1, min_ndim, backward, elementwise))
     return lead + norm
 
 
@@ -285,8 +291,9 @@ class FuzzDraw:
     def boolean(self) -> bool:
         return self.draw(st.booleans())
 
-    def any_shape(self, min_ndim=0) -> tuple:
-        return self.draw(any_shape(min_ndim, self.backward))
+    def any_shape(self, min_ndim=0, elementwise=False) -> tuple:
+        """A shape of any rank; `elementwise` ops (no rows) take at most one long row."""
+        return self.draw(any_shape(min_ndim, self.backward, elementwise))
 
     def row_shape(self, max_norm_dims=1, min_ndim=0) -> tuple[tuple, tuple]:
         return self.draw(row_shape(max_norm_dims, min_ndim, self.backward))
@@ -523,7 +530,7 @@ ACTIVATION_SCALES = (3.0, 1.0, 10.0, 3.0, 1e-3, 0.1, 1e3)
 
 def glu_case(fz: FuzzDraw, approximate: bool) -> Case:
     """(gate, up[, approximate]) forward, (dy, gate, up[, approximate]) backward."""
-    shape = fz.any_shape()
+    shape = fz.any_shape(elementwise=True)
     if not fz.backward:
         g = fz.spec(shape, scales=ACTIVATION_SCALES)
         u = fz.spec(shape)

@@ -134,7 +134,7 @@ BACKWARD_DISTRIBUTED = [
 
 
 def fuzz_case(fz):
-    out = fz.any_shape()
+    out = fz.any_shape(elementwise=True)
     xs, os_ = fz.broadcastable_to(out), fz.broadcastable_to(out)
     alpha = fz.pick([1.0, -1.0, 0.5, 2.5, -0.75, 0.0])
     # Constraint: other's near-max values are divided by |alpha| > 1, so that
@@ -155,7 +155,7 @@ def fuzz_model(case, args, grad_outputs):
 
 
 def backward_fuzz_case(fz):
-    out = fz.any_shape()
+    out = fz.any_shape(elementwise=True)
     size = fz.broadcastable_to(out)
     alpha = fz.pick([1.0, -1.0, 0.5, 2.5, -0.75])
     n = max(1, math.prod(out)) // max(1, math.prod(size)) if math.prod(size) else 1

@@ -94,7 +94,7 @@ BACKWARD_DISTRIBUTED = [placed(p, dt_rows(2), [p, p], [p]) for p in ("R", "S0", 
 
 
 def fuzz_case(fz):
-    shape = fz.any_shape()
+    shape = fz.any_shape(elementwise=True)
     x = fz.spec(shape, row_len=shape[-1] if shape else None, scales=ACTIVATION_SCALES)
     return fz.case((x, fz.pick(["none", "tanh"])))
 
@@ -105,7 +105,7 @@ def fuzz_model(case, args, grad_outputs):
 
 
 def backward_fuzz_case(fz):
-    shape = fz.any_shape()
+    shape = fz.any_shape(elementwise=True)
     x = fz.spec(shape, backward_primal=True, scales=ACTIVATION_SCALES)
     return fz.case((fz.grad_output(shape), x, fz.pick(["none", "tanh"])))
 
