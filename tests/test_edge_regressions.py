@@ -547,3 +547,20 @@ def test_gelu_tanh_backward_of_huge_inputs_is_not_nan(kernel_device, op):
     else:
         dx, _ = torch.ops.custom.geglu_backward(dy, x, torch.ones_like(x), "tanh")
     assert torch.equal(dx.cpu(), torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0])), dx
+
+
+@pytest.mark.parametrize("target", _every_target())
+def test_layer_norm_of_a_row_whose_sum_is_inf_minus_inf_is_rescued(target):
+    """[3e38, 3e38, -3e38, -3e38, 1..4]: pairwise sums give inf + -inf, a NaN mean
+    and rstd, which the Ascend backward's rescue once read as an underflow (rstd
+    NaN) and so left unscaled. Forward and backward against float64."""
+    x = torch.tensor([[3e38, 3e38, -3e38, -3e38, 1.0, 2.0, 3.0, 4.0]])
+    torch.manual_seed(0)
+    w, b, dy = torch.randn(8), torch.randn(8), torch.randn(1, 8)
+    y, dx, dw, db = _run_layer_norm(target, x, w, b, 1e-5, dy)
+    x64, w64, b64 = (t.double().requires_grad_() for t in (x, w, b))
+    expected = F.layer_norm(x64, [8], w64, b64, eps=1e-5)
+    expected.backward(dy.double())
+    assert_close_f64(y, expected.detach(), rtol=1e-5, atol=1e-5)
+    assert_close_f64(dx, x64.grad, rtol=1e-4, atol=1e-44)
+    assert_close_f64(dw, w64.grad, rtol=1e-5, atol=1e-5)

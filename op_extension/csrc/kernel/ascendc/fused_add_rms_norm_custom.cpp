@@ -293,7 +293,7 @@ class KernelFusedAddRmsNorm {
       }
       if (pass == 0) {
         if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
-        scale = op_ext_kernel::RescueScale(maxAbs, rstd);
+        scale = op_ext_kernel::RescueScale(maxAbs);
       }
     }
     rstd = ScalarRstd(sumSq, t_.eps * scale * scale);

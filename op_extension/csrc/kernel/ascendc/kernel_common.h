@@ -532,10 +532,14 @@ __aicore__ inline float UnderflowScale(float maxAbs) {
   return s;
 }
 
-// The scale of a row's rescue from its rstd: PowerOfTwoScale where it overflowed
-// (rstd 0), UnderflowScale where it underflowed. maxAbs finite.
-__aicore__ inline float RescueScale(float maxAbs, float rstd) {
-  return StatisticUnderflowed(rstd) ? UnderflowScale(maxAbs) : PowerOfTwoScale(maxAbs);
+// The scale of a row whose statistics overflowed or underflowed: PowerOfTwoScale
+// (down) past max|x| = 1, UnderflowScale (up) below. Chosen by max|x|, as the CPU
+// and CUDA kernels choose, not by rstd, which is NaN both for a Sqrt of 0 and for a
+// LayerNorm mean whose sum overflowed to inf - inf: a row that underflows has
+// max|x| below 2^-35, and one whose g * c sum overflowed (an inf dy) with max|x|
+// below 1 is scaled up exactly, to the same result. maxAbs finite.
+__aicore__ inline float RescueScale(float maxAbs) {
+  return maxAbs > 1.0f ? PowerOfTwoScale(maxAbs) : UnderflowScale(maxAbs);
 }
 
 // A row's rstd that asks for a rescue: 0 (its statistics overflowed), above

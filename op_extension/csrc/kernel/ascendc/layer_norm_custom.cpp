@@ -279,10 +279,9 @@ class KernelLayerNorm {
   }
   // The rescue's scale for a row of that max|x| (1 where inf or NaN is in the
   // row, which keeps the plain path's NaN, or the row is all zeros).
-  __aicore__ static inline float RescueScale(float maxAbs, float mean, float rstd) {
+  __aicore__ static inline float RescueScale(float maxAbs) {
     if (!(maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f)) return 1.0f;
-    return Overflowed(mean, rstd) ? op_ext_kernel::PowerOfTwoScale(maxAbs)
-                                  : op_ext_kernel::UnderflowScale(maxAbs);
+    return op_ext_kernel::RescueScale(maxAbs);
   }
 
   // A whole row: c = x * s - mean_s (mean corrected), returns rstd_s; mean and
@@ -295,7 +294,7 @@ class KernelLayerNorm {
     if (NeedsRescue(firstMean, firstRstd)) {
       const float maxAbs =
           op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, sq, work_.template Get<float>(), n);
-      s = RescueScale(maxAbs, firstMean, firstRstd);
+      s = RescueScale(maxAbs);
     }
     PipeBarrier<PIPE_V>();
     Muls(c, xf, s, n);
@@ -327,7 +326,7 @@ class KernelLayerNorm {
   __aicore__ inline void CarefulSplitRowStats(uint64_t base, float& mean, float& rstd, float& scale) {
     if (NeedsRescue(mean, rstd)) {
       const float maxAbs = SplitRowPass(base, kPassMaxAbs, 1.0f, 0.0f);
-      scale = RescueScale(maxAbs, mean, rstd);
+      scale = RescueScale(maxAbs);
       mean = SplitRowPass(base, kPassSum, scale, 0.0f) * t_.invCols;
     }
     mean += SplitRowPass(base, kPassSum, scale, mean) * t_.invCols;

@@ -103,7 +103,7 @@ class KernelLayerNormGrad {
         const float maxAbs = op_ext_kernel::RowMaxAbs(stat_.template Get<float>(), xf, tmp, work_.template Get<float>(), n);
         // inf or NaN in the row: s stays 1 and the row gives the plain path's NaN.
         if (maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f) {
-          s = op_ext_kernel::RescueScale(maxAbs, rstd);
+          s = op_ext_kernel::RescueScale(maxAbs);
           eps = t_.eps * s * s;
           mean = ScaledSum(xf, s, 0.0f, n) * t_.invCols;
           PipeBarrier<PIPE_V>();
@@ -242,7 +242,7 @@ class KernelLayerNormGrad {
     if (NeedsRescue(mean, rstd, sums)) {
       const float maxAbs = SplitMaxAbs(row);
       if (maxAbs <= op_ext_kernel::kFloatMax && maxAbs > 0.0f) {
-        s = op_ext_kernel::RescueScale(maxAbs, rstd);
+        s = op_ext_kernel::RescueScale(maxAbs);
         eps = t_.eps * s * s;
         mean = SplitSum(row, s, 0.0f) * t_.invCols;
         PipeBarrier<PIPE_V>();

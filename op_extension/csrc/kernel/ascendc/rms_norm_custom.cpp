@@ -186,7 +186,7 @@ class KernelRmsNorm {
       io_.inX.FreeTensor(x);
     }
     if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
-    scale = op_ext_kernel::RescueScale(maxAbs, rstd);
+    scale = op_ext_kernel::RescueScale(maxAbs);
     rstd = SplitRowRstd(base, scale);
   }
 

@@ -104,7 +104,7 @@ class KernelRmsNormGrad {
                                                       work_.template Get<float>(), n);
         if (maxAbs <= op_ext_kernel::kFloatMax) {
           // xf is this core's copy of the row (pass 1 reads x again from GM).
-          scale = op_ext_kernel::RescueScale(maxAbs, rstd);
+          scale = op_ext_kernel::RescueScale(maxAbs);
           PipeBarrier<PIPE_V>();
           Muls(xf, xf, scale, n);
           PipeBarrier<PIPE_V>();
@@ -300,7 +300,7 @@ class KernelRmsNormGrad {
       ReleaseChunk(w, x, dy);
     }
     if (!(maxAbs <= op_ext_kernel::kFloatMax)) return;
-    const float s = op_ext_kernel::RescueScale(maxAbs, rstd);
+    const float s = op_ext_kernel::RescueScale(maxAbs);
     SplitRowRstdAndCoeff(row, s, rstd, coeff);
     scale = s;
   }

@@ -146,7 +146,7 @@ __aicore__ inline bool RescaleRmsRow(const AscendC::LocalTensor<float>& stat, co
                                      float& rstd) {
   const float maxAbs = RowMaxAbs(stat, xf, sq, work, n);
   if (!(maxAbs <= kFloatMax)) return false;
-  const float s = RescueScale(maxAbs, rstd);
+  const float s = RescueScale(maxAbs);
   AscendC::PipeBarrier<PIPE_V>();
   AscendC::Muls(xs, xf, s, n);
   rstd = RstdFromSumOfSquares(SumOfSquaresInto(stat, xs, sq, work, n), invCols, eps * s * s, work);
