@@ -3,7 +3,7 @@ npu device -- in its own process: it makes PrivateUse1 a device named "npu" for
 the whole process, which nothing else in this suite should see.
 
 The first run compiles the glue, the simulated device and the simulator's
-kernels (a few minutes on 2 cores); the build is kept in
+kernels (about a minute on 2 cores); the build is kept in
 <cache>/npu_sim_device/<checkout> and later runs reuse it, where <cache> is
 $OP_EXT_CACHE_DIR, else $XDG_CACHE_HOME/op_extension, else ~/.cache/op_extension
 (tests/cache_dirs.py, the same folder scripts/check_npu_glue.sh and
