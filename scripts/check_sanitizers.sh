@@ -25,9 +25,10 @@
 # test_cuda_sim*.py, whole (the CUDA kernels on the CPU harness: ASan sees their
 # global-memory accesses, torch's tensors having redzones, and the harness checks
 # their shared-memory accesses in its helpers, as unsanitized), and test_fuzz.py and
-# test_edge_regressions.py when they exist. ASan warns once per process that it
-# does not fully support swapcontext: the harness announces each switch between
-# fiber stacks to it (csrc/cuda_sim/harness.cpp), which is what it needs.
+# test_edge_regressions.py when they exist. The harness announces each switch
+# between fiber stacks to ASan (csrc/cuda_sim/harness.cpp), which is what it needs
+# whichever switch runs (its own, or swapcontext, whose ASan warns once per process
+# that it does not fully support it).
 # Excluded:
 # - test_compile.py (torch.compile / torch.export), and any test marked `compile`:
 #   the C++ Inductor generates is compiled without sanitizers, and what of ours runs

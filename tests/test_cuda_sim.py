@@ -648,3 +648,43 @@ def test_a_kernel_that_opted_in_may_use_its_shared_memory():
     default), and the launch then runs and writes its last byte."""
     for arch in ("sm_80", "sm_90"):
         cuda_sim._run_misuse("opted_in_shared", arch=arch)
+
+
+# ---- the switch between a block's threads -------------------------------------------------------
+
+
+def _expected_fiber_switch() -> str:
+    """The harness's own switch of stacks on x86-64 Linux, unless asked for
+    ucontext or the process runs with a CET shadow stack (csrc/cuda_sim/harness.cpp)."""
+    import os
+    import platform
+    if os.environ.get("OP_EXT_CUDA_SIM_SWITCH") == "ucontext":
+        return "ucontext"
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return "ucontext"
+    status = Path("/proc/self/status").read_text()
+    features = re.search(r"^x86_Thread_features:\s*(.*)$", status, re.M)
+    return "ucontext" if features and "shstk" in features.group(1).split() else "stack"
+
+
+def test_the_harness_switches_threads_as_the_platform_allows():
+    assert cuda_sim._cuda_sim.fiber_switch() == _expected_fiber_switch()
+
+
+def test_the_ucontext_switch_runs_the_same_kernels_and_checks():
+    """OP_EXT_CUDA_SIM_SWITCH=ucontext, the switch of platforms without the
+    harness's own: in a process of its own, the misuse reports (a report leaves
+    a thread from the helper or from the page-fault handler), their clean
+    controls, the fault path, a forked child, the block orders and the
+    kernels of every op forward and backward, against the references."""
+    import os
+    import subprocess
+    import sys
+    selected = ("switches_threads or misuse or clean_kernel or global_accesses or helpers_check or forked or "
+                "opted_in or bit_identical or (matches and f32)")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", selected, __file__],
+                          cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OP_EXT_CUDA_SIM_SWITCH": "ucontext"})
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    passed = re.search(r"(\d+) passed", done.stdout)
+    assert passed and int(passed.group(1)) >= 200, done.stdout[-2000:]

@@ -1,6 +1,6 @@
 // The CPU harness's scheduler: blocks one after another (a thread-block
-// cluster's blocks together), a block's threads as ucontext fibers on the
-// calling OS thread (see include/cuda_sim/runtime.h for what it checks).
+// cluster's blocks together), a block's threads as fibers on the calling OS
+// thread (see include/cuda_sim/runtime.h for what it checks).
 //
 // A cluster (a launch without clusters: each block is a cluster of one) runs in
 // rounds: every runnable fiber runs until it blocks (at __syncthreads,
@@ -43,7 +43,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <algorithm>
@@ -61,6 +63,45 @@
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
+#endif
+
+// cuda_sim_stack_switch: see "switching stacks" below. At file scope: it has C linkage.
+#if defined(__x86_64__) && defined(__linux__)
+#define CUDA_SIM_STACK_SWITCH 1
+extern "C" void cuda_sim_stack_switch(void** save_sp, void* to_sp);
+asm(R"(
+  .pushsection .text
+  .p2align 4
+  .globl cuda_sim_stack_switch
+  .hidden cuda_sim_stack_switch
+  .type cuda_sim_stack_switch, @function
+cuda_sim_stack_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size cuda_sim_stack_switch, .-cuda_sim_stack_switch
+  .popsection
+)");
+#else
+#define CUDA_SIM_STACK_SWITCH 0
 #endif
 
 namespace cuda_sim {
@@ -89,8 +130,106 @@ constexpr size_t kStackBytes = 256 * 1024;
 
 enum class State { Runnable, AtBarrier, AtClusterBarrier, AtShuffle, Exited };
 
+// ---- switching stacks -----------------------------------------------------------------
+//
+// A fiber switch happens at every __syncthreads, shuffle and cluster_sync of
+// every thread. glibc's swapcontext saves and restores the signal mask there, a
+// system call each time: perf put __swapcontext and the kernel's
+// rt_sigprocmask at 60% of the harness's time (rms_norm_backward, 3000 rows of
+// 37, on the 2-core VM). On x86-64 Linux a switch is done here instead, by
+// cuda_sim_stack_switch: it saves on the stack it leaves what the System V ABI
+// makes a callee keep (rbx, rbp, r12-r15, MXCSR's control bits, the x87 control
+// word; the caller has saved every other register around the call), stores the
+// stack pointer, takes the other one and restores the same from it. A process
+// with a CET shadow stack (a `ret` to another stack would break it), other
+// targets, and OP_EXT_CUDA_SIM_SWITCH=ucontext (tests/test_cuda_sim.py runs the
+// harness's checks that way too) keep ucontext, which carries the signal mask.
+
+// Where a fiber (or the scheduler) stopped: the stack pointer of
+// cuda_sim_stack_switch's frame, or a ucontext.
+struct SwitchContext {
+  void* sp = nullptr;
+  // Zeroed: ASan's swapcontext interceptor reads the stack of the context it
+  // switches to, which getcontext/swapcontext never fill in for the scheduler's.
+  ucontext_t uc{};
+};
+
+// Whether cuda_sim_stack_switch is used (decided once per process; see above).
+// Asked before a launch's watch starts, and kept in the Launch: the decision's
+// static lives in .bss, whose pages next to the kernels' __shared__ arrays are
+// PROT_NONE during a launch.
+bool use_stack_switch() {
+  static const bool use = [] {
+#if CUDA_SIM_STACK_SWITCH
+    const char* asked = std::getenv("OP_EXT_CUDA_SIM_SWITCH");
+    if (asked != nullptr && std::strcmp(asked, "ucontext") == 0) return false;
+    // rdssp reads the shadow-stack pointer; without one (or without CET: it is
+    // a hint NOP there) it leaves its operand as it was, 0.
+    unsigned long long ssp = 0;
+    asm volatile("rdsspq %0" : "+r"(ssp));
+    return ssp == 0;
+#else
+    return false;
+#endif
+  }();
+  return use;
+}
+
+[[noreturn]] void fiber_entry();
+
+// Makes `c` start fiber_entry on [stack, stack + bytes) at the first switch to
+// it. `stack_switch`: use_stack_switch(), as the launch took it.
+void make_context(SwitchContext& c, void* stack, size_t bytes, bool stack_switch) {
+#if CUDA_SIM_STACK_SWITCH
+  if (stack_switch) {
+    // The frame cuda_sim_stack_switch returns from, as it would have left it:
+    // from the bottom, the control words, r15-r12, rbx, rbp (zero: frame-pointer
+    // unwinding stops there), the return address fiber_entry, and above it a
+    // null return address for fiber_entry (unwinders stop there too), at a
+    // 16-byte boundary less 8, as after a call.
+    auto* slot = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t{15});
+    *--slot = 0;
+    *--slot = reinterpret_cast<uint64_t>(&fiber_entry);
+    for (int i = 0; i < 6; ++i) *--slot = 0;
+    uint32_t mxcsr = 0;
+    uint16_t x87_control = 0;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(x87_control));
+    *--slot = uint64_t{mxcsr} | uint64_t{x87_control} << 32;
+    c.sp = slot;
+    return;
+  }
+#endif
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;  // fiber_entry never returns
+  makecontext(&c.uc, fiber_entry, 0);
+}
+
+// Saves where the running code is in `from` and goes on at `to`.
+void switch_context(SwitchContext& from, SwitchContext& to, bool stack_switch) {
+#if CUDA_SIM_STACK_SWITCH
+  if (stack_switch) return cuda_sim_stack_switch(&from.sp, to.sp);
+#endif
+  swapcontext(&from.uc, &to.uc);
+}
+
+// Goes on at `to`, leaving the running code for good.
+[[noreturn]] void jump_to_context(SwitchContext& to, bool stack_switch) {
+#if CUDA_SIM_STACK_SWITCH
+  if (stack_switch) {
+    void* abandoned = nullptr;
+    cuda_sim_stack_switch(&abandoned, to.sp);
+    __builtin_unreachable();
+  }
+#endif
+  setcontext(&to.uc);
+  __builtin_unreachable();
+}
+
 struct Fiber {
-  ucontext_t context;
+  SwitchContext context;
   void* stack = nullptr;
   State state = State::Runnable;
   uint3 thread_idx{};
@@ -242,9 +381,8 @@ struct Launch {
   std::vector<uint32_t> block_epoch;
   GlobalShadow global;
   InitcheckState* initcheck = nullptr;
-  // Zeroed: ASan's swapcontext interceptor reads the stack of the context it
-  // switches to, which getcontext/swapcontext never fill in for this one.
-  ucontext_t scheduler{};
+  SwitchContext scheduler;
+  bool stack_switch = false;  // use_stack_switch(), taken before the watch
   int current = -1;
   std::string error;  // the first report; the block stops at once
   // The scheduler's stack as ASan knows it (the OS thread's), and its fake stack.
@@ -305,7 +443,7 @@ void yield() {
   Launch& l = *g_launch;
   Fiber& f = l.fibers[l.current];
   switch_start(&f.fake_stack, l.scheduler_stack, l.scheduler_stack_bytes);
-  swapcontext(&f.context, &l.scheduler);
+  switch_context(f.context, l.scheduler, l.stack_switch);
   switch_finish(f.fake_stack, &l.scheduler_stack, &l.scheduler_stack_bytes);
 }
 
@@ -316,8 +454,7 @@ void yield() {
   f.state = State::Exited;
   // The fiber's stack is abandoned: kernels hold no resources.
   switch_start(nullptr, l.scheduler_stack, l.scheduler_stack_bytes);
-  setcontext(&l.scheduler);
-  __builtin_unreachable();
+  jump_to_context(l.scheduler, l.stack_switch);
 }
 
 // ---- watched shared memory ------------------------------------------------------------
@@ -919,8 +1056,14 @@ void fiber_main() {
   Fiber& f = l.fibers[l.current];
   f.state = State::Exited;
   ++l.exited[f.rank];  // the block's shared memory is gone with its last thread
-  // uc_link returns to the scheduler, for good.
+}
+
+// Where every fiber starts: its thread, then back to the scheduler for good.
+void fiber_entry() {
+  fiber_main();
+  Launch& l = *g_launch;
   switch_start(nullptr, l.scheduler_stack, l.scheduler_stack_bytes);
+  jump_to_context(l.scheduler, l.stack_switch);
 }
 
 const char* state_name(State s) {
@@ -1013,11 +1156,7 @@ void run_cluster(Launch& l) {
   for (size_t i = 0; i < n; ++i) {
     Fiber& f = l.fibers[i];
     f.state = State::Runnable;
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack;
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = &l.scheduler;
-    makecontext(&f.context, fiber_main, 0);
+    make_context(f.context, f.stack, kStackBytes, l.stack_switch);
   }
   l.exited.assign(l.cluster_blocks, 0);
   while (true) {
@@ -1029,7 +1168,7 @@ void run_cluster(Launch& l) {
       g_view.thread_idx = f.thread_idx;
       g_view.block_idx = f.block_idx;
       switch_start(&l.scheduler_fake_stack, f.stack, kStackBytes);
-      swapcontext(&l.scheduler, &f.context);
+      switch_context(l.scheduler, f.context, l.stack_switch);
       switch_finish(l.scheduler_fake_stack, nullptr, nullptr);
       l.current = -1;  // the scheduler is not a thread of the cluster
       if (!l.error.empty()) return;
@@ -1355,6 +1494,8 @@ __attribute__((noinline)) void* memory_access(const void* p, size_t bytes, bool 
 
 uint64_t shared_faults() { return g_handler.faults.load(std::memory_order_relaxed); }
 
+const char* fiber_switch() { return use_stack_switch() ? "stack" : "ucontext"; }
+
 // Called by the host (the glue, around a launcher call), never during a launch.
 void track_uninitialized(const void* p, size_t bytes) {
   if (p == nullptr || bytes == 0) return;
@@ -1498,6 +1639,7 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_share
   l.body = body;
   l.closure = closure;
   l.initcheck = &initcheck_state();  // before the watch: its static lives in .bss
+  l.stack_switch = use_stack_switch();  // the same
   const size_t threads = static_cast<size_t>(block.x) * block.y * block.z;
   l.threads = threads;
   // The global racecheck numbers a launch's threads in 32 bits; a launch of

@@ -133,6 +133,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("shared_fault_count", &cuda_sim::shared_faults,
         "Shared-memory accesses of kernel threads that bypassed the load/store helpers in this process "
         "(each checked through a page fault).");
+  m.def("fiber_switch", &cuda_sim::fiber_switch,
+        "How the harness switches between a block's threads: 'stack' or 'ucontext' (OP_EXT_CUDA_SIM_SWITCH).");
   m.def("_traffic_begin", &cuda_sim::traffic_begin, pybind11::arg("launches_only") = false);
   m.def("_traffic_end", [] {
     const cuda_sim::TrafficCounts c = cuda_sim::traffic_end();

@@ -200,6 +200,11 @@ class TrackedWorkspace {
 // its first byte), at some 20 us apiece.
 uint64_t shared_faults();
 
+// How the harness switches between a block's threads in this process: "stack"
+// (its own switch of stacks, x86-64 Linux) or "ucontext" (glibc's swapcontext:
+// elsewhere, under a CET shadow stack, or asked by OP_EXT_CUDA_SIM_SWITCH=ucontext).
+const char* fiber_switch();
+
 // Runs body(closure) as every thread of every block; throws std::runtime_error
 // with the first report. cluster_blocks > 1: a launch of thread-block clusters
 // (sm_90; cudaLaunchKernelEx with cudaLaunchAttributeClusterDimension {n, 1, 1}):
