@@ -94,7 +94,7 @@ def num_threads():
 # runs after these, in pytest's order. A stale list costs time, never a result.
 LONGEST_FILES_FIRST = (
     "test_add_an_op.py",        # 380: a scratch tree's two builds and its shared tests
-    "test_npu_sim_device.py",   # 200 the first time: builds the simulated npu device (test_debug reuses it)
+    "test_npu_sim_device.py",   # 130 the first time (65 alone): builds the simulated npu device (test_debug reuses it)
     "test_fuzz.py",             # 150: long rows on the CUDA harness
     "test_transformers.py",     # 105
     "test_compiler.py",         # 105
