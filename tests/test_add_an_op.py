@@ -28,9 +28,12 @@ simulators to the op's definition bit for bit besides.
 No file of this tree is changed: the scratch copy holds the working tree's
 tracked and untracked (not ignored) files, the build happens there. The whole
 flow runs once, in a module-scoped fixture; each test checks one step's
-outcome. It takes several minutes on 2 cores, most of it the first build of
-the scratch tree (nothing of this tree's build can be reused: ninja keys its
-objects by their absolute paths).
+outcome. It takes several minutes on 2 cores, most of it the builds of the
+scratch tree. Ninja keys its objects by their absolute paths, so nothing of this
+tree's build folder can be reused there; the compiler cache can (setup.py's
+compiler_cache(): ccache, with the paths inside a tree made relative), and the
+scratch builds use this tree's, so that they compile only what adding the op
+changed, where this tree was built through it.
 """
 
 from __future__ import annotations
@@ -644,7 +647,9 @@ def scratch_copy(dest: Path) -> None:
 
 
 def run(tree: Path, *args: str, timeout: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(tree), "MAX_JOBS": os.environ.get("MAX_JOBS", "2"), "COLUMNS": "1000"}
+    env = {**os.environ, "PYTHONPATH": str(tree), "MAX_JOBS": os.environ.get("MAX_JOBS", "2"), "COLUMNS": "1000",
+           # this tree's compiler cache (setup.py's default for it), not the scratch tree's own
+           "CCACHE_DIR": os.environ.get("CCACHE_DIR", str(ROOT / "build" / "ccache"))}
     env.pop("OP_EXT_EXTENSIONS", None)  # all three: _C, _cuda_sim, _ascend_sim
     return subprocess.run([sys.executable, *args], cwd=tree, env=env, capture_output=True, text=True,
                           timeout=timeout)

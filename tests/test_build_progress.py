@@ -2,7 +2,7 @@
 one line per compiled object, errors and our own warnings shown, header noise
 counted, everything in the log, the command's exit status kept. The command here
 is a stand-in that prints what pip -v prints during a build (lines taken from a
-real one)."""
+real one, and compiles through ccache)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,10 @@ Obtaining file://{ROOT}
   g++ -O3 -Wall -shared /tmp/b/build/generated/isa/norm.avx2.o /tmp/b/op_extension/csrc/torch_ext/checks.o -o /tmp/b/op_extension/_C.cpython-311-x86_64-linux-gnu.so -fopenmp
   building 'op_extension._cuda_sim' extension
   op_extension: ninja not found; the build will be slow (pip install ninja)
-  g++ -pthread -O3 -fPIC -c {ROOT}/op_extension/csrc/cuda_sim/binding/cuda_sim_module.cpp -o /tmp/b/cuda_sim_module.o
-  [1/1] c++ -MMD -MF /tmp/b/op_extension/csrc/cuda_sim/harness.o.d -O3 -c -c {ROOT}/op_extension/csrc/cuda_sim/harness.cpp -o /tmp/b/op_extension/csrc/cuda_sim/harness.o
+  ccache g++ -pthread -O3 -fPIC -c {ROOT}/op_extension/csrc/cuda_sim/binding/cuda_sim_module.cpp -o /tmp/b/cuda_sim_module.o
+  [1/1] ccache c++ -MMD -MF /tmp/b/op_extension/csrc/cuda_sim/harness.o.d -O3 -c -c {ROOT}/op_extension/csrc/cuda_sim/harness.cpp -o /tmp/b/op_extension/csrc/cuda_sim/harness.o
+  ../../op_extension/csrc/cuda_sim/harness.cpp:7:9: warning: unused variable 'm' [-Wunused-variable]
+  ../../{TORCH_H.lstrip("/")}:52:3: warning: AVX vector return without AVX enabled changes the ABI [-Wpsabi]
 """
 FAILING_TAIL = f"""\
   FAILED: /tmp/b/op_extension/csrc/cuda_sim/harness.o
@@ -67,10 +69,12 @@ def test_a_build_shows_one_line_per_object_and_keeps_everything_in_the_log(tmp_p
     assert lines[0] == f"build: started; one line per compiled file, the whole output in {log}"
     assert lines[1] == "build: op_extension._C"
     assert "build: linking op_extension._C" in lines and "build: op_extension._cuda_sim" in lines
-    # Our own warning is shown; the two in torch's headers only counted.
+    # Our own warnings are shown, also where ccache made the path relative to the
+    # compiler's working directory (build/temp.*); the three elsewhere only counted.
     assert any("checks.cpp:12:5: warning: unused variable" in line for line in lines)
+    assert "../../op_extension/csrc/cuda_sim/harness.cpp:7:9: warning: unused variable 'm' [-Wunused-variable]" in lines
     assert not any("Wpsabi" in line for line in lines)
-    assert "build: 2 warnings outside op_extension/ (torch's and the compiler's headers) not shown" in lines
+    assert "build: 3 warnings outside op_extension/ (torch's and the compiler's headers) not shown" in lines
     assert lines[-1].startswith("build: done in ") and str(log) in lines[-1]
     assert log.read_text() == PIP_OUTPUT
     assert len(lines) < len(PIP_OUTPUT.splitlines())
