@@ -13,7 +13,9 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 
-# The extension is rebuilt when any source, prototype or build file changes.
+# The extension is rebuilt when any source, prototype or build file changes:
+# ninja compiles the files that changed (setup.py keeps pip's build in
+# build/temp.*), through ccache where setup_env.sh installed it (build/ccache).
 # A full build takes 3-5 minutes on 2 cores; it shows one line per compiled
 # object (scripts/build_progress.py filters `pip install -v`), e.g.
 #   build: started; one line per compiled file, the whole output in build/build.log

@@ -63,6 +63,15 @@ NOT_IMPLEMENTED = "not implemented yet"
 SHARED = (f"{OP} or all_ops or test_every_op_is_covered or every_custom_op or forcing_every_op"
           " or autocompare_every_op or every_op_appears or every_op_and_backward_op_is_registered"
           " or every_op_has_every_target or every_op_has_a_sharding_rule")
+# What ccache wrote of the scratch tree's first build (setup.py's compiler_cache()),
+# and the compiles it must have taken from this tree's cache: the kernels of the
+# ops already there and their host code, which include nothing generated from the
+# list of ops (paths as ccache writes them: relative to build/temp.*).
+FIRST_BUILD_CACHE_LOG = "build/ccache_first_build.log"
+CACHE = Path(os.environ.get("CCACHE_DIR", ROOT / "build" / "ccache"))
+UNCHANGED_BY_A_NEW_OP = re.compile(r"(generated/isa/|generated/cuda_sim/|csrc/kernel/ascendc/|csrc/host/tiling/"
+                                   r"|csrc/host/aclnn/|csrc/cuda_sim/harness\.cpp$)")
+
 # Its floor (317 passed when this was written); far fewer means a shared test
 # stopped iterating op_protos/.
 MIN_SHARED_PASSED = 300
@@ -646,8 +655,8 @@ def scratch_copy(dest: Path) -> None:
         shutil.copy2(src, dest / rel)
 
 
-def run(tree: Path, *args: str, timeout: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(tree), "MAX_JOBS": os.environ.get("MAX_JOBS", "2"), "COLUMNS": "1000",
+def run(tree: Path, *args: str, timeout: int, **extra_env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **extra_env, "PYTHONPATH": str(tree), "MAX_JOBS": os.environ.get("MAX_JOBS", "2"), "COLUMNS": "1000",
            # this tree's compiler cache (setup.py's default for it), not the scratch tree's own
            "CCACHE_DIR": os.environ.get("CCACHE_DIR", str(ROOT / "build" / "ccache"))}
     env.pop("OP_EXT_EXTENSIONS", None)  # all three: _C, _cuda_sim, _ascend_sim
@@ -655,12 +664,13 @@ def run(tree: Path, *args: str, timeout: int) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def build(tree: Path) -> None:
+def build(tree: Path, cache_log: Path) -> None:
     """setup.py's build, as `make build` runs it through pip, but into the tree
-    itself (--inplace) rather than installed into an environment."""
+    itself (--inplace) rather than installed into an environment. ccache, where
+    it runs, writes what each compile found in the cache to `cache_log`."""
     if shutil.which("g++") is None:
         pytest.fail("g++ is needed to build the scratch tree")
-    done = run(tree, "setup.py", "build_ext", "--inplace", timeout=1500)
+    done = run(tree, "setup.py", "build_ext", "--inplace", timeout=1500, CCACHE_STATSLOG=str(cache_log))
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
 
 
@@ -691,7 +701,7 @@ def flow(tmp_path_factory) -> Flow:
 
     # The build of the scaffolded op: every layer raises "not implemented yet".
     t = time.monotonic()
-    build(tree)
+    build(tree, tree / FIRST_BUILD_CACHE_LOG)
     seconds["first build"] = time.monotonic() - t
     probe = run(tree, "-c", STUB_PROBE, timeout=300)
     assert probe.returncode == 0, probe.stdout + probe.stderr
@@ -700,7 +710,7 @@ def flow(tmp_path_factory) -> Flow:
     # Step 3: the fill-in, and the incremental build.
     fill_in(tree)
     t = time.monotonic()
-    build(tree)
+    build(tree, tree / "build" / "ccache_second_build.log")
     seconds["second build"] = time.monotonic() - t
 
     f.simulators = run(tree, "-c", SIMULATOR_PROBE, timeout=600)
@@ -752,6 +762,42 @@ def test_step4_the_ops_own_test_passes(flow):
     done = flow.own
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
     assert pytest_summary(done).get("passed", 0) >= 4, done.stdout[-2000:]
+
+
+def ccache_outcomes(log: Path) -> dict[str, set[str]]:
+    """ccache's stats log: each compiled file (a "# <file>" line) and its counters."""
+    outcomes, current = {}, None
+    for line in log.read_text().splitlines():
+        if line.startswith("# "):
+            current = outcomes.setdefault(line[2:], set())
+        elif current is not None and line.strip():
+            current.add(line.strip())
+    return outcomes
+
+
+def test_the_first_build_takes_what_the_op_left_unchanged_from_this_trees_compiler_cache(flow):
+    """The scratch tree lies elsewhere than this one: its compiles hit this tree's
+    cache only if no path of the tree enters what is compiled (setup.py's
+    compiler_cache(); generated files include their sources by relative paths).
+    An absolute path that crept back in would make each of them a miss, and the
+    first build compile everything again (4 minutes instead of 1 on 2 cores)."""
+    if os.environ.get("OP_EXT_CCACHE", "1") == "0" or not (
+            shutil.which("ccache", path=str(Path(sys.executable).parent)) or shutil.which("ccache")):
+        pytest.skip("no compiler cache: ccache is not installed (scripts/setup_env.sh puts it in the venv) "
+                    "or OP_EXT_CCACHE=0")
+    if not any(CACHE.glob("?/*")):
+        pytest.skip(f"this tree was not built through ccache ({CACHE} holds nothing): `make build` after setup")
+    log = flow.tree / FIRST_BUILD_CACHE_LOG
+    assert log.exists(), f"ccache is installed but wrote no stats log: did the build run through it? {log}"
+    outcomes = ccache_outcomes(log)
+    unchanged = sorted(f for f in outcomes if UNCHANGED_BY_A_NEW_OP.search(f) and OP not in f)
+    assert len(unchanged) >= 60, sorted(outcomes)  # the ops' kernels, of every kind
+    missed = [f for f in unchanged if not outcomes[f] & {"direct_cache_hit", "preprocessed_cache_hit"}]
+    assert not missed, f"compiled again, not taken from {CACHE}: {missed}"
+    # The log covers the whole build: the new op's kernels went through ccache too
+    # (missed, or hit where an earlier run of this test left them).
+    new_kernels = {f"generated/isa/{OP}.default.cpp", f"csrc/kernel/ascendc/{OP}_custom.cpp", f"generated/cuda_sim/{OP}.cpp"}
+    assert {k for k in new_kernels if any(f.endswith(k) for f in outcomes)} == new_kernels, sorted(outcomes)
 
 
 def test_step3_the_filled_in_kernels_compute_the_op_on_both_simulators(flow):
