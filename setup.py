@@ -195,22 +195,30 @@ def write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
+def cpp_gen():
+    """op_extension/_cpp_gen.py, loaded once (the package itself is not importable
+    before it is built)."""
+    name = "_op_ext_cpp_gen"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "op_extension" / "_cpp_gen.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 def include_from(generated: Path, source: Path) -> str:
-    """The #include of `source` (relative to ROOT) in the file `generated`, by a
-    path relative to the latter's folder: the same text in every copy of the
-    tree, which the compiler cache needs (compiler_cache())."""
-    return f'#include "{Path(os.path.relpath(ROOT / source, (ROOT / generated).parent)).as_posix()}"'
+    """The #include of `source` in the file `generated` (both relative to ROOT),
+    by a path relative to the latter's folder: the same text in every copy of
+    the tree, which the compiler cache needs (compiler_cache())."""
+    return cpp_gen().include_line(ROOT / source, (ROOT / generated).parent)
 
 
 def generate_sources() -> list[str]:
     """Writes what the prototypes determine into build/generated: the schemas and
     dtype lists, the typed handles, the registration of every op's glue and the
     derived autograd (op_extension/_cpp_gen.py). Returns the generated sources."""
-    spec = importlib.util.spec_from_file_location("_op_ext_cpp_gen", ROOT / "op_extension" / "_cpp_gen.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return [p.as_posix() for p in module.generate_all(GENERATED, ROOT)]
+    return [p.as_posix() for p in cpp_gen().generate_all(GENERATED, ROOT)]
 
 
 def isa_variant_sources(isas: tuple[str, ...]) -> list[str]:
@@ -374,8 +382,8 @@ def compiler_cache(environ: dict[str, str], python_bin: Path) -> str | None:
     """Sets `environ` up so that the compilers run through ccache, and returns its
     path (None where it is off or not installed).
 
-    torch's BuildExtension puts ccache in front of every compiler it finds on
-    PATH, and ccache is installed next to the venv's python, which an
+    torch's BuildExtension (2.13) puts ccache in front of every compiler when it
+    finds ccache on PATH, and ccache is installed next to the venv's python, which an
     unactivated venv does not put on PATH: that folder goes first. The cache is
     build/ccache unless CCACHE_DIR names another. Two copies of this tree share
     it: ccache rewrites the paths under this tree's op_extension/ and build/ to
