@@ -90,10 +90,10 @@ def num_threads():
 # the suite's last 6 minutes. The Makefile turns that sort off
 # (--no-loadscope-reorder) and this hook starts the longest files first, so the
 # many short ones fill in around them (longest-processing-time-first). Seconds
-# of each, from a fresh clone on the 2-core VM (2026-11-28); a file missing here
+# of each, from a fresh clone on the 2-core VM (2026-11-28/29); a file missing here
 # runs after these, in pytest's order. A stale list costs time, never a result.
 LONGEST_FILES_FIRST = (
-    "test_add_an_op.py",        # 380: a scratch tree's two builds and its shared tests
+    "test_add_an_op.py",        # 360 (160 alone): a scratch tree's two builds, the first from ccache, and its shared tests
     "test_npu_sim_device.py",   # 130 the first time (65 alone): builds the simulated npu device (test_debug reuses it)
     "test_fuzz.py",             # 150: long rows on the CUDA harness
     "test_transformers.py",     # 105
