@@ -442,12 +442,36 @@ def rms_norm_atol(x, norm, w, eps, dtype):
     return row_norm_atol(x, dims, torch.rsqrt((x * x).mean(dims, keepdim=True) + eps), w, dtype)
 
 
+def rms_norm_f64(x, norm, w, eps):
+    """F.rms_norm of the float64 `x`, also for rows whose squares leave float64's
+    range, where F.rms_norm itself gives inf (|x| ~1e-310 and eps 0: the mean
+    square underflows to 0) or 0 (|x| ~1e200: it overflows). Such a row is first
+    scaled by a power of two near its largest |x|, which is exact, and eps with
+    it: x * rsqrt(mean(x^2) + eps) = (x/s) * rsqrt(mean((x/s)^2) + eps/s^2). The
+    kernels rescale such rows too (kernel/cpu/norm.cpp), and a float64 input can
+    hold them (the fuzz suite found -1e-310 with eps 0)."""
+    dims = row_dims(x, norm)
+    if x.numel() == 0 or not dims:
+        return F.rms_norm(x, norm, w, eps)
+    amax = x.abs().amax(dims, keepdim=True)
+    finite = torch.isfinite(amax) & (amax > 0)
+    # eps > 0 keeps a tiny row's mean square away from 0: only huge rows need it then.
+    extreme = finite & ((amax > 2.0**500) | ((amax < 2.0**-500) & (eps == 0)))
+    s = torch.where(extreme, torch.exp2(torch.floor(torch.log2(torch.where(finite, amax, 1.0)))), 1.0)
+    xs = x / s
+    # s > 1 where eps > 0 scales it: eps / s^2, which may underflow to 0 harmlessly.
+    scaled_eps = eps / (s * s) if eps else 0.0
+    y = xs * torch.rsqrt((xs * xs).mean(dims, keepdim=True) + scaled_eps)
+    return y * w if w is not None else y
+
+
 def rms_norm_expect(x, norm, w, eps, dtype, n) -> Expect:
     """The Expect of an RMSNorm output (rms_norm's, fused_add_rms_norm's) of
     `x` in float64, with rms_norm_atol. A row whose squares underflow float32
     (eps 0, |x| below ~1e-19) is defined like any other: the kernels rescue it
-    (kernel/cpu/norm.cpp, "rows whose squares underflow")."""
-    e = F.rms_norm(x, norm, w, eps)
+    (kernel/cpu/norm.cpp, "rows whose squares underflow"); so is one whose
+    squares leave float64's range (rms_norm_f64)."""
+    e = rms_norm_f64(x, norm, w, eps)
     return Expect(e, e.abs(), n, atol=rms_norm_atol(x, norm, w, eps, dtype))
 
 

@@ -36,6 +36,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture import providers as hypothesis_providers
@@ -621,3 +622,34 @@ def test_a_row_whose_squares_underflow_with_eps_0_is_normalised_as_any_other():
     wrong[0, 0, 0, 0] *= 1.001  # in the overflowing row
     with pytest.raises(AssertionError, match="out of tolerance"):
         _judge_case(case, [wrong])
+
+
+def test_a_float64_row_whose_squares_leave_float64s_range_is_normalised_as_any_other():
+    """Seed 1717 found fused_add_rms_norm(-0.0, -1e-310, eps=0.0) in float64
+    "wrong" on the CPU and the CUDA harness: their -1 is x / rms(x), but the
+    model took F.rms_norm in float64, whose mean square underflows to 0 and
+    gives -inf (and, for a row of 1e200, overflows and gives 0). The model now
+    scales such a row first (fuzz_kit.rms_norm_f64); the kernels' answers pass
+    and F.rms_norm's fail."""
+    case = Case("fused_add_rms_norm", False, torch.float64,
+                (TSpec((1,), "float64", 0, specials={0: "-0.0"}), TSpec((1,), "float64", 0, specials={0: "-1e-310"}),
+                 [1], None, 0.0), row_len=1)
+    x, r, norm, w, eps = case.build()
+    got = list(torch.ops.custom.fused_add_rms_norm(x, r, norm, w, eps))
+    assert got[0].item() == -1.0
+    _judge_case(case, got)
+    for arch in ("sm_80", "sm_90"):
+        _judge_case(case, list(cuda_sim.run("fused_add_rms_norm", x, r, norm, w, eps, arch=arch)))
+    with pytest.raises(AssertionError, match="differ in being"):
+        _judge_case(case, [F.rms_norm(x + r, norm, w, eps), got[1]])
+
+    big = torch.tensor([[1e200, -3e199, 7e198]], dtype=torch.float64)
+    for eps in (0.0, 1e-6):
+        expect = fuzz_kit.rms_norm_f64(big, [3], None, eps)
+        torch.testing.assert_close(expect, fuzz_kit.rms_norm_f64(big * 2.0**-600, [3], None, 0.0), rtol=1e-15, atol=0)
+        torch.testing.assert_close(torch.ops.custom.rms_norm(big, [3], None, eps), expect, rtol=1e-14, atol=0)
+        assert (F.rms_norm(big, [3], None, eps) == 0).all()  # what the model took before
+    # Rows within range keep F.rms_norm's float64 result, bit for bit.
+    ordinary = torch.randn(4, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    for eps in (0.0, 1e-6):
+        assert torch.equal(fuzz_kit.rms_norm_f64(ordinary, [7], None, eps), F.rms_norm(ordinary, [7], None, eps))
