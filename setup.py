@@ -378,9 +378,9 @@ def cuda_sim_extension(config: BuildConfig):
     )
 
 
-def compiler_cache(environ: dict[str, str], python_bin: Path) -> str | None:
-    """Sets `environ` up so that the compilers run through ccache, and returns its
-    path (None where it is off or not installed).
+def compiler_cache(environ: dict[str, str], python_bin: Path) -> None:
+    """Sets `environ` up so that the compilers run through ccache, where it is
+    installed and not turned off.
 
     torch's BuildExtension (2.13) puts ccache in front of every compiler when it
     finds ccache on PATH, and ccache is installed next to the venv's python, which an
@@ -394,15 +394,14 @@ def compiler_cache(environ: dict[str, str], python_bin: Path) -> str | None:
     Python's headers) stay absolute: the same environment gives the same ones."""
     if environ.get("OP_EXT_CCACHE", "1") == "0":
         environ["TORCH_NO_COMPILER_WRAPPER"] = "1"  # nor a ccache found on PATH
-        return None
+        return
     ccache = shutil.which("ccache", path=str(python_bin)) or shutil.which("ccache", path=environ.get("PATH"))
     if ccache is None:
-        return None
+        return
     environ["PATH"] = os.pathsep.join([str(Path(ccache).parent), environ.get("PATH", "")])
     environ.setdefault("CCACHE_DIR", str(ROOT / "build" / "ccache"))
     environ["CCACHE_BASEDIR"] = os.pathsep.join(str(ROOT / d) for d in ("op_extension", "build"))
     environ["CCACHE_NOHASHDIR"] = "1"
-    return ccache
 
 
 class BuildExt(BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)):

@@ -68,7 +68,7 @@ SHARED = (f"{OP} or all_ops or test_every_op_is_covered or every_custom_op or fo
 # ops already there and their host code, which include nothing generated from the
 # list of ops (paths as ccache writes them: relative to build/temp.*).
 FIRST_BUILD_CACHE_LOG = "build/ccache_first_build.log"
-CACHE = Path(os.environ.get("CCACHE_DIR", ROOT / "build" / "ccache"))
+CACHE = Path(os.environ.get("CCACHE_DIR", ROOT / "build" / "ccache"))  # setup.py's default for this tree
 UNCHANGED_BY_A_NEW_OP = re.compile(r"(generated/isa/|generated/cuda_sim/|csrc/kernel/ascendc/|csrc/host/tiling/"
                                    r"|csrc/host/aclnn/|csrc/cuda_sim/harness\.cpp$)")
 
@@ -657,8 +657,7 @@ def scratch_copy(dest: Path) -> None:
 
 def run(tree: Path, *args: str, timeout: int, **extra_env: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **extra_env, "PYTHONPATH": str(tree), "MAX_JOBS": os.environ.get("MAX_JOBS", "2"), "COLUMNS": "1000",
-           # this tree's compiler cache (setup.py's default for it), not the scratch tree's own
-           "CCACHE_DIR": os.environ.get("CCACHE_DIR", str(ROOT / "build" / "ccache"))}
+           "CCACHE_DIR": str(CACHE)}  # this tree's compiler cache, not the scratch tree's own
     env.pop("OP_EXT_EXTENSIONS", None)  # all three: _C, _cuda_sim, _ascend_sim
     return subprocess.run([sys.executable, *args], cwd=tree, env=env, capture_output=True, text=True,
                           timeout=timeout)
