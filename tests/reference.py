@@ -159,6 +159,13 @@ def _defaults(op: str) -> dict:
     return {t.name: None for t in proto.inputs if t.optional} | {a.name: a.default for a in proto.attrs if a.has_default}
 
 
+def custom_args(op: str, args: Sequence, kwargs: dict | None = None) -> list:
+    """The positional arguments of the custom::<op> call that the call
+    `op(*args, **kwargs)` of the functional API makes (defaults filled in)."""
+    call = _defaults(op) | dict(zip(arg_names(op), args)) | dict(kwargs or {})
+    return [call[n] for n in op_cases.PROTOS[op].arg_order]
+
+
 def backward_args(op: str, args: Sequence, kwargs: dict | None = None) -> tuple[str, tuple]:
     """The custom::<op>_backward call that the forward call `op(*args)` leads to,
     with random incoming gradients and none of the tensors requiring grad.

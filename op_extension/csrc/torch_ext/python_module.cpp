@@ -318,6 +318,22 @@ PyObject* set_cpu_isa(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+// ---- CPU streaming stores (kernel/cpu/cpu_kernels.h) ---------------------------
+
+PyObject* cpu_streaming_store_bytes(PyObject*, PyObject*) {
+  return PyLong_FromLongLong(cpu::streaming_store_bytes());
+}
+
+PyObject* set_cpu_streaming_store_bytes(PyObject*, PyObject* arg) {
+  const long long bytes = PyLong_AsLongLong(arg);
+  if (bytes == -1 && PyErr_Occurred()) return nullptr;
+  return PyLong_FromLongLong(cpu::set_streaming_store_bytes(bytes));
+}
+
+PyObject* cpu_streamed_calls(PyObject*, PyObject*) {
+  return PyLong_FromLongLong(cpu::streamed_calls());
+}
+
 // The address of one kernel stub as this library's code sees it: differs from
 // _cuda_sim's unless the dynamic linker merged the two (tests/test_library_isolation.py).
 PyObject* kernel_stub_address(PyObject*, PyObject*) {
@@ -333,6 +349,12 @@ PyMethodDef methods[] = {
     {"best_cpu_isa", best_cpu_isa, METH_NOARGS, "The best instruction set this CPU supports."},
     {"set_cpu_isa", set_cpu_isa, METH_O,
      "Use the CPU kernels built for 'default', 'avx2' or 'avx512'."},
+    {"cpu_streaming_store_bytes", cpu_streaming_store_bytes, METH_NOARGS,
+     "Bytes one CPU kernel call moves above which it writes its outputs with streaming stores."},
+    {"set_cpu_streaming_store_bytes", set_cpu_streaming_store_bytes, METH_O,
+     "Sets that threshold (a negative value: never stream); returns the old one."},
+    {"_cpu_streamed_calls", cpu_streamed_calls, METH_NOARGS,
+     "CPU kernel calls that chose streaming stores so far."},
     {"_kernel_stub_address", kernel_stub_address, METH_NOARGS,
      "The address of the rms_norm_forward kernel stub in this library (a test of library isolation)."},
     {nullptr, nullptr, 0, nullptr},

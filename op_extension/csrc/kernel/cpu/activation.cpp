@@ -147,33 +147,6 @@ inline Vectorized<Acc> silu(const Vectorized<Acc>& x) {
   return x / one_plus_exp_neg(x);
 }
 
-// Applies f to every kStep-wide slice of the inputs. f takes the input vectors
-// and fills the output vectors, once for the low and once for the high half.
-template <typename T, size_t kIn, size_t kOut, typename F>
-void vec_map(int64_t n, const std::array<const T*, kIn>& in, const std::array<T*, kOut>& out,
-             const F& f) {
-  using V = Vec2<T>;
-  using AVec = typename V::AVec;
-  parallel_range(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    std::array<AVec, kIn> lo, hi;
-    std::array<AVec, kOut> out_lo, out_hi;
-    int64_t i = begin;
-    for (; i + V::kStep <= end; i += V::kStep) {
-      for (size_t k = 0; k < kIn; ++k) V::load(in[k] + i, lo[k], hi[k]);
-      f(lo, out_lo);
-      f(hi, out_hi);
-      for (size_t k = 0; k < kOut; ++k) V::store(out[k] + i, out_lo[k], out_hi[k]);
-    }
-    if (i < end) {
-      const int64_t count = end - i;
-      for (size_t k = 0; k < kIn; ++k) V::load_partial(in[k] + i, count, lo[k], hi[k]);
-      f(lo, out_lo);
-      f(hi, out_hi);
-      for (size_t k = 0; k < kOut; ++k) V::store_partial(out[k] + i, count, out_lo[k], out_hi[k]);
-    }
-  });
-}
-
 void gelu_forward_impl(DType dtype, const GeluArgs& a) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -66,6 +66,25 @@ Isa best_isa();
 bool set_active_isa(Isa isa);
 const char* isa_name(Isa isa);
 
+// Streaming (non-temporal) stores. A call whose inputs and outputs together
+// exceed the last-level cache evicts what it writes before anyone reads it, and
+// every line it writes is first read from memory (the read-for-ownership of a
+// write-back cache): a third of add's traffic, a quarter of RMSNorm's. Such
+// calls write their outputs with non-temporal stores, which skip that read.
+// Calls below the threshold keep ordinary stores, so that the next op finds
+// their output in cache. Only the AVX2 and AVX512 variants stream; the values
+// written are the same either way.
+//
+// The threshold in bytes moved by one call: the last-level cache of CPU 0
+// (Linux sysfs; 32 MiB where it is not found), or OP_EXT_CPU_STREAM_BYTES
+// (a byte count; "never"). INT64_MAX: never.
+int64_t streaming_store_bytes();
+// Sets the threshold for later calls (tests force both paths); returns the old one.
+int64_t set_streaming_store_bytes(int64_t bytes);
+// Kernel calls that chose streaming stores so far (tests check they were taken).
+int64_t streamed_calls();
+void count_streamed_call();
+
 template <typename Args>
 void KernelStub<Args>::operator()(DType dtype, const Args& args) const {
   KernelFn<Args> fn = default_fn;

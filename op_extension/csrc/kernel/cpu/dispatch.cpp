@@ -4,8 +4,11 @@
 #include "cpu_kernels.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <string>
 
 namespace op_ext::cpu {
 
@@ -51,7 +54,74 @@ std::atomic<Isa>& isa_slot() {
   return slot;
 }
 
+// The size of CPU 0's last-level cache from Linux's sysfs, or 0. (glibc's
+// sysconf(_SC_LEVEL3_CACHE_SIZE) reads CPUID, which virtual machines misreport:
+// 320 MiB for the 32 MiB of the development VM.)
+int64_t sysfs_last_level_cache_bytes() {
+  int best_level = 0;
+  int64_t best_bytes = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    int level = 0;
+    char size[32] = {0};
+    FILE* f = std::fopen((dir + "level").c_str(), "r");
+    if (f == nullptr) break;
+    const bool got_level = std::fscanf(f, "%d", &level) == 1;
+    std::fclose(f);
+    f = std::fopen((dir + "size").c_str(), "r");
+    if (f == nullptr) continue;
+    const bool got_size = std::fscanf(f, "%31s", size) == 1;
+    std::fclose(f);
+    if (!got_level || !got_size || level <= best_level) continue;
+    char* unit = nullptr;
+    const long long value = std::strtoll(size, &unit, 10);
+    const int64_t scale = *unit == 'K' ? 1024 : *unit == 'M' ? 1024 * 1024 : *unit == 'G' ? 1024LL << 20 : 1;
+    if (value > 0) {
+      best_level = level;
+      best_bytes = value * scale;
+    }
+  }
+  return best_bytes;
+}
+
+int64_t initial_streaming_store_bytes() {
+  const char* requested = std::getenv("OP_EXT_CPU_STREAM_BYTES");
+  if (requested != nullptr && *requested != '\0') {
+    if (std::strcmp(requested, "never") == 0) return std::numeric_limits<int64_t>::max();
+    char* end = nullptr;
+    const long long bytes = std::strtoll(requested, &end, 10);
+    if (*end == '\0' && bytes >= 0) return bytes;
+    // Anything else keeps the default: a typo must not change what runs.
+  }
+  const int64_t cache = sysfs_last_level_cache_bytes();
+  return cache > 0 ? cache : int64_t{32} << 20;
+}
+
+std::atomic<int64_t>& streaming_slot() {
+  static std::atomic<int64_t> slot{initial_streaming_store_bytes()};
+  return slot;
+}
+
+std::atomic<int64_t> streamed_call_count{0};
+
 }  // namespace
+
+int64_t streaming_store_bytes() {
+  return streaming_slot().load(std::memory_order_relaxed);
+}
+
+int64_t set_streaming_store_bytes(int64_t bytes) {
+  return streaming_slot().exchange(bytes < 0 ? std::numeric_limits<int64_t>::max() : bytes,
+                                   std::memory_order_relaxed);
+}
+
+int64_t streamed_calls() {
+  return streamed_call_count.load(std::memory_order_relaxed);
+}
+
+void count_streamed_call() {
+  streamed_call_count.fetch_add(1, std::memory_order_relaxed);
+}
 
 Isa active_isa() {
   return isa_slot().load(std::memory_order_relaxed);

@@ -16,37 +16,41 @@ namespace {
 // out[i] = a[i] + alpha * b[i] over one run of the innermost dim, with each
 // operand either dense (kDenseA/kDenseB) or one broadcast scalar. One
 // instantiation per combination keeps the hot loop free of branches and of
-// vectors that live in memory.
+// vectors that live in memory. stream: the whole steps from out's first
+// stream-aligned element on are written with streaming stores.
 template <typename T, bool kDenseA, bool kDenseB>
-void add_run(const T* a, const T* b, T* out, int64_t len, acc_t<T> alpha) {
+void add_run(const T* a, const T* b, T* out, int64_t len, acc_t<T> alpha, bool stream) {
   using Acc = acc_t<T>;
   using AVec = Vectorized<Acc>;
   using V = Vec2<T>;
   const AVec alpha_v(alpha);
   AVec a_lo(static_cast<Acc>(a[0])), a_hi = a_lo;
   AVec b_lo(static_cast<Acc>(b[0])), b_hi = b_lo;
+  const int64_t head = stream ? stream_head(out, len) : 0;
+  stream = stream && head < len;
   int64_t i = 0;
-  for (; i + V::kStep <= len; i += V::kStep) {
-    if constexpr (kDenseA) V::load(a + i, a_lo, a_hi);
-    if constexpr (kDenseB) V::load(b + i, b_lo, b_hi);
-    V::store(out + i, at::vec::fmadd(b_lo, alpha_v, a_lo), at::vec::fmadd(b_hi, alpha_v, a_hi));
-  }
-  if (i < len) {
-    const int64_t count = len - i;
-    if constexpr (kDenseA) V::load_partial(a + i, count, a_lo, a_hi);
-    if constexpr (kDenseB) V::load_partial(b + i, count, b_lo, b_hi);
-    V::store_partial(out + i, count, at::vec::fmadd(b_lo, alpha_v, a_lo),
-                     at::vec::fmadd(b_hi, alpha_v, a_hi));
+  while (i < len) {
+    const int64_t count = i == 0 && head > 0 ? head : std::min(V::kStep, len - i);
+    if (count == V::kStep) {
+      if constexpr (kDenseA) V::load(a + i, a_lo, a_hi);
+      if constexpr (kDenseB) V::load(b + i, b_lo, b_hi);
+    } else {
+      if constexpr (kDenseA) V::load_partial(a + i, count, a_lo, a_hi);
+      if constexpr (kDenseB) V::load_partial(b + i, count, b_lo, b_hi);
+    }
+    store_slice(out + i, count, at::vec::fmadd(b_lo, alpha_v, a_lo), at::vec::fmadd(b_hi, alpha_v, a_hi), stream);
+    i += count;
   }
 }
 
 template <typename T>
-void add_inner(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t len, acc_t<T> alpha) {
+void add_inner(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t len, acc_t<T> alpha,
+               bool stream) {
   using Acc = acc_t<T>;
-  if (sa == 1 && sb == 1) return add_run<T, true, true>(a, b, out, len, alpha);
-  if (sa == 1 && sb == 0) return add_run<T, true, false>(a, b, out, len, alpha);
-  if (sa == 0 && sb == 1) return add_run<T, false, true>(a, b, out, len, alpha);
-  if (sa == 0 && sb == 0) return add_run<T, false, false>(a, b, out, len, alpha);
+  if (sa == 1 && sb == 1) return add_run<T, true, true>(a, b, out, len, alpha, stream);
+  if (sa == 1 && sb == 0) return add_run<T, true, false>(a, b, out, len, alpha, stream);
+  if (sa == 0 && sb == 1) return add_run<T, false, true>(a, b, out, len, alpha, stream);
+  if (sa == 0 && sb == 0) return add_run<T, false, false>(a, b, out, len, alpha, stream);
   for (int64_t i = 0; i < len; ++i) {
     out[i] = static_cast<T>(static_cast<Acc>(a[i * sa]) + alpha * static_cast<Acc>(b[i * sb]));
   }
@@ -63,6 +67,12 @@ void add_typed(const AddArgs& args) {
   for (int d = 0; d < nd; ++d) numel *= args.sizes[d];
   if (numel == 0) return;
   const acc_t<T> alpha = static_cast<acc_t<T>>(args.alpha);
+  int64_t a_numel = 1, b_numel = 1;  // the elements each operand holds (broadcast dims not counted)
+  for (int d = 0; d < nd; ++d) {
+    if (args.a_strides[d] != 0) a_numel *= args.sizes[d];
+    if (args.b_strides[d] != 0) b_numel *= args.sizes[d];
+  }
+  const bool stream = streams_outputs((numel + a_numel + b_numel) * static_cast<int64_t>(sizeof(T)));
   parallel_range(numel, kElementwiseGrain, [&](int64_t begin, int64_t end) {
     int64_t idx = begin;
     while (idx < end) {
@@ -76,7 +86,7 @@ void add_typed(const AddArgs& args) {
         off_b += i_d * args.b_strides[d];
       }
       const int64_t sa = args.a_strides[nd - 1], sb = args.b_strides[nd - 1];
-      add_inner(a + off_a + col * sa, sa, b + off_b + col * sb, sb, out + idx, len, alpha);
+      add_inner(a + off_a + col * sa, sa, b + off_b + col * sb, sb, out + idx, len, alpha, stream);
       idx += len;
     }
   });
@@ -183,13 +193,9 @@ void reduce_to_typed(const ReduceToArgs& args) {
   }
   if (!any_reduced) {  // out = alpha * grad
     using AVec = Vectorized<Acc>;
-    parallel_range(numel, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-      for_each_slice<T>(end - begin, [&](int64_t i, int64_t count) {
-        AVec lo, hi;
-        load_slice(grad + begin + i, count, lo, hi);
-        store_slice(out + begin + i, count, lo * AVec(alpha), hi * AVec(alpha));
-      });
-    });
+    const AVec alpha_v(alpha);
+    vec_map<T, 1, 1>(numel, {grad}, {out},
+                     [&](const std::array<AVec, 1>& g, std::array<AVec, 1>& y) { y[0] = g[0] * alpha_v; });
     return;
   }
   if (numel == 0) {  // the reduced output still has its elements: zeros

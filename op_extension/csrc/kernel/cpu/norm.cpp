@@ -414,11 +414,15 @@ void rms_norm_forward_typed(const RmsNormArgs& a) {
   const int64_t cols = a.cols;
   const Acc eps = static_cast<Acc>(a.eps);
   const Acc n = static_cast<Acc>(cols);
+  // Large calls stream the output past the caches; never residual_out, which the
+  // row's norm reads back at once.
+  const bool stream = streams_outputs(a.rows * cols * static_cast<int64_t>(sizeof(T)) * (residual ? 4 : 2));
 
   parallel_range(a.rows, row_grain(cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* x = input + r * cols;
       T* y = output + r * cols;
+      const bool stream_row = stream && stream_aligned(y);
       const T* src = x;
       if (residual != nullptr) {
         // residual_out = input + residual, rounded to T as the unfused ops would
@@ -477,7 +481,7 @@ void rms_norm_forward_typed(const RmsNormArgs& a) {
             lo = lo * w_lo;
             hi = hi * w_hi;
           }
-          store_slice(y + i, count, lo, hi);
+          store_slice(y + i, count, lo, hi, stream_row);
         });
       });
     }
@@ -498,11 +502,14 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a) {
   const Acc n = static_cast<Acc>(cols);
   T* outs[1] = {static_cast<T*>(a.grad_weight)};
   const int num_sums = weight != nullptr && a.grad_weight != nullptr ? 1 : 0;
+  const bool stream =
+      streams_outputs(a.rows * cols * static_cast<int64_t>(sizeof(T)) * (grad_residual ? 4 : 3));
 
   rows_with_column_sums<T>(a.rows, cols, num_sums, outs, [&](int64_t r, Acc* partial) {
     const T* x = input + r * cols;
     const T* dy = grad_output + r * cols;
     T* dx = grad_input + r * cols;
+    const bool stream_row = stream && stream_aligned(dx);
     // With g = dy * w and xhat = x * rstd (y = w * xhat):
     //   dx = rstd * (g - xhat * mean(g * xhat)),  dw = sum over rows of dy * xhat.
     // Written with xhat rather than rstd^3 * x * mean(g * x), whose rstd^3
@@ -571,7 +578,7 @@ void rms_norm_backward_typed(const RmsNormBackwardArgs& a) {
           dx_lo = dx_lo + gr_lo;
           dx_hi = dx_hi + gr_hi;
         }
-        store_slice(dx + i, count, dx_lo, dx_hi);
+        store_slice(dx + i, count, dx_lo, dx_hi, stream_row);
         if (partial != nullptr) accumulate(partial + i, count, dy_lo * xhat_lo, dy_hi * xhat_hi);
       });
     });
@@ -691,11 +698,13 @@ void layer_norm_forward_typed(const LayerNormArgs& a) {
   T* output = static_cast<T*>(a.output);
   const int64_t cols = a.cols;
   const Acc eps = static_cast<Acc>(a.eps);
+  const bool stream = streams_outputs(a.rows * cols * static_cast<int64_t>(sizeof(T)) * 2);
 
   parallel_range(a.rows, row_grain(cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* x = input + r * cols;
       T* y = output + r * cols;
+      const bool stream_row = stream && stream_aligned(y);
       const LayerNormRow<Acc> row = layer_norm_row(x, cols, eps, r + 1 < end ? x + cols : nullptr);
       const AVec rstd(Acc(1) / std::sqrt(row.var + row.eps));
       const AVec mean(row.mean);
@@ -723,7 +732,7 @@ void layer_norm_forward_typed(const LayerNormArgs& a) {
             lo = lo + b_lo;
             hi = hi + b_hi;
           }
-          store_slice(y + i, count, lo, hi);
+          store_slice(y + i, count, lo, hi, stream_row);
         });
       });
     }
@@ -744,11 +753,13 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a) {
   // partial[0] accumulates grad_weight, partial[1] grad_bias.
   T* outs[2] = {static_cast<T*>(a.grad_weight), static_cast<T*>(a.grad_bias)};
   const int num_sums = (a.grad_weight != nullptr || a.grad_bias != nullptr) ? 2 : 0;
+  const bool stream = streams_outputs(a.rows * cols * static_cast<int64_t>(sizeof(T)) * 3);
 
   rows_with_column_sums<T>(a.rows, cols, num_sums, outs, [&](int64_t r, Acc* partial) {
     const T* x = input + r * cols;
     const T* dy = grad_output + r * cols;
     T* dx = grad_input + r * cols;
+    const bool stream_row = stream && stream_aligned(dx);
     // With g = dy * w, d = x - mean and xhat = d * rstd:
     //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
     // written with xhat rather than rstd^2 * d * mean(g * d), whose rstd^2
@@ -850,7 +861,7 @@ void layer_norm_backward_typed(const LayerNormBackwardArgs& a) {
           dx_lo = dx_lo * s;
           dx_hi = dx_hi * s;
         }
-        store_slice(dx + i, count, dx_lo, dx_hi);
+        store_slice(dx + i, count, dx_lo, dx_hi, stream_row);
         if (partial != nullptr) {
           accumulate(partial + i, count, dy_lo * xhat_lo, dy_hi * xhat_hi);
           accumulate(partial + cols + i, count, dy_lo, dy_hi);

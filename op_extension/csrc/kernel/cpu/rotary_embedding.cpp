@@ -41,8 +41,9 @@ struct CosRows {
 //   out1 = x1 c1 - x2 s1,  out2 = x2 c2 + x1 s2          (forward)
 //   out1 = x1 c1 + x2 s2,  out2 = x2 c2 - x1 s1          (backward, x = the gradient)
 // with c1, s1 the first halves of the cos/sin row and c2, s2 the second.
+// stream: out and out + h are stream-aligned; whole steps are streamed.
 template <typename T, bool kBackward>
-void rotate_row(const T* x, const T* c, const T* s, T* out, int64_t h) {
+void rotate_row(const T* x, const T* c, const T* s, T* out, int64_t h, bool stream) {
   using Acc = acc_t<T>;
   using AVec = Vectorized<Acc>;
   constexpr int64_t kStep = Vec2<T>::kStep;
@@ -67,8 +68,8 @@ void rotate_row(const T* x, const T* c, const T* s, T* out, int64_t h) {
       o2l = at::vec::fmadd(x1l, s2l, x2l * c2l);
       o2h = at::vec::fmadd(x1h, s2h, x2h * c2h);
     }
-    store_slice(out + i, count, o1l, o1h);
-    store_slice(out + h + i, count, o2l, o2h);
+    store_slice(out + i, count, o1l, o1h, stream);
+    store_slice(out + h + i, count, o2l, o2h, stream);
   };
   for (; i + kStep <= h; i += kStep) step(kStep);
   if (i < h) step(h - i);
@@ -81,11 +82,15 @@ void rotary_typed(const RotaryEmbeddingArgs& a) {
   const T* sin = static_cast<const T*>(a.sin);
   T* out = static_cast<T*>(a.output);
   const int64_t dim = a.dim;
+  // The cos/sin rows, shared across heads, stay in cache; x and out stream.
+  const bool stream = streams_outputs(a.rows * dim * static_cast<int64_t>(sizeof(T)) * 2);
   parallel_range(a.rows, row_grain(dim), [&](int64_t begin, int64_t end) {
     CosRows rows(a, begin);
     for (int64_t r = begin; r < end; ++r, rows.next()) {
       const int64_t cr = rows.row * dim;
-      rotate_row<T, kBackward>(x + r * dim, cos + cr, sin + cr, out + r * dim, dim / 2);
+      T* o = out + r * dim;
+      const bool stream_row = stream && stream_aligned(o) && stream_aligned(o + dim / 2);
+      rotate_row<T, kBackward>(x + r * dim, cos + cr, sin + cr, o, dim / 2, stream_row);
     }
   });
 }

@@ -46,6 +46,9 @@ void softmax_last_dim(const T* input, T* output, int64_t rows, int64_t cols) {
   // 16-bit types are rounded once, at the end; when T is Acc the output row
   // itself holds it (no scratch, one fewer stream through the cache).
   constexpr bool kScratchInOutput = std::is_same_v<T, Acc>;
+  // Large calls stream the output rows of the 16-bit types past the caches. A
+  // float row is its own scratch: already in cache when the last pass writes it.
+  const bool stream = !kScratchInOutput && streams_outputs(rows * cols * static_cast<int64_t>(sizeof(T)) * 2);
   parallel_range(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
     std::vector<Acc> scratch(kScratchInOutput ? 0 : cols);
     for (int64_t r = begin; r < end; ++r) {
@@ -87,8 +90,10 @@ void softmax_last_dim(const T* input, T* output, int64_t rows, int64_t cols) {
       }
       const Acc inv = Acc(1) / sum;
       const AVec inv_v(inv);
+      const bool stream_row = stream && stream_aligned(y);
       for (i = 0; i + kStep <= cols; i += kStep) {
-        V::store(y + i, AVec::loadu(exps + i) * inv_v, AVec::loadu(exps + i + AVec::size()) * inv_v);
+        store_slice(y + i, kStep, AVec::loadu(exps + i) * inv_v, AVec::loadu(exps + i + AVec::size()) * inv_v,
+                    stream_row);
       }
       for (; i < cols; ++i) y[i] = static_cast<T>(exps[i] * inv);
     }
@@ -155,11 +160,13 @@ void softmax_backward_typed(const SoftmaxBackwardArgs& a) {
   const int64_t dim_size = a.dim_size, inner = a.inner;
   // dx = y * (dy - sum(dy * y)) along the softmax dim
   if (inner == 1) {
+    const bool stream = streams_outputs(a.outer * dim_size * static_cast<int64_t>(sizeof(T)) * 3);
     parallel_range(a.outer, row_grain(dim_size), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const T* dy = grad_output + r * dim_size;
         const T* y = output + r * dim_size;
         T* dx = grad_input + r * dim_size;
+        const bool stream_row = stream && stream_aligned(dx);
         AVec s_lo(Acc(0)), s_hi(Acc(0));
         int64_t i = 0;
         constexpr int64_t kStep = Vec2<T>::kStep;
@@ -177,7 +184,7 @@ void softmax_backward_typed(const SoftmaxBackwardArgs& a) {
           AVec g_lo, g_hi, y_lo, y_hi;
           load_slice(dy + i, count, g_lo, g_hi);
           load_slice(y + i, count, y_lo, y_hi);
-          store_slice(dx + i, count, y_lo * (g_lo - dot), y_hi * (g_hi - dot));
+          store_slice(dx + i, count, y_lo * (g_lo - dot), y_hi * (g_hi - dot), stream_row);
         }
       }
     });

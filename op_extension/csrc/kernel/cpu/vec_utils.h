@@ -14,7 +14,9 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <tuple>
 #include <type_traits>
 
@@ -33,6 +35,68 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 template <typename T>
 inline constexpr bool kIsReduced =
     std::is_same_v<T, c10::Half> || std::is_same_v<T, c10::BFloat16>;
+
+// ---- Streaming stores (cpu_kernels.h, streaming_store_bytes) ----------------
+//
+// stream_vector writes one whole vector register with a non-temporal store,
+// which needs an address aligned to the register's size (kStreamAlign). The
+// DEFAULT variant has no such store (kStreamAlign 0): it never streams.
+#if defined(CPU_CAPABILITY_AVX512)
+inline constexpr int64_t kStreamAlign = 64;
+inline void stream_vector(float* p, const Vectorized<float>& v) { _mm512_stream_ps(p, v); }
+inline void stream_vector(double* p, const Vectorized<double>& v) { _mm512_stream_pd(p, v); }
+template <typename R, typename = std::enable_if_t<kIsReduced<R>>>
+inline void stream_vector(R* p, const Vectorized<R>& v) {
+  _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v);
+}
+#elif defined(CPU_CAPABILITY_AVX2)
+inline constexpr int64_t kStreamAlign = 32;
+inline void stream_vector(float* p, const Vectorized<float>& v) { _mm256_stream_ps(p, v); }
+inline void stream_vector(double* p, const Vectorized<double>& v) { _mm256_stream_pd(p, v); }
+template <typename R, typename = std::enable_if_t<kIsReduced<R>>>
+inline void stream_vector(R* p, const Vectorized<R>& v) {
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v);
+}
+#else
+inline constexpr int64_t kStreamAlign = 0;
+template <typename S>
+inline void stream_vector(S* p, const Vectorized<S>& v) { v.store(p); }
+#endif
+
+// (kStreamAlign, or 1 where it is 0, for the arithmetic of code that never streams then.)
+inline constexpr int64_t kStreamModulus = kStreamAlign == 0 ? 1 : kStreamAlign;
+
+inline bool stream_aligned(const void* p) {
+  return kStreamAlign != 0 && reinterpret_cast<uintptr_t>(p) % kStreamModulus == 0;
+}
+
+// Whether a kernel call that moves `bytes` (inputs and outputs) writes its
+// outputs with streaming stores; counted once per call that does.
+inline bool streams_outputs(int64_t bytes) {
+  if (kStreamAlign == 0 || bytes <= streaming_store_bytes()) return false;
+  count_streamed_call();
+  return true;
+}
+
+// How many of out[0, len) precede its first stream_aligned element: a kernel
+// writes them with ordinary stores, then streams from there (all of them where
+// out cannot be aligned, or the variant never streams).
+template <typename T>
+inline int64_t stream_head(const T* out, int64_t len) {
+  if (kStreamAlign == 0) return len;
+  const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) % kStreamModulus);
+  if (misalign % static_cast<int64_t>(sizeof(T)) != 0) return len;
+  return std::min(len, misalign == 0 ? 0 : (kStreamAlign - misalign) / static_cast<int64_t>(sizeof(T)));
+}
+
+// Makes a task's streaming stores visible to every core before the task is
+// reported done: they are weakly ordered, and the thread pool's hand-off only
+// orders ordinary stores. Free when the task streamed nothing.
+inline void stream_fence() {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  _mm_sfence();
+#endif
+}
 
 // A step is two accumulator vectors' worth of T: one Vectorized<T> for the
 // 16-bit types, two for float and double. Loops advance by kStep.
@@ -68,6 +132,17 @@ struct Vec2 {
     } else {
       lo.store(p);
       hi.store(p + AVec::size());
+    }
+  }
+
+  // store() with streaming stores; p must be stream_aligned (a step is a whole
+  // number of registers: 2 for float and double, 1 for the 16-bit types).
+  static inline void store_stream(T* p, const AVec& lo, const AVec& hi) {
+    if constexpr (kIsReduced<T>) {
+      stream_vector(p, at::vec::convert_from_float<T>(lo, hi));
+    } else {
+      stream_vector(p, lo);
+      stream_vector(p + AVec::size(), hi);
     }
   }
 
@@ -110,11 +185,20 @@ inline void load_slice(const T* p, int64_t count, Vectorized<acc_t<T>>& lo,
   }
 }
 
+// stream: a whole step is written with streaming stores (p stream_aligned). A
+// flag tested per step rather than a template parameter: both kinds of store
+// then follow one copy of the kernel's arithmetic, which the compiler might
+// otherwise contract into FMAs differently in two instantiations (1 ulp apart
+// in float64 on AVX2), and streaming must not change a bit.
 template <typename T>
 inline void store_slice(T* p, int64_t count, const Vectorized<acc_t<T>>& lo,
-                        const Vectorized<acc_t<T>>& hi) {
+                        const Vectorized<acc_t<T>>& hi, bool stream = false) {
   if (count == Vec2<T>::kStep) {
-    Vec2<T>::store(p, lo, hi);
+    if (stream) {
+      Vec2<T>::store_stream(p, lo, hi);
+    } else {
+      Vec2<T>::store(p, lo, hi);
+    }
   } else {
     Vec2<T>::store_partial(p, count, lo, hi);
   }
@@ -162,7 +246,47 @@ inline void dispatch_dtype(DType dtype, F&& f) {
 // Splits [0, n) into chunks of at least `grain` items across ATen's thread pool.
 template <typename F>
 inline void parallel_range(int64_t n, int64_t grain, const F& f) {
-  at::parallel_for(0, n, std::max<int64_t>(grain, 1), f);
+  at::parallel_for(0, n, std::max<int64_t>(grain, 1), [&](int64_t begin, int64_t end) {
+    f(begin, end);
+    stream_fence();
+  });
+}
+
+// Elements one task of an elementwise kernel handles at least.
+inline constexpr int64_t kElementwiseGrain = 32768;
+
+// Applies f to every kStep-wide slice of the inputs. f takes the input vectors
+// and fills the output vectors, once for the low and once for the high half.
+// Calls that move more than streaming_store_bytes() write the outputs' whole
+// steps with streaming stores, from the first element where all of them are
+// aligned (the outputs are allocated alike, so one such element serves all).
+template <typename T, size_t kIn, size_t kOut, typename F>
+void vec_map(int64_t n, const std::array<const T*, kIn>& in, const std::array<T*, kOut>& out,
+             const F& f) {
+  using V = Vec2<T>;
+  using AVec = typename V::AVec;
+  const bool stream = streams_outputs(n * static_cast<int64_t>((kIn + kOut) * sizeof(T)));
+  parallel_range(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    std::array<AVec, kIn> lo, hi;
+    std::array<AVec, kOut> out_lo, out_hi;
+    // [begin, begin + head) is stored plainly, then whole steps stream.
+    int64_t head = 0;
+    bool stream_steps = stream;
+    if (stream) {
+      head = stream_head(out[0] + begin, end - begin);
+      for (size_t k = 0; k < kOut; ++k) stream_steps = stream_steps && stream_aligned(out[k] + begin + head);
+      if (!stream_steps) head = 0;
+    }
+    int64_t i = begin;
+    while (i < end) {
+      const int64_t count = i == begin && head > 0 ? head : std::min(V::kStep, end - i);
+      for (size_t k = 0; k < kIn; ++k) load_slice(in[k] + i, count, lo[k], hi[k]);
+      f(lo, out_lo);
+      f(hi, out_hi);
+      for (size_t k = 0; k < kOut; ++k) store_slice(out[k] + i, count, out_lo[k], out_hi[k], stream_steps);
+      i += count;
+    }
+  });
 }
 
 // Number of rows one task handles so that it touches ~32K elements: enough to
@@ -171,7 +295,6 @@ inline int64_t row_grain(int64_t cols) {
   return std::max<int64_t>(1, 32768 / std::max<int64_t>(cols, 1));
 }
 
-inline constexpr int64_t kElementwiseGrain = 32768;
 
 }  // namespace
 }  // namespace op_ext::cpu
