@@ -16,7 +16,7 @@ _custom = torch.ops.custom
 # ---- the functional API: op_extension.ops.add ------------------------------------
 
 
-def add(input: torch.Tensor, other: torch.Tensor | numbers.Number, alpha: float = 1) -> torch.Tensor:
+def add(input: torch.Tensor, other: torch.Tensor | numbers.Number, alpha: float = 1.0) -> torch.Tensor:
     """input + alpha * other, with broadcasting. A number `other` becomes a 0-dim tensor."""
     if not isinstance(other, torch.Tensor):
         if not isinstance(other, numbers.Real):
