@@ -91,7 +91,7 @@ inline int64_t stream_head(const T* out, int64_t len) {
 
 // Makes a task's streaming stores visible to every core before the task is
 // reported done: they are weakly ordered, and the thread pool's hand-off only
-// orders ordinary stores. Free when the task streamed nothing.
+// orders ordinary stores. A few cycles where the task streamed nothing.
 inline void stream_fence() {
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
   _mm_sfence();
