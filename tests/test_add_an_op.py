@@ -203,8 +203,10 @@ print("ok" if not problems else problems)
 # a scaffold change that breaks this flow fails here, naming the file).
 
 # CPU: y = x * alpha, in acc_t (float for float16/bfloat16, rounded once, as
-# torch's x * alpha does). A plain loop: the compiler vectorises it for each
-# ISA the file is built for, and parallel_range splits it over ATen's threads.
+# torch's x * alpha does), through vec_map (vec_utils.h), the elementwise ops'
+# loop: at::vec loads that widen the 16-bit types, for each ISA the file is
+# built for, tasks over ATen's threads, and streaming stores in calls larger
+# than the cache (test_streaming_stores.py, a shared test, checks they are taken).
 CPU_KERNEL = (
     """template <typename T>
 void scale_by_forward_typed(const ScaleByArgs& a) {
@@ -213,12 +215,10 @@ void scale_by_forward_typed(const ScaleByArgs& a) {
 }""",
     """template <typename T>
 void scale_by_run(const void* in, void* out, int64_t n, double alpha) {
-  const T* x = static_cast<const T*>(in);
-  T* y = static_cast<T*>(out);
-  const acc_t<T> a = static_cast<acc_t<T>>(alpha);
-  parallel_range(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = static_cast<T>(static_cast<acc_t<T>>(x[i]) * a);
-  });
+  using AVec = Vectorized<acc_t<T>>;
+  const AVec a(static_cast<acc_t<T>>(alpha));
+  vec_map<T, 1, 1>(n, {static_cast<const T*>(in)}, {static_cast<T*>(out)},
+                   [&](const std::array<AVec, 1>& x, std::array<AVec, 1>& y) { y[0] = x[0] * a; });
 }
 
 template <typename T>

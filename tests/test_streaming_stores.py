@@ -35,12 +35,6 @@ custom = torch.ops.custom
 NEVER = -1
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 
-# Backward ops whose kernels write no output as large as their input, so that
-# no call of theirs streams: add_backward reduces the gradient to each input's
-# shape (reduce_to streams only where nothing is reduced: an input of the
-# output's shape, which the same_shape samples are).
-SMALL_OUTPUT_BACKWARD: set[str] = set()
-
 
 @contextmanager
 def streaming(threshold: int):
@@ -100,10 +94,13 @@ def test_streamed_outputs_are_the_same_bits(op, cpu_isa):
                 where = f"{what} {DTYPE_IDS[dtype]} on {cpu_isa}, output {k}"
                 assert a.shape == b.shape and a.dtype == b.dtype, where
                 assert torch.equal(_bits(a), _bits(b)), f"{where}: streaming changed the values"
+    # add_backward streams through reduce_to's copy: the same-shape samples
+    # reduce nothing.
+    how = ("its CPU kernel writes no output with streaming stores: write it with vec_map, or pass "
+           "store_slice the streams_outputs() choice (kernel/cpu/vec_utils.h)")
     if streams:
-        assert forward_streamed > 0, f"{op}: no forward call took the streaming path on {cpu_isa}"
-        if op not in SMALL_OUTPUT_BACKWARD:
-            assert backward_streamed > 0, f"{op}: no backward call took the streaming path on {cpu_isa}"
+        assert forward_streamed > 0, f"{op}: no forward call took the streaming path on {cpu_isa}; {how}"
+        assert backward_streamed > 0, f"{op}: no backward call took the streaming path on {cpu_isa}; {how}"
     else:
         assert forward_streamed == backward_streamed == 0, f"{op}: the {cpu_isa} variant cannot stream"
 
