@@ -18,6 +18,7 @@ read of every line written. Only where the store goes changes, never a value:
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -171,8 +172,6 @@ def _sysfs_last_level_cache() -> int | None:
 
 
 def _threshold_in_a_fresh_process(env_value: str | None) -> int:
-    import os
-
     env = dict(os.environ)
     env.pop("OP_EXT_CPU_STREAM_BYTES", None)
     if env_value is not None:
