@@ -206,6 +206,29 @@ def backward_args(op: str, args: Sequence, kwargs: dict | None = None) -> tuple[
     return name, tuple(bw_args)
 
 
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bits as integers, so that NaNs (and -0.0) compare by payload."""
+    t = t.detach().contiguous()
+    return t.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def tensor_outputs(result) -> list[torch.Tensor]:
+    """The tensors of an op's result (one tensor or a tuple)."""
+    items = result if isinstance(result, (tuple, list)) else [result]
+    return [t for t in items if isinstance(t, torch.Tensor)]
+
+
+def sample_calls(op: str, dtype: torch.dtype):
+    """(what, op name, custom:: args) for the forward and the backward call of
+    each of the op's SAMPLES and TRAFFIC calls (tests/op_cases) in `dtype`."""
+    samples = list(SAMPLES[op]) + list(op_cases.get(op, "TRAFFIC", []))
+    for sample in samples:
+        args, kwargs = build(sample, dtype)
+        yield f"{op}[{sample.id}]", op, custom_args(op, args, kwargs)
+        name, bw_args = backward_args(op, args, kwargs)
+        yield f"{name}[{sample.id}]", name, list(bw_args)
+
+
 def rel_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """max |a - e| / (1 + |e|), for messages."""
     if actual.numel() == 0:

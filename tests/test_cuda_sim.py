@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from op_extension import ascend_sim, cuda_sim
-from reference import DTYPE_IDS, DTYPES, backward_args, build, reference, sample_params, tolerance
+from reference import DTYPE_IDS, DTYPES, backward_args, bits, build, reference, sample_params, tolerance
 
 CUDA_KERNELS = Path(__file__).resolve().parent.parent / "op_extension" / "csrc" / "kernel" / "cuda"
 
@@ -269,10 +269,6 @@ def test_add_broadcast_paths(case, misaligned, dtype):
                       _twice(tolerance(dtype, "add", "backward")), name)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
 def test_block_order_changes_an_order_dependent_sum():
     """The harness's reverse block order does change the bits of a kernel whose
     result depends on the order of its blocks (a planted float sum across blocks
@@ -296,7 +292,7 @@ def test_weight_gradients_bit_identical_in_any_block_order(op, dtype):
     reverse = cuda_sim.run_backward(op, *bw_args, block_order="reverse")
     # rms_norm and fused_add_rms_norm: (dx, dw); layer_norm: (dx, dw, db).
     for k in {"rms_norm": [1], "fused_add_rms_norm": [1], "layer_norm": [1, 2]}[op]:
-        assert torch.equal(_bits(first[k]), _bits(reverse[k])), f"{name} output {k}: differs in reverse block order"
+        assert torch.equal(bits(first[k]), bits(reverse[k])), f"{name} output {k}: differs in reverse block order"
     _assert_close_all(first, getattr(torch.ops.custom, name)(*bw_args), _twice(tolerance(dtype, op, "backward")),
                       name)
 

@@ -20,6 +20,7 @@ import torch
 
 from op_extension import cuda_sim
 from op_extension._reference import tolerance
+from reference import bits
 
 ROPE_CU = Path(__file__).resolve().parent.parent / "op_extension" / "csrc" / "kernel" / "cuda" / "rotary_embedding.cu"
 
@@ -104,10 +105,6 @@ def rope_inputs(x_shape, cos_shape, dtype, seed=0, offset=0):
     x = torch.randn(x_shape, generator=g, dtype=torch.float64)
     dy = torch.randn(x_shape, generator=g, dtype=torch.float64)
     return tuple(guarded(t.to(dtype), offset) for t in (x, angles.cos(), angles.sin(), dy))
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
 def check(x, cos, sin, dy, unsqueeze_dim, *, cos_row_strides=None, reverse_too=True, what=""):

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from op_extension import cuda_sim, ops
+from reference import bits
 from test_cuda_sim_traffic import MAX_LAUNCHES, broken_rules, moved_ratio
 
 OP = "rotary_embedding_table_backward"
@@ -72,10 +73,6 @@ def inputs(q_shape, k_shape, cos_shape, dtype, *, seed=0, layout=None, grad_layo
     dq, dk = make(q_shape, dtype, g, glayout, offset), make(k_shape, dtype, g, glayout, offset)
     cos = make(cos_shape, dtype, g)
     return dq, dk, q, k, cos
-
-
-def bits(t):
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
 def check_kernel(dq, dk, q, k, cos, unsqueeze_dim=1, *, cos_grad=True, sin_grad=True, reverse=True):

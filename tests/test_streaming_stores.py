@@ -27,9 +27,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import op_cases
 import op_extension
-from reference import DTYPE_IDS, FORWARD_OPS, SAMPLES, backward_args, build, custom_args
+from reference import DTYPE_IDS, FORWARD_OPS, bits, sample_calls, tensor_outputs
 
 C = op_extension._C
 custom = torch.ops.custom
@@ -46,30 +45,8 @@ def streaming(threshold: int):
         C.set_cpu_streaming_store_bytes(old)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's bits, so that NaNs (and -0.0) compare by payload."""
-    t = t.detach().contiguous()
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def _outputs(result) -> list[torch.Tensor]:
-    items = result if isinstance(result, (tuple, list)) else [result]
-    return [t for t in items if isinstance(t, torch.Tensor)]
-
-
-def _calls(op: str, dtype: torch.dtype):
-    """(what, op name, args) for every forward and backward call of the op's
-    samples and traffic calls in `dtype`."""
-    samples = list(SAMPLES[op]) + list(op_cases.get(op, "TRAFFIC", []))
-    for sample in samples:
-        args, kwargs = build(sample, dtype)
-        yield f"{op}[{sample.id}]", op, custom_args(op, args, kwargs)
-        name, bw_args = backward_args(op, args, kwargs)
-        yield f"{name}[{sample.id}]", name, list(bw_args)
-
-
 def _run(name: str, args) -> list[torch.Tensor]:
-    return _outputs(getattr(custom, name)(*args))
+    return tensor_outputs(getattr(custom, name)(*args))
 
 
 @pytest.mark.parametrize("op", FORWARD_OPS)
@@ -77,7 +54,7 @@ def test_streamed_outputs_are_the_same_bits(op, cpu_isa):
     streams = cpu_isa != "default"
     forward_streamed = backward_streamed = 0
     for dtype in DTYPES:
-        for what, name, args in _calls(op, dtype):
+        for what, name, args in sample_calls(op, dtype):
             with streaming(NEVER):
                 before = C._cpu_streamed_calls()
                 plain = _run(name, args)
@@ -94,7 +71,7 @@ def test_streamed_outputs_are_the_same_bits(op, cpu_isa):
             for k, (a, b) in enumerate(zip(plain, streamed)):
                 where = f"{what} {DTYPE_IDS[dtype]} on {cpu_isa}, output {k}"
                 assert a.shape == b.shape and a.dtype == b.dtype, where
-                assert torch.equal(_bits(a), _bits(b)), f"{where}: streaming changed the values"
+                assert torch.equal(bits(a), bits(b)), f"{where}: streaming changed the values"
     # add_backward streams through reduce_to's copy: the same-shape samples
     # reduce nothing.
     how = ("its CPU kernel writes no output with streaming stores: write it with vec_map, or pass "
@@ -126,7 +103,7 @@ def test_tasks_that_start_unaligned_peel_their_head(dtype, cpu_isa, two_threads)
     calls = {
         "gelu": lambda: [gelu(x, "tanh")],
         "gelu_backward": lambda: [custom.gelu_backward(y, x, "tanh")],
-        "swiglu_backward": lambda: _outputs(custom.swiglu_backward(z, x, y)),
+        "swiglu_backward": lambda: tensor_outputs(custom.swiglu_backward(z, x, y)),
         "add": lambda: [custom.add(x, y, 0.5)],
         "add_backward (no reduction)": lambda: [custom.add_backward(z, [n], 2.0)],
     }
@@ -139,7 +116,7 @@ def test_tasks_that_start_unaligned_peel_their_head(dtype, cpu_isa, two_threads)
             took = C._cpu_streamed_calls() - before
         assert took == (0 if cpu_isa == "default" else 1), f"{what} on {cpu_isa}: {took} streamed calls"
         for a, b in zip(plain, streamed):
-            assert torch.equal(_bits(a), _bits(b)), f"{what} on {cpu_isa}: streaming changed the values"
+            assert torch.equal(bits(a), bits(b)), f"{what} on {cpu_isa}: streaming changed the values"
 
 
 def test_threshold_setting_and_default():

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "../kernel/cpu/cpu_kernels.h"
+#include "../kernel/cpu/narrowing.h"
 #include "../kernel/cpu/rms_norm.h"
 #include "op_ext_handles.h"
 #include "transforms.h"
@@ -334,6 +335,39 @@ PyObject* cpu_streamed_calls(PyObject*, PyObject*) {
   return PyLong_FromLongLong(cpu::streamed_calls());
 }
 
+// ---- native float -> bfloat16 rounding (kernel/cpu/cpu_kernels.h) -------------
+
+PyObject* cpu_native_bf16_narrowing(PyObject*, PyObject*) {
+  return PyBool_FromLong(cpu::native_bf16_narrowing());
+}
+
+PyObject* set_cpu_native_bf16_narrowing(PyObject*, PyObject* arg) {
+  const int on = PyObject_IsTrue(arg);
+  if (on < 0) return nullptr;
+  if (!cpu::set_native_bf16_narrowing(on != 0)) {
+    PyErr_SetString(PyExc_ValueError, "this CPU has no AVX512-BF16 (VCVTNE2PS2BF16) for native bfloat16 rounding");
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+// (mismatches, first mismatching pattern, natively converted pairs, pairs) of
+// bf16_narrowing_check over every float, in the active ISA.
+PyObject* cpu_bf16_narrowing_check(PyObject*, PyObject* arg) {
+  const int spread = PyObject_IsTrue(arg);
+  if (spread < 0) return nullptr;
+  int64_t mismatches = 0, native_pairs = 0, pairs = 0;
+  uint64_t first = 0;
+  {
+    // Every float in a few seconds; release the GIL meanwhile.
+    PyThreadState* state = PyEval_SaveThread();
+    cpu::bf16_narrowing_check(cpu::DType::Float32, {spread != 0, &mismatches, &first, &native_pairs, &pairs});
+    PyEval_RestoreThread(state);
+  }
+  return Py_BuildValue("LKLL", static_cast<long long>(mismatches), static_cast<unsigned long long>(first),
+                       static_cast<long long>(native_pairs), static_cast<long long>(pairs));
+}
+
 // The address of one kernel stub as this library's code sees it: differs from
 // _cuda_sim's unless the dynamic linker merged the two (tests/test_library_isolation.py).
 PyObject* kernel_stub_address(PyObject*, PyObject*) {
@@ -355,6 +389,13 @@ PyMethodDef methods[] = {
      "Sets that threshold (a negative value: never stream); returns the old one."},
     {"_cpu_streamed_calls", cpu_streamed_calls, METH_NOARGS,
      "CPU kernel calls that chose streaming stores so far."},
+    {"cpu_native_bf16_narrowing", cpu_native_bf16_narrowing, METH_NOARGS,
+     "Whether the CPU kernels round float to bfloat16 with AVX512-BF16's VCVTNE2PS2BF16."},
+    {"set_cpu_native_bf16_narrowing", set_cpu_native_bf16_narrowing, METH_O,
+     "Switches that on or off for later calls (ValueError: the CPU lacks the instruction)."},
+    {"_cpu_bf16_narrowing_check", cpu_bf16_narrowing_check, METH_O,
+     "(mismatches, first mismatch, native pairs, pairs): the native bfloat16 rounding against "
+     "at::vec's over every float, lanes consecutive (False) or spread (True)."},
     {"_kernel_stub_address", kernel_stub_address, METH_NOARGS,
      "The address of the rms_norm_forward kernel stub in this library (a test of library isolation)."},
     {nullptr, nullptr, 0, nullptr},

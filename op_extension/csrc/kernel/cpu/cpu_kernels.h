@@ -11,6 +11,7 @@
 // otherwise; outputs never alias inputs.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -84,6 +85,20 @@ int64_t set_streaming_store_bytes(int64_t bytes);
 // Kernel calls that chose streaming stores so far (tests check they were taken).
 int64_t streamed_calls();
 void count_streamed_call();
+
+// float -> bfloat16 with AVX512-BF16's VCVTNE2PS2BF16 (one instruction for 32
+// values) instead of at::vec's integer rounding (about seven per 16), where the
+// CPU has it (Zen 4, Sapphire Rapids and later): bfloat16 kernels that are bound
+// by their arithmetic spend a fifth of it there. The AVX512 variant only; the
+// bits are the same either way (vec_utils.h, narrow_to_bfloat16). Read once per
+// conversion, hence a global rather than a call into dispatch.cpp.
+extern std::atomic<bool> g_native_bf16_narrowing;
+inline bool native_bf16_narrowing() { return g_native_bf16_narrowing.load(std::memory_order_relaxed); }
+// Whether the CPU has the instruction.
+bool cpu_has_native_bf16_narrowing();
+// Switches the native conversion on or off for later calls (tests compare both);
+// false, changing nothing, when asked for it on a CPU without the instruction.
+bool set_native_bf16_narrowing(bool on);
 
 template <typename Args>
 void KernelStub<Args>::operator()(DType dtype, const Args& args) const {

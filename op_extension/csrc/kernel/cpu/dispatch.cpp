@@ -123,6 +123,26 @@ void count_streamed_call() {
   streamed_call_count.fetch_add(1, std::memory_order_relaxed);
 }
 
+bool cpu_has_native_bf16_narrowing() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> g_native_bf16_narrowing{cpu_has_native_bf16_narrowing()};
+
+bool set_native_bf16_narrowing(bool on) {
+  if (on && !cpu_has_native_bf16_narrowing()) return false;
+  g_native_bf16_narrowing.store(on, std::memory_order_relaxed);
+  return true;
+}
+
 Isa active_isa() {
   return isa_slot().load(std::memory_order_relaxed);
 }

@@ -98,6 +98,50 @@ inline void stream_fence() {
 #endif
 }
 
+// ---- float -> float16/bfloat16 (cpu_kernels.h, native_bf16_narrowing) -----
+//
+// at::vec rounds float to bfloat16 with integer arithmetic: per 16 values a
+// shift, an and, two adds, a NaN compare and blend, then a pack and a permute
+// per 32. AVX512-BF16's VCVTNE2PS2BF16 does 32 in one instruction, with the same
+// rounding (to nearest even) on every number but two kinds: it reads a
+// denormal float as zero (at::vec rounds it to a bfloat16 denormal or zero)
+// and keeps a NaN's sign and payload (at::vec writes 0xffff). A pair holding
+// either kind is therefore converted by at::vec, so that the bits are the same
+// both ways; one VFPCLASSPS per 16 values finds them. The AVX512 variant is
+// compiled without -mavx512bf16 (the CPU may lack it: native_bf16_narrowing()
+// says), hence the instruction in asm, which the assembler takes regardless.
+#if defined(CPU_CAPABILITY_AVX512)
+// VFPCLASSPS categories: quiet NaN (0x01), denormal (0x20), signalling NaN (0x80).
+inline constexpr int kNanOrDenormal = 0x01 | 0x20 | 0x80;
+
+// The native conversion of lo, hi into `out`; false, leaving `out` alone, where
+// it is off or the pair holds a NaN or a denormal.
+inline bool narrow_to_bfloat16_natively(const Vectorized<float>& lo, const Vectorized<float>& hi,
+                                        Vectorized<c10::BFloat16>& out) {
+  if (!native_bf16_narrowing() ||
+      (_mm512_fpclass_ps_mask(lo, kNanOrDenormal) | _mm512_fpclass_ps_mask(hi, kNanOrDenormal)) != 0) {
+    return false;
+  }
+  __m512i packed;
+  // AT&T order: the last source (lo) fills the lower 16 lanes.
+  asm("vcvtne2ps2bf16 %2, %1, %0" : "=v"(packed) : "v"(static_cast<__m512>(hi)), "v"(static_cast<__m512>(lo)));
+  out = packed;
+  return true;
+}
+#endif
+
+// lo, hi (2 x Vectorized<float>::size() values) rounded to one Vectorized<R>.
+template <typename R>
+inline Vectorized<R> narrow(const Vectorized<float>& lo, const Vectorized<float>& hi) {
+#if defined(CPU_CAPABILITY_AVX512)
+  if constexpr (std::is_same_v<R, c10::BFloat16>) {
+    Vectorized<R> out;
+    if (narrow_to_bfloat16_natively(lo, hi, out)) return out;
+  }
+#endif
+  return at::vec::convert_from_float<R>(lo, hi);
+}
+
 // A step is two accumulator vectors' worth of T: one Vectorized<T> for the
 // 16-bit types, two for float and double. Loops advance by kStep.
 template <typename T>
@@ -128,7 +172,7 @@ struct Vec2 {
 
   static inline void store(T* p, const AVec& lo, const AVec& hi) {
     if constexpr (kIsReduced<T>) {
-      at::vec::convert_from_float<T>(lo, hi).store(p);
+      narrow<T>(lo, hi).store(p);
     } else {
       lo.store(p);
       hi.store(p + AVec::size());
@@ -139,7 +183,7 @@ struct Vec2 {
   // number of registers: 2 for float and double, 1 for the 16-bit types).
   static inline void store_stream(T* p, const AVec& lo, const AVec& hi) {
     if constexpr (kIsReduced<T>) {
-      stream_vector(p, at::vec::convert_from_float<T>(lo, hi));
+      stream_vector(p, narrow<T>(lo, hi));
     } else {
       stream_vector(p, lo);
       stream_vector(p + AVec::size(), hi);
@@ -148,7 +192,7 @@ struct Vec2 {
 
   static inline void store_partial(T* p, int64_t count, const AVec& lo, const AVec& hi) {
     if constexpr (kIsReduced<T>) {
-      at::vec::convert_from_float<T>(lo, hi).store(p, count);
+      narrow<T>(lo, hi).store(p, count);
     } else {
       const int64_t n = AVec::size();
       lo.store(p, std::min(count, n));
@@ -161,7 +205,7 @@ struct Vec2 {
   // Rounds to T and back, so later math sees exactly what was stored.
   static inline void round_to_storage(AVec& lo, AVec& hi) {
     if constexpr (kIsReduced<T>) {
-      std::tie(lo, hi) = at::vec::convert_to_float<T>(at::vec::convert_from_float<T>(lo, hi));
+      std::tie(lo, hi) = at::vec::convert_to_float<T>(narrow<T>(lo, hi));
     }
   }
 };

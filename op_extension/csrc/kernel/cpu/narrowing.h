@@ -1,0 +1,33 @@
+// The float -> bfloat16 rounding that every bfloat16 kernel stores through
+// (vec_utils.h, narrow), checked over every float: its native path
+// (VCVTNE2PS2BF16, where cpu_kernels.h's native_bf16_narrowing() allows it)
+// must give at::vec's bits. Not an op: tests/test_bf16_narrowing.py runs it.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu_kernels.h"
+
+namespace op_ext::cpu {
+
+// Converts each of the 2^32 floats once both ways, a pair of vectors (n = 2 x
+// Vectorized<float>::size() lanes) at a time, and counts the results that differ.
+// Pair p holds
+// - consecutive: the patterns p * n ... p * n + n - 1, so that nearly every
+//   float goes the native way (all but the pairs holding a NaN or a denormal);
+// - spread: in lane k the pattern (k << (32 - log2 n)) | p, lanes whose sign and
+//   exponent differ, so that a value written to another lane shows too.
+struct Bf16NarrowingCheckArgs {
+  bool spread;
+  int64_t* mismatches;       // out: floats whose two bfloat16 results differ
+  uint64_t* first_mismatch;  // out: the lowest such pattern (2^32 where none)
+  int64_t* native_pairs;     // out: pairs the native path converted
+  int64_t* pairs;            // out: pairs converted (2^32 / n)
+};
+
+struct Bf16NarrowingCheck final : KernelStub<Bf16NarrowingCheckArgs> {
+  using KernelStub::KernelStub;
+};
+inline Bf16NarrowingCheck bf16_narrowing_check{"bf16_narrowing_check"};
+
+}  // namespace op_ext::cpu

@@ -1,0 +1,112 @@
+"""The CPU kernels' float -> bfloat16 rounding (kernel/cpu/vec_utils.h, narrow).
+
+On a CPU with AVX512-BF16 (Zen 4, Sapphire Rapids and later) the AVX512 kernels
+round with VCVTNE2PS2BF16, 32 values an instruction, instead of at::vec's
+integer arithmetic, unless a pair of vectors holds a NaN or a denormal, which the
+instruction treats otherwise. The bits must be those of at::vec either way:
+
+- for every one of the 2**32 floats (bf16_narrowing_check, in C++: 2 s),
+  once beside its neighbours and once beside floats of other signs and
+  exponents (a value in the wrong lane shows), the instruction taking every pair
+  but those holding a NaN or a denormal;
+- for every op, forward and backward, over its SAMPLES and TRAFFIC calls in
+  bfloat16, with ordinary and with streaming stores.
+
+Planted misuse, run by hand when this was written: the two sources of the
+instruction swapped (the halves of each 32 exchanged), or the pairs holding a
+NaN or a denormal not sent to at::vec, each make the first test fail.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+import op_extension
+from reference import FORWARD_OPS, bits, sample_calls, tensor_outputs
+
+C = op_extension._C
+
+needs_instruction = pytest.mark.skipif(
+    not (C.best_cpu_isa() == "avx512" and C.cpu_native_bf16_narrowing()),
+    reason="this CPU has no AVX512-BF16: its kernels round with at::vec only")
+
+
+@contextmanager
+def native_narrowing(on: bool):
+    old = C.cpu_native_bf16_narrowing()
+    C.set_cpu_native_bf16_narrowing(on)
+    try:
+        yield
+    finally:
+        C.set_cpu_native_bf16_narrowing(old)
+
+
+@pytest.fixture
+def avx512():
+    old = C.cpu_isa()
+    C.set_cpu_isa("avx512")
+    yield
+    C.set_cpu_isa(old)
+
+
+# Pairs (of 32 lanes) that at::vec converts because they hold a NaN or a denormal:
+# - consecutive patterns: those of 0x00000000-0x007fffff and 0x7f800000-0x7fffffff
+#   and their negatives, 2**23 / 32 pairs each;
+# - spread (lane k holds (k << 27) | p): p in [1, 2**23) puts a denormal in lane
+#   0 (and 16), p in (0x07800000, 2**27) a NaN in lane 15 (and 31).
+AT_VEC_PAIRS = {False: 4 * (1 << 23) // 32, True: 2 * ((1 << 23) - 1)}
+
+
+@needs_instruction
+@pytest.mark.parametrize("spread", [False, True], ids=["consecutive", "spread"])
+def test_every_float_rounds_to_the_bits_of_at_vec(spread, avx512):
+    with native_narrowing(True):
+        mismatches, first, native, pairs = C._cpu_bf16_narrowing_check(spread)
+    assert mismatches == 0, (
+        f"{mismatches} floats round to other bfloat16 bits natively than through at::vec, "
+        f"the first 0x{first:08x}")
+    assert pairs == (1 << 32) // 32
+    assert native == pairs - AT_VEC_PAIRS[spread], f"{native} of {pairs} pairs took the native path"
+    with native_narrowing(False):
+        mismatches, _, native, _ = C._cpu_bf16_narrowing_check(spread)
+    assert (mismatches, native) == (0, 0)
+
+
+@needs_instruction
+@pytest.mark.parametrize("op", FORWARD_OPS)
+def test_ops_give_the_same_bits_either_way(op, avx512):
+    calls = 0
+    for what, name, args in sample_calls(op, torch.bfloat16):
+        run = getattr(torch.ops.custom, name)
+        with native_narrowing(False):
+            expected = tensor_outputs(run(*args))
+        for threshold in (-1, 0):  # ordinary stores; streaming stores on every call
+            old = C.set_cpu_streaming_store_bytes(threshold)
+            try:
+                with native_narrowing(True):
+                    got = tensor_outputs(run(*args))
+            finally:
+                C.set_cpu_streaming_store_bytes(old)
+            for k, (a, b) in enumerate(zip(expected, got)):
+                where = f"{what} bf16, output {k}, {'streaming' if threshold == 0 else 'ordinary'} stores"
+                assert a.shape == b.shape and a.dtype == b.dtype, where
+                assert torch.equal(bits(a), bits(b)), f"{where}: native rounding changed the bits"
+        calls += 1
+    assert calls > 0
+
+
+@needs_instruction
+def test_it_can_be_switched_off_and_on():
+    with native_narrowing(False):
+        assert C.cpu_native_bf16_narrowing() is False
+    assert C.cpu_native_bf16_narrowing() is True
+
+
+@pytest.mark.skipif(C.cpu_native_bf16_narrowing(), reason="this CPU has AVX512-BF16")
+def test_switching_it_on_without_the_instruction_is_refused():
+    with pytest.raises(ValueError, match="AVX512-BF16"):
+        C.set_cpu_native_bf16_narrowing(True)
+    assert C.cpu_native_bf16_narrowing() is False
