@@ -13,6 +13,24 @@
 namespace op_ext::cpu {
 namespace {
 
+// 1 + exp(-x), the denominator of sigmoid and silu. In float, vectors whose lanes
+// are all finite use ATen's polynomial exp_u20 (within 20 ulp: sigmoid's relative
+// error stays ~2e-6 and shrinks with 1 - sigmoid, where silu is large), which
+// keeps SwiGLU memory-bound. exp_u20 saturates instead of returning inf/NaN, so
+// vectors holding an infinity or NaN take the exact exp.
+template <typename Acc>
+inline Vectorized<Acc> one_plus_exp_neg(const Vectorized<Acc>& x) {
+  using AVec = Vectorized<Acc>;
+  const AVec one(Acc(1));
+  if constexpr (std::is_same_v<Acc, float>) {
+    constexpr int kAllLanes = (1 << AVec::size()) - 1;
+    if ((x - x).zero_mask() == kAllLanes) {  // x - x is NaN for +-inf and NaN lanes
+      return one + x.neg().exp_u20();
+    }
+  }
+  return one + x.neg().exp();
+}
+
 // kFloatOutput: the result is stored as float (not float16/bfloat16), so the
 // exact form's float path keeps its last bits (see erf_form_cdf_float).
 template <typename Acc, bool kFloatOutput = true>
@@ -27,9 +45,14 @@ struct GeluMath {
   // The tanh form uses 0.5 * (1 + tanh(u)) == sigmoid(2u) == 1 / (1 + exp(-2u)):
   // one exp and one division instead of a vectorised tanh, which costs about
   // twice as much and made GELU-tanh compute-bound. Infinities and NaN come out
-  // as in the tanh form (gelu(-inf) is NaN there too: -inf * 0).
+  // as in the tanh form (gelu(-inf) is NaN there too: -inf * 0). For
+  // float16/bfloat16 outputs the exp is ATen's exp_u20 where every lane is
+  // finite (one_plus_exp_neg): a few 1e-6 relative, far below their rounding.
   static AVec tanh_form_cdf(const AVec& x, const AVec& x2) {
     const AVec one(Acc(1));
+    if constexpr (!kFloatOutput) {
+      return one / one_plus_exp_neg(AVec(Acc(2) * kSqrt2OverPi) * (x + AVec(kTanhCoeff) * x2 * x));
+    }
     const AVec minus_two_u = AVec(Acc(-2) * kSqrt2OverPi) * (x + AVec(kTanhCoeff) * x2 * x);
     return one / (one + minus_two_u.exp());
   }
@@ -122,24 +145,6 @@ struct GeluMath {
     return dy;
   }
 };
-
-// 1 + exp(-x), the denominator of sigmoid and silu. In float, vectors whose lanes
-// are all finite use ATen's polynomial exp_u20 (within 20 ulp: sigmoid's relative
-// error stays ~2e-6 and shrinks with 1 - sigmoid, where silu is large), which
-// keeps SwiGLU memory-bound. exp_u20 saturates instead of returning inf/NaN, so
-// vectors holding an infinity or NaN take the exact exp.
-template <typename Acc>
-inline Vectorized<Acc> one_plus_exp_neg(const Vectorized<Acc>& x) {
-  using AVec = Vectorized<Acc>;
-  const AVec one(Acc(1));
-  if constexpr (std::is_same_v<Acc, float>) {
-    constexpr int kAllLanes = (1 << AVec::size()) - 1;
-    if ((x - x).zero_mask() == kAllLanes) {  // x - x is NaN for +-inf and NaN lanes
-      return one + x.neg().exp_u20();
-    }
-  }
-  return one + x.neg().exp();
-}
 
 // silu(x) = x / (1 + exp(-x)): the form ATen uses, so infinities behave alike.
 template <typename Acc>
