@@ -89,9 +89,10 @@ void count_streamed_call();
 // float -> bfloat16 with AVX512-BF16's VCVTNE2PS2BF16 (one instruction for 32
 // values) instead of at::vec's integer rounding (about seven per 16), where the
 // CPU has it (Zen 4, Sapphire Rapids and later): bfloat16 kernels that are bound
-// by their arithmetic spend a fifth of it there. The AVX512 variant only; the
-// bits are the same either way (vec_utils.h, narrow_to_bfloat16). Read once per
-// conversion, hence a global rather than a call into dispatch.cpp.
+// by their arithmetic spent up to a third of it there. The AVX512 variant only;
+// the bits are the same either way (vec_utils.h, narrow; narrowing.h checks
+// every float). Read once per conversion, hence a global rather than a call
+// into dispatch.cpp.
 extern std::atomic<bool> g_native_bf16_narrowing;
 inline bool native_bf16_narrowing() { return g_native_bf16_narrowing.load(std::memory_order_relaxed); }
 // Whether the CPU has the instruction.
