@@ -90,7 +90,7 @@ void count_streamed_call();
 // values) instead of at::vec's integer rounding (about seven per 16), where the
 // CPU has it (Zen 4, Sapphire Rapids and later): bfloat16 kernels that are bound
 // by their arithmetic spent up to a third of it there. The AVX512 variant only;
-// the bits are the same either way (vec_utils.h, narrow; narrowing.h checks
+// the bits are the same either way (vec_utils.h, narrow; numerics_check.h checks
 // every float). Read once per conversion, hence a global rather than a call
 // into dispatch.cpp.
 extern std::atomic<bool> g_native_bf16_narrowing;

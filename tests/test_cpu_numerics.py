@@ -1,9 +1,11 @@
-"""The CPU kernels' float -> bfloat16 rounding (kernel/cpu/vec_utils.h, narrow).
+"""The CPU kernels' own numerics (kernel/cpu/vec_utils.h), checked over every
+float by C++ loops (kernel/cpu/numerics_check.h).
 
-On a CPU with AVX512-BF16 (Zen 4, Sapphire Rapids and later) the AVX512 kernels
-round with VCVTNE2PS2BF16, 32 values an instruction, instead of at::vec's
-integer arithmetic, unless a pair of vectors holds a NaN or a denormal, which the
-instruction treats otherwise. The bits must be those of at::vec either way:
+float -> bfloat16 rounding (narrow). On a CPU with AVX512-BF16 (Zen 4, Sapphire
+Rapids and later) the AVX512 kernels round with VCVTNE2PS2BF16, 32 values an
+instruction, instead of at::vec's integer arithmetic, unless a pair of vectors
+holds a NaN or a denormal, which the instruction treats otherwise. The bits
+must be those of at::vec either way:
 
 - for every one of the 2**32 floats (bf16_narrowing_check, in C++: 2 s),
   once beside its neighbours and once beside floats of other signs and
@@ -15,6 +17,12 @@ instruction treats otherwise. The bits must be those of at::vec either way:
 Planted misuse, run by hand when this was written: the two sources of the
 instruction swapped (the halves of each 32 exchanged), or the pairs holding a
 NaN or a denormal not sent to at::vec, each make the first test fail.
+
+exp (exp_fast), which softmax, sigmoid/silu and the 16-bit GELUs use: within
+5e-7 relative of the exact exponential over |x| <= 80 (every 13th float, both
+signs), on each CPU variant (VSCALEFPS on AVX512, ATen's exp_u20 on AVX2).
+Planted misuse, by hand (the same loop outside the test): the polynomial one
+degree shorter, 3.5e-6.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import pytest
 import torch
 
 import op_extension
-from reference import FORWARD_OPS, bits, sample_calls, tensor_outputs
+from reference import FORWARD_OPS, bits, sample_calls, supported_isas, tensor_outputs
 
 C = op_extension._C
 
@@ -110,3 +118,17 @@ def test_switching_it_on_without_the_instruction_is_refused():
     with pytest.raises(ValueError, match="AVX512-BF16"):
         C.set_cpu_native_bf16_narrowing(True)
     assert C.cpu_native_bf16_narrowing() is False
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_exp_fast_is_within_5e_7_of_exp(isa):
+    if isa not in supported_isas():
+        pytest.skip(f"this CPU cannot run the {isa} kernels")
+    old = C.cpu_isa()
+    C.set_cpu_isa(isa)
+    try:
+        worst, at, checked = C._cpu_exp_fast_check(80.0, 13)
+    finally:
+        C.set_cpu_isa(old)
+    assert checked > 1.5e8
+    assert worst <= 5e-7, f"exp_fast on {isa}: {worst:.3g} relative error at x = {at!r}"

@@ -1,7 +1,10 @@
-// The float -> bfloat16 rounding that every bfloat16 kernel stores through
-// (vec_utils.h, narrow), checked over every float: its native path
-// (VCVTNE2PS2BF16, where cpu_kernels.h's native_bf16_narrowing() allows it)
-// must give at::vec's bits. Not an op: tests/test_bf16_narrowing.py runs it.
+// vec_utils.h's own numerics, checked over every float by
+// tests/test_cpu_numerics.py (not ops; compiled once per instruction set like
+// the kernels, so that each variant's code is the one checked):
+// - bf16_narrowing_check: the float -> bfloat16 rounding that every bfloat16
+//   kernel stores through (narrow): its native path (VCVTNE2PS2BF16, where
+//   cpu_kernels.h's native_bf16_narrowing() allows it) must give at::vec's bits;
+// - exp_fast_check: exp_fast's error against the exact exponential.
 #pragma once
 
 #include <cstdint>
@@ -29,5 +32,20 @@ struct Bf16NarrowingCheck final : KernelStub<Bf16NarrowingCheckArgs> {
   using KernelStub::KernelStub;
 };
 inline Bf16NarrowingCheck bf16_narrowing_check{"bf16_narrowing_check"};
+
+// exp_fast(x) against exp(x) in double, relative, for every `stride`-th float
+// pattern with |x| <= limit (an odd stride visits every residue of the low bits).
+struct ExpFastCheckArgs {
+  float limit;
+  int64_t stride;
+  double* worst_error;  // out: the largest relative error
+  float* worst_at;      // out: its x
+  int64_t* checked;     // out: floats checked
+};
+
+struct ExpFastCheck final : KernelStub<ExpFastCheckArgs> {
+  using KernelStub::KernelStub;
+};
+inline ExpFastCheck exp_fast_check{"exp_fast_check"};
 
 }  // namespace op_ext::cpu

@@ -1,13 +1,14 @@
-// bf16_narrowing_check (narrowing.h): vec_utils.h's float -> bfloat16 rounding,
-// native path against at::vec, over every float. Compiled once per instruction
-// set like the kernels; only the AVX512 variant has a native path, so the
-// others compare at::vec with itself.
+// numerics_check.h's checks of vec_utils.h: bf16_narrowing_check (only the
+// AVX512 variant has a native path; the others compare at::vec with itself) and
+// exp_fast_check.
 #include <atomic>
+#include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "register_kernel.h"
 #include "vec_utils.h"
-#include "narrowing.h"
+#include "numerics_check.h"
 
 namespace op_ext::cpu {
 namespace {
@@ -59,8 +60,56 @@ void bf16_narrowing_check_impl(DType, const Bf16NarrowingCheckArgs& a) {
   *a.pairs = kPairs;
 }
 
+void exp_fast_check_impl(DType, const ExpFastCheckArgs& a) {
+  constexpr int64_t kWidth = Vectorized<float>::size();
+  // Non-negative floats up to the limit, by their bit patterns; each is checked
+  // with both signs.
+  uint32_t top = 0;
+  std::memcpy(&top, &a.limit, sizeof(top));
+  const int64_t groups = (static_cast<int64_t>(top) / a.stride + kWidth) / kWidth;
+  std::mutex merge;
+  double worst = 0;
+  float worst_at = 0;
+  int64_t checked = 0;
+  parallel_range(groups, 1 << 12, [&](int64_t begin, int64_t end) {
+    double local_worst = 0;
+    float local_at = 0;
+    int64_t local_checked = 0;
+    float x[kWidth], y[kWidth];
+    for (int64_t g = begin; g < end; ++g) {
+      for (int sign = 0; sign < 2; ++sign) {
+        for (int64_t k = 0; k < kWidth; ++k) {
+          const uint64_t bits = std::min<uint64_t>((g * kWidth + k) * a.stride, top) | (sign ? 0x80000000u : 0u);
+          const uint32_t b = static_cast<uint32_t>(bits);
+          std::memcpy(&x[k], &b, sizeof(b));
+        }
+        exp_fast(Vectorized<float>::loadu(x)).store(y);
+        for (int64_t k = 0; k < kWidth; ++k) {
+          const double exact = std::exp(static_cast<double>(x[k]));
+          const double error = std::fabs(static_cast<double>(y[k]) - exact) / exact;
+          if (!(error <= local_worst)) {  // NaN counts as the worst
+            local_worst = std::isnan(error) ? INFINITY : error;
+            local_at = x[k];
+          }
+          ++local_checked;
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(merge);
+    checked += local_checked;
+    if (local_worst > worst || (local_worst == worst && std::fabs(local_at) > std::fabs(worst_at))) {
+      worst = local_worst;
+      worst_at = local_at;
+    }
+  });
+  *a.worst_error = worst;
+  *a.worst_at = worst_at;
+  *a.checked = checked;
+}
+
 }  // namespace
 
 OP_EXT_REGISTER_KERNEL(bf16_narrowing_check, bf16_narrowing_check_impl);
+OP_EXT_REGISTER_KERNEL(exp_fast_check, exp_fast_check_impl);
 
 }  // namespace op_ext::cpu
