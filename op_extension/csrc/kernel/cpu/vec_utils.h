@@ -148,12 +148,14 @@ inline Vectorized<R> narrow(const Vectorized<float>& lo, const Vectorized<float>
 // silu, the 16-bit GELUs), with exp_u20's contract: x finite or -inf, never
 // NaN (its callers check; a NaN lane comes out 0 or inf). On AVX-512: x clamped
 // to +-104 (VRANGEPS, one instruction; past that e^x is 0 or inf in float
-// anyway), x = n ln2 + r with n = round(x / ln2) and r in [-ln2/2, ln2/2] (ln2
-// in two parts, so that r is exact to an ulp or two at any n), e^r by its
-// Taylor polynomial of degree 6 (remainder below 1.2e-7), times 2^n by
-// VSCALEFPS, which gives 0 and inf past the float range: 12 instructions,
-// where exp_u20 takes about 20 and is less exact. Every float is checked by
-// numerics_check.h. Elsewhere exp_u20.
+// anyway), x = n ln2 + r with n = round(x / ln2) and r in [-ln2/2, ln2/2] (one
+// FMA with ln2 rounded to float, as exp_u20 does: n times its error is below
+// 3e-7 of r's scale at |x| <= 104), e^r by its Taylor polynomial of degree 6
+// (remainder below 1.2e-7), times 2^n by VSCALEFPS, which gives 0 and inf past
+// the float range: 11 instructions, where exp_u20 takes about 20, and as
+// exact (4.3e-7 relative at most over |x| <= 80, exp_u20 3.7e-7; ln2 in two
+// parts and one more term gave 0.8e-7, and cost SwiGLU in bfloat16 10%).
+// tests/test_cpu_numerics.py checks it (numerics_check.h). Elsewhere exp_u20.
 #if defined(CPU_CAPABILITY_AVX512)
 inline Vectorized<float> exp_fast(const Vectorized<float>& v) {
   // VRANGEPS imm 0b0010: the smaller magnitude of the two, with the sign of x.
