@@ -154,7 +154,7 @@ inline Vectorized<R> narrow(const Vectorized<float>& lo, const Vectorized<float>
 // (remainder below 1.2e-7), times 2^n by VSCALEFPS, which gives 0 and inf past
 // the float range: 11 instructions, where exp_u20 takes about 20, and as
 // exact (4.3e-7 relative at most over |x| <= 80, exp_u20 3.7e-7; ln2 in two
-// parts and one more term gave 0.8e-7, and cost SwiGLU in bfloat16 10%).
+// parts and a degree-7 polynomial gave 0.8e-7, and cost SwiGLU in bfloat16 15%).
 // tests/test_cpu_numerics.py checks it (numerics_check.h). Elsewhere exp_u20.
 #if defined(CPU_CAPABILITY_AVX512)
 inline Vectorized<float> exp_fast(const Vectorized<float>& v) {
