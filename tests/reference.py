@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -204,6 +205,17 @@ def backward_args(op: str, args: Sequence, kwargs: dict | None = None) -> tuple[
                 f"{name}'s argument {arg!r} is neither grad_<output> nor an output or argument of {op}: "
                 f"write backward_args(call, grad_like) in tests/op_cases/{op}.py")
     return name, tuple(bw_args)
+
+
+@contextmanager
+def streaming(threshold: int):
+    """CPU kernel calls moving more than `threshold` bytes write with streaming
+    stores meanwhile (-1: never; 0: every call); the old threshold after."""
+    old = op_extension._C.set_cpu_streaming_store_bytes(threshold)
+    try:
+        yield
+    finally:
+        op_extension._C.set_cpu_streaming_store_bytes(old)
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:

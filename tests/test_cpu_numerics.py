@@ -33,7 +33,7 @@ import pytest
 import torch
 
 import op_extension
-from reference import FORWARD_OPS, bits, sample_calls, supported_isas, tensor_outputs
+from reference import FORWARD_OPS, bits, sample_calls, streaming, supported_isas, tensor_outputs
 
 C = op_extension._C
 
@@ -92,12 +92,8 @@ def test_ops_give_the_same_bits_either_way(op, avx512):
         with native_narrowing(False):
             expected = tensor_outputs(run(*args))
         for threshold in (-1, 0):  # ordinary stores; streaming stores on every call
-            old = C.set_cpu_streaming_store_bytes(threshold)
-            try:
-                with native_narrowing(True):
-                    got = tensor_outputs(run(*args))
-            finally:
-                C.set_cpu_streaming_store_bytes(old)
+            with streaming(threshold), native_narrowing(True):
+                got = tensor_outputs(run(*args))
             for k, (a, b) in enumerate(zip(expected, got)):
                 where = f"{what} bf16, output {k}, {'streaming' if threshold == 0 else 'ordinary'} stores"
                 assert a.shape == b.shape and a.dtype == b.dtype, where

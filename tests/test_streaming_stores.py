@@ -21,28 +21,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
 
 import op_extension
-from reference import DTYPE_IDS, FORWARD_OPS, bits, sample_calls, tensor_outputs
+from reference import DTYPE_IDS, FORWARD_OPS, bits, sample_calls, streaming, tensor_outputs
 
 C = op_extension._C
 custom = torch.ops.custom
 NEVER = -1
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
-
-
-@contextmanager
-def streaming(threshold: int):
-    old = C.set_cpu_streaming_store_bytes(threshold)
-    try:
-        yield
-    finally:
-        C.set_cpu_streaming_store_bytes(old)
 
 
 def _run(name: str, args) -> list[torch.Tensor]:
