@@ -369,7 +369,8 @@ PyObject* cpu_bf16_narrowing_check(PyObject*, PyObject* arg) {
 }
 
 // (worst relative error, its x, floats checked) of exp_fast_check: every
-// stride-th float with |x| <= limit, in the active ISA.
+// stride-th float with |x| <= limit, and the ends (+-inf, +-1000), in the
+// active ISA.
 PyObject* cpu_exp_fast_check(PyObject*, PyObject* args) {
   float limit = 0;
   long long stride = 1;

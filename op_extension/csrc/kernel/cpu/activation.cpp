@@ -14,9 +14,9 @@ namespace op_ext::cpu {
 namespace {
 
 // 1 + exp(-x), the denominator of sigmoid and silu. In float, vectors whose lanes
-// are all finite use exp_fast (vec_utils.h: within 4.3e-7 relative on AVX-512;
-// elsewhere ATen's exp_u20, within 20 ulp: sigmoid's relative error stays ~2e-6
-// and shrinks with 1 - sigmoid, where silu is large), a third of the cost of
+// are all finite use exp_fast (vec_utils.h: within 4.5e-7 relative on AVX-512
+// and AVX2; the portable variant's exp_u20 within 20 ulp: sigmoid's relative
+// error stays ~2e-6 and shrinks with 1 - sigmoid, where silu is large), a third of the cost of
 // Sleef's exp, which kept SwiGLU compute-bound. exp_u20 saturates instead of
 // returning inf/NaN, so vectors holding an infinity or NaN take the exact exp.
 template <typename Acc>
@@ -102,8 +102,9 @@ struct GeluMath {
       if (gauss != nullptr) *gauss = at::vec::fnmadd(e_hi * AVec(0.5f), sq_lo, e_hi);
       half_erfc = AVec(0.5f) * t * e_hi * at::vec::fmadd(sq_lo, AVec(-0.5f), p).exp();
     } else {
-      // exp_fast (vec_utils.h; ATen's exp_u20 without AVX-512) instead of Sleef's exp;
-      // both return 0 or next to it below ln(FLT_MIN), where Phi(x) < 1e-38 anyway.
+      // exp_fast (vec_utils.h; ATen's exp_u20 in the portable variant) instead of
+      // Sleef's exp; both return 0 or next to it below ln(FLT_MIN), where
+      // Phi(x) < 1e-38 anyway.
       if (gauss != nullptr) *gauss = exp_fast(sq_hi * AVec(-0.5f));
       half_erfc = AVec(0.5f) * t * exp_fast(at::vec::fmadd(sq_hi, AVec(-0.5f), p));
     }

@@ -426,16 +426,15 @@ void rms_norm_forward_typed(const RmsNormArgs& a) {
       const T* src = x;
       if (residual != nullptr) {
         // residual_out = input + residual, rounded to T as the unfused ops would
-        // store it; the norm below reads the rounded values.
+        // store it (by the store itself); the norm below reads the rounded values
+        // back from z.
         const T* res = residual + r * cols;
         T* z = residual_out + r * cols;
         for_each_slice<T>(cols, [&](int64_t i, int64_t count) {
           AVec x_lo, x_hi, r_lo, r_hi;
           load_slice(x + i, count, x_lo, x_hi);
           load_slice(res + i, count, r_lo, r_hi);
-          AVec z_lo = x_lo + r_lo, z_hi = x_hi + r_hi;
-          Vec2<T>::round_to_storage(z_lo, z_hi);
-          store_slice(z + i, count, z_lo, z_hi);
+          store_slice(z + i, count, x_lo + r_lo, x_hi + r_hi);
         });
         src = z;
       }

@@ -102,6 +102,18 @@ void exp_fast_check_impl(DType, const ExpFastCheckArgs& a) {
       worst_at = local_at;
     }
   });
+  // The ends of the contract: e^x is 0 for -inf and far below the float range,
+  // inf for +inf and far above it. A miss counts as the worst error.
+  float ends[kWidth], got[kWidth];
+  const float kEnds[4] = {-INFINITY, -1000.0f, 1000.0f, INFINITY};
+  for (int64_t k = 0; k < kWidth; ++k) ends[k] = kEnds[k % 4];
+  exp_fast(Vectorized<float>::loadu(ends)).store(got);
+  for (int64_t k = 0; k < kWidth; ++k) {
+    if (got[k] != (ends[k] < 0 ? 0.0f : INFINITY)) {
+      worst = INFINITY;
+      worst_at = ends[k];
+    }
+  }
   *a.worst_error = worst;
   *a.worst_at = worst_at;
   *a.checked = checked;

@@ -34,7 +34,9 @@ struct Bf16NarrowingCheck final : KernelStub<Bf16NarrowingCheckArgs> {
 inline Bf16NarrowingCheck bf16_narrowing_check{"bf16_narrowing_check"};
 
 // exp_fast(x) against exp(x) in double, relative, for every `stride`-th float
-// pattern with |x| <= limit (an odd stride visits every residue of the low bits).
+// pattern with |x| <= limit (an odd stride visits every residue of the low bits);
+// then the ends: 0 for -inf and -1000, inf for 1000 and +inf, or the worst
+// error is inf at that x.
 struct ExpFastCheckArgs {
   float limit;
   int64_t stride;

@@ -153,9 +153,11 @@ inline Vectorized<R> narrow(const Vectorized<float>& lo, const Vectorized<float>
 // 3e-7 of r's scale at |x| <= 104), e^r by its Taylor polynomial of degree 6
 // (remainder below 1.2e-7), times 2^n by VSCALEFPS, which gives 0 and inf past
 // the float range: 11 instructions, where exp_u20 takes about 20, and as
-// exact (4.3e-7 relative at most over |x| <= 80, exp_u20 3.7e-7; ln2 in two
+// exact (4.3e-7 relative at most over |x| <= 80, 4.5e-7 down to FLT_MIN;
+// exp_u20 3.7e-7 over |x| <= 80; ln2 in two
 // parts and a degree-7 polynomial gave 0.8e-7, and cost SwiGLU in bfloat16 15%).
-// tests/test_cpu_numerics.py checks it (numerics_check.h). Elsewhere exp_u20.
+// tests/test_cpu_numerics.py checks it (numerics_check.h). The portable
+// variant keeps exp_u20.
 #if defined(CPU_CAPABILITY_AVX512)
 inline Vectorized<float> exp_fast(const Vectorized<float>& v) {
   // VRANGEPS imm 0b0010: the smaller magnitude of the two, with the sign of x.
@@ -171,6 +173,33 @@ inline Vectorized<float> exp_fast(const Vectorized<float>& v) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, n);
+}
+#elif defined(CPU_CAPABILITY_AVX2)
+// AVX2 has neither VRANGEPS nor VSCALEFPS: x is clamped to [-88, 89] by two
+// instructions, and 2^n is built in the exponent field. One FMA adds
+// 1.5 * 2^23 + 127 to x / ln2, whose float then holds round(x / ln2) + 127 in
+// its low mantissa bits (a float of [2^23, 2^24) is an integer); shifted left by
+// 23, those bits are 2^n, 0 for n = -127 (x below -87.68, where e^x is a
+// denormal: flushed, as exp_u20 does below FLT_MIN) and inf for n = 128 (x
+// above 88.38, where e^x is within 2^-0.35 of overflowing; no caller's
+// argument comes near: softmax's and GELU's are <= 0, and sigmoid's 1 / (1 +
+// e^-x) is as good as 0 there). The same polynomial: 13 instructions, where
+// exp_u20 takes about 20.
+inline Vectorized<float> exp_fast(const Vectorized<float>& v) {
+  const __m256 x = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-88.0f)), _mm256_set1_ps(89.0f));
+  const __m256 shifter = _mm256_set1_ps(12583039.0f);  // 1.5 * 2^23 + 127
+  const __m256 biased = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), shifter);
+  const __m256 n = _mm256_sub_ps(biased, shifter);  // round(x / ln2), exactly
+  const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693147180559945309f), x);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256 two_to_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(biased), 23));
+  return _mm256_mul_ps(p, two_to_n);
 }
 #else
 inline Vectorized<float> exp_fast(const Vectorized<float>& v) { return v.exp_u20(); }
@@ -233,13 +262,6 @@ struct Vec2 {
       if (count > n) {
         hi.store(p + n, count - n);
       }
-    }
-  }
-
-  // Rounds to T and back, so later math sees exactly what was stored.
-  static inline void round_to_storage(AVec& lo, AVec& hi) {
-    if constexpr (kIsReduced<T>) {
-      std::tie(lo, hi) = at::vec::convert_to_float<T>(narrow<T>(lo, hi));
     }
   }
 };
