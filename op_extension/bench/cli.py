@@ -226,6 +226,9 @@ def main(argv=None):
     info["host_allocator"] = host_allocator
     print(f"\n# op_extension benchmark - {info['device_name']}, {args.threads} "
           f"thread(s), torch {torch.__version__}, host allocator {host_allocator}")
+    if device.type == "cpu":
+        print(f"# instruction sets: ours {info['kernel_isa']}, ATen {info['aten_cpu_capability']}, "
+              f"Inductor -march={info['inductor_march']}")
     print("# speed-up = baseline time / our time (>1: ours is faster); "
           "GB/s from minimum bytes moved; %copy = our GB/s / copy_ GB/s\n")
     print_table(rows)

@@ -45,10 +45,29 @@ def machine_info(device, threads):
         "device": str(device),
         "device_name": cpu_model,
     }
+    if device.type == "cpu":
+        info.update(cpu_instruction_sets())
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda
     return info
+
+
+def cpu_instruction_sets():
+    """What each side of a CPU row runs: our kernels' variant
+    (OP_EXT_CPU_ISA lowers it), ATen's (ATEN_CPU_CAPABILITY) and the -march of
+    Inductor's generated C++ (TORCHINDUCTOR_CPP_MARCH; unset it is native, which
+    on an AVX-512 CPU lets even Inductor's AVX2 code use AVX-512's 32
+    registers). README "On AVX2 CPUs" sets all three to measure an AVX2 CPU."""
+    from torch._inductor import config as inductor_config
+
+    from .. import _C
+
+    return {
+        "kernel_isa": _C.cpu_isa(),
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "inductor_march": inductor_config.cpp.march or "native",
+    }
 
 
 def loadavg():
