@@ -398,7 +398,14 @@ void vec_map(int64_t n, const std::array<const T*, kIn>& in, const std::array<T*
     int64_t i = begin;
     while (i < end) {
       const int64_t count = i == begin && head > 0 ? head : std::min(V::kStep, end - i);
-      for (size_t k = 0; k < kIn; ++k) load_slice(in[k] + i, count, lo[k], hi[k]);
+      // One test for all inputs, so that the loops over them unroll and the
+      // vectors stay in registers (a test per input kept them on the stack).
+      if (count == V::kStep) {
+#pragma GCC unroll 4
+        for (size_t k = 0; k < kIn; ++k) V::load(in[k] + i, lo[k], hi[k]);
+      } else {
+        for (size_t k = 0; k < kIn; ++k) V::load_partial(in[k] + i, count, lo[k], hi[k]);
+      }
       f(lo, out_lo);
       f(hi, out_hi);
       if constexpr (kHalfLineSteps) {
