@@ -340,6 +340,35 @@ def test_main_writes_json_and_plot_named_alike(tmp_path, monkeypatch, capsys):
     assert f"wrote {tmp_path / files[0]} and {tmp_path / files[1]}" in capsys.readouterr().out
 
 
+def test_a_cpu_run_says_which_instruction_sets_each_side_ran(tmp_path, monkeypatch, capsys):
+    """README "On AVX2 CPUs": our variant, ATen's capability and Inductor's
+    -march, read when the run ends (here our variant lowered to the portable
+    one, and Inductor's -march set), in the header and the JSON."""
+    import json
+
+    from torch._inductor import config as inductor_config
+
+    from op_extension import _C
+
+    monkeypatch.setattr(bench.cli, "CpuTimer", lambda *args, **kwargs: FakeTimer())
+    monkeypatch.setattr(bench.OtherLoad, "sample", lambda self, seconds=0.5: 0.0)
+    monkeypatch.setattr(inductor_config.cpp, "march", "haswell")
+    old = _C.cpu_isa()
+    _C.set_cpu_isa("default")
+    try:
+        bench.main(["--ops", "add", "--tokens", "1", "--dtypes", "float32", "--no-compile", "--no-hf",
+                    "--no-dispatch", "--no-backward", "--out", str(tmp_path)])
+    finally:
+        _C.set_cpu_isa(old)
+    aten = torch.backends.cpu.get_cpu_capability()
+    assert (f"# instruction sets: ours default, ATen {aten}, Inductor -march=haswell"
+            in capsys.readouterr().out)
+    [json_path] = tmp_path.glob("bench_cpu_*.json")
+    meta = json.loads(json_path.read_text())["metadata"]
+    assert (meta["kernel_isa"], meta["aten_cpu_capability"], meta["inductor_march"]) == (
+        "default", aten, "haswell")
+
+
 def test_the_workers_fill_the_compile_cache_each_row_then_loads(tmp_path, monkeypatch):
     """A worker process compiles a row's composite (bench/warm.py); the row's own
     compile in this process, of the same graph on tensors built alike, is then an
