@@ -453,6 +453,15 @@ def rms_norm_f64(x, norm, w, eps):
     dims = row_dims(x, norm)
     if x.numel() == 0 or not dims:
         return F.rms_norm(x, norm, w, eps)
+    xs, s, rstd_s = rms_rows_scaled(x, dims, eps)
+    y = xs * rstd_s
+    return y * w if w is not None else y
+
+
+def rms_rows_scaled(x, dims, eps):
+    """(x / s, s, rsqrt(mean((x/s)^2) + eps/s^2)): s is 1 but on the rows whose
+    squares leave float64's range, where it is a power of two near the row's
+    largest |x| (exact). x * rstd = (x/s) * rstd_s, and rstd = rstd_s / s."""
     amax = x.abs().amax(dims, keepdim=True)
     finite = torch.isfinite(amax) & (amax > 0)
     # eps > 0 keeps a tiny row's mean square away from 0: only huge rows need it then.
@@ -461,8 +470,7 @@ def rms_norm_f64(x, norm, w, eps):
     xs = x / s
     # s > 1 where eps > 0 scales it: eps / s^2, which may underflow to 0 harmlessly.
     scaled_eps = eps / (s * s) if eps else 0.0
-    y = xs * torch.rsqrt((xs * xs).mean(dims, keepdim=True) + scaled_eps)
-    return y * w if w is not None else y
+    return xs, s, torch.rsqrt((xs * xs).mean(dims, keepdim=True) + scaled_eps)
 
 
 def rms_norm_expect(x, norm, w, eps, dtype, n) -> Expect:
@@ -511,9 +519,17 @@ def norm_backward_model(centered: bool, g, x, norm, w, b, eps, n, *, bias: bool,
         xm = (x.abs() + x.abs().mean(dims, keepdim=True)) * rstd  # as layer_norm's forward model
         mean_wg = (wa * g.abs()).mean(dims, keepdim=True)
     else:
-        rstd = torch.rsqrt((x * x).mean(dims, keepdim=True) + eps)
-        xhat = x * rstd
-        gx = rstd * (wg - xhat * (wg * xhat).mean(dims, keepdim=True))
+        # xhat from the scaled rows, as the forward model (rms_norm_f64): with
+        # eps 0, a row of ~1e-310 has mean square 0 in float64, and x * rstd
+        # would be inf where it is +-1 at most.
+        xs, s, rstd_s = rms_rows_scaled(x, dims, eps)
+        rstd = rstd_s / s
+        xhat = xs * rstd_s
+        bracket = wg - xhat * (wg * xhat).mean(dims, keepdim=True)
+        # A bracket of 0 exactly is a zero gradient however large rstd is (a row
+        # of one element: xhat = +-1, y = sign(x)); inf * 0 would say NaN. The
+        # fuzz suite found it: x = -1e-310, eps 0, where the kernels give 0.
+        gx = torch.where(bracket == 0, torch.zeros_like(bracket), rstd * bracket)
         xm = xhat.abs()
         mean_wg = 0
     gw = (g * xhat).sum(lead_dims) if lead_dims else g * xhat
