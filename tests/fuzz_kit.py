@@ -458,19 +458,44 @@ def rms_norm_f64(x, norm, w, eps):
     return y * w if w is not None else y
 
 
-def rms_rows_scaled(x, dims, eps):
-    """(x / s, s, rsqrt(mean((x/s)^2) + eps/s^2)): s is 1 but on the rows whose
-    squares leave float64's range, where it is a power of two near the row's
-    largest |x| (exact). x * rstd = (x/s) * rstd_s, and rstd = rstd_s / s."""
+def row_scale(x, dims, eps):
+    """1, but on the rows whose squares leave float64's range (|x| ~1e-310 with
+    eps 0, whose mean square or variance underflows to 0; |x| ~1e200), where it
+    is a power of two near the row's largest |x|: dividing by it is exact, and a
+    row norm of x with eps is that of x / s with eps / s^2. The kernels rescue
+    such rows too (kernel/cpu/norm.cpp, rescue_scale)."""
     amax = x.abs().amax(dims, keepdim=True)
     finite = torch.isfinite(amax) & (amax > 0)
     # eps > 0 keeps a tiny row's mean square away from 0: only huge rows need it then.
     extreme = finite & ((amax > 2.0**500) | ((amax < 2.0**-500) & (eps == 0)))
-    s = torch.where(extreme, torch.exp2(torch.floor(torch.log2(torch.where(finite, amax, 1.0)))), 1.0)
-    xs = x / s
+    return torch.where(extreme, torch.exp2(torch.floor(torch.log2(torch.where(finite, amax, 1.0)))), 1.0)
+
+
+def scaled_eps(eps, s):
     # s > 1 where eps > 0 scales it: eps / s^2, which may underflow to 0 harmlessly.
-    scaled_eps = eps / (s * s) if eps else 0.0
-    return xs, s, torch.rsqrt((xs * xs).mean(dims, keepdim=True) + scaled_eps)
+    return eps / (s * s) if eps else 0.0
+
+
+def rms_rows_scaled(x, dims, eps):
+    """(x / s, s, rsqrt(mean((x/s)^2) + eps/s^2)), s = row_scale: x * rstd =
+    (x/s) * rstd_s, and rstd = rstd_s / s."""
+    s = row_scale(x, dims, eps)
+    xs = x / s
+    return xs, s, torch.rsqrt((xs * xs).mean(dims, keepdim=True) + scaled_eps(eps, s))
+
+
+def layer_rows_scaled(x, dims, eps):
+    """(x/s - mean(x/s), s, rsqrt(var(x/s) + eps/s^2)), s = row_scale, the mean
+    refined once: float64's sum of a constant float64 row is rounded (0.1 three
+    times: 0.30000000000000004), which leaves its centred values +-1e-17 and,
+    with eps 0, a finite gradient of 1e17 where the variance is 0 and torch and
+    the kernels give NaN (0 / 0)."""
+    s = row_scale(x, dims, eps)
+    xs = x / s
+    mean = xs.mean(dims, keepdim=True)
+    mean = mean + (xs - mean).mean(dims, keepdim=True)
+    xc = xs - mean
+    return xc, s, torch.rsqrt((xc * xc).mean(dims, keepdim=True) + scaled_eps(eps, s))
 
 
 def rms_norm_expect(x, norm, w, eps, dtype, n) -> Expect:
@@ -507,31 +532,28 @@ def norm_backward_model(centered: bool, g, x, norm, w, b, eps, n, *, bias: bool,
     if x.numel() == 0:
         gx, xhat, xm, rstd, mean_wg = torch.zeros_like(x), x, x, torch.zeros(()), 0
     elif centered:
-        # The mean refined once: float64's sum of a constant float64 row is
-        # rounded (0.1 three times: 0.30000000000000004), which leaves its
-        # centred values +-1e-17 and, with eps 0, a finite gradient of 1e17 where
-        # the variance is 0 and torch and the kernels give NaN (0 / 0).
-        mean = x.mean(dims, keepdim=True)
-        mean = mean + (x - mean).mean(dims, keepdim=True)
-        rstd = torch.rsqrt(((x - mean) ** 2).mean(dims, keepdim=True) + eps)
-        xhat = (x - mean) * rstd
-        gx = rstd * (wg - wg.mean(dims, keepdim=True) - xhat * (wg * xhat).mean(dims, keepdim=True))
-        xm = (x.abs() + x.abs().mean(dims, keepdim=True)) * rstd  # as layer_norm's forward model
+        # xhat from the scaled rows (row_scale), as the forward models: with
+        # eps 0, a row of ~1e-310 has variance 0 in float64, and (x - mean) *
+        # rstd would be inf where it is at most sqrt(n).
+        xc, s, rstd_s = layer_rows_scaled(x, dims, eps)
+        rstd = rstd_s / s
+        xhat = xc * rstd_s
+        bracket = wg - wg.mean(dims, keepdim=True) - xhat * (wg * xhat).mean(dims, keepdim=True)
+        xm = (x.abs() / s + (x.abs() / s).mean(dims, keepdim=True)) * rstd_s  # as layer_norm's forward model
         mean_wg = (wa * g.abs()).mean(dims, keepdim=True)
     else:
-        # xhat from the scaled rows, as the forward model (rms_norm_f64): with
-        # eps 0, a row of ~1e-310 has mean square 0 in float64, and x * rstd
-        # would be inf where it is +-1 at most.
+        # The same for RMSNorm (rms_norm_f64).
         xs, s, rstd_s = rms_rows_scaled(x, dims, eps)
         rstd = rstd_s / s
         xhat = xs * rstd_s
         bracket = wg - xhat * (wg * xhat).mean(dims, keepdim=True)
-        # A bracket of 0 exactly is a zero gradient however large rstd is (a row
-        # of one element: xhat = +-1, y = sign(x)); inf * 0 would say NaN. The
-        # fuzz suite found it: x = -1e-310, eps 0, where the kernels give 0.
-        gx = torch.where(bracket == 0, torch.zeros_like(bracket), rstd * bracket)
         xm = xhat.abs()
         mean_wg = 0
+    if x.numel():
+        # A bracket of 0 exactly is a zero gradient however large rstd is (an
+        # RMSNorm row of one element: xhat = +-1, y = sign(x)); inf * 0 would say
+        # NaN. The fuzz suite found it: x = -1e-310, eps 0, where the kernels give 0.
+        gx = torch.where(bracket == 0, torch.zeros_like(bracket), rstd * bracket)
     gw = (g * xhat).sum(lead_dims) if lead_dims else g * xhat
     gb = g.sum(lead_dims) if lead_dims else g
     awg = wa * g.abs()

@@ -624,6 +624,40 @@ def test_a_row_whose_squares_underflow_with_eps_0_is_normalised_as_any_other():
         _judge_case(case, [wrong])
 
 
+def test_the_models_scale_float64_rows_whose_statistics_underflow_in_backward_and_in_layer_norm():
+    """Seed 2031 (1500 examples, streaming stores forced) found two more rows of
+    ~1e-310 with eps 0 in float64, where every CPU variant was right and the
+    model wrong: rms_norm's backward of one element (y = sign(x), so the
+    gradient is 0; the model's rstd = 1/sqrt(0) = inf gave -inf), and
+    layer_norm of [-1e-310, 0] ([-1, 1]; F.layer_norm gave [-inf, inf]). The
+    models now scale such rows by a power of two first (fuzz_kit.row_scale),
+    as the kernels do; the kernels' answers pass and the old models' fail."""
+    back = Case("rms_norm", True, torch.float64,
+                (TSpec((1,), "float64", 0), TSpec((1,), "float64", 0, specials={0: "-1e-310"}), [1], None, 0.0),
+                row_len=1)
+    g, x, norm, w, eps = back.build()
+    grads = list(torch.ops.custom.rms_norm_backward(g, x, norm, w, eps))
+    assert grads[0].item() == 0.0
+    _judge_case(back, grads)
+    for arch in ("sm_80", "sm_90"):
+        _judge_case(back, list(cuda_sim.run_backward("rms_norm", g, x, norm, w, eps, arch=arch)))
+    with pytest.raises(AssertionError, match="differ in being"):
+        _judge_case(back, [torch.full_like(x, -math.inf), grads[1]])  # what the model said before
+
+    fwd = Case("layer_norm", False, torch.float64,
+               (TSpec((2,), "float64", 0, rows=((0, 2, "set", "0.0"),), specials={0: "-1e-310"}), [2], None, None,
+                0.0), row_len=2)
+    x, norm, w, b, eps = fwd.build()
+    got = torch.ops.custom.layer_norm(x, norm, w, b, eps)
+    assert got.tolist() == [-1.0, 1.0]
+    _judge_case(fwd, [got])
+    for arch in ("sm_80", "sm_90"):
+        _judge_case(fwd, [cuda_sim.run("layer_norm", x, norm, w, b, eps, arch=arch)])
+    assert F.layer_norm(x, norm, w, b, eps).isinf().all()  # what the model took before
+    with pytest.raises(AssertionError, match="differ in being"):
+        _judge_case(fwd, [F.layer_norm(x, norm, w, b, eps)])
+
+
 def test_a_float64_row_whose_squares_leave_float64s_range_is_normalised_as_any_other():
     """Seed 1717 found fused_add_rms_norm(-0.0, -1e-310, eps=0.0) in float64
     "wrong" on the CPU and the CUDA harness: their -1 is x / rms(x), but the
