@@ -352,14 +352,17 @@ def test_a_cpu_run_says_which_instruction_sets_each_side_ran(tmp_path, monkeypat
 
     monkeypatch.setattr(bench.cli, "CpuTimer", lambda *args, **kwargs: FakeTimer())
     monkeypatch.setattr(bench.OtherLoad, "sample", lambda self, seconds=0.5: 0.0)
-    monkeypatch.setattr(inductor_config.cpp, "march", "haswell")
-    old = _C.cpu_isa()
+    old, march = _C.cpu_isa(), inductor_config.cpp.march
     _C.set_cpu_isa("default")
+    # config.patch, not monkeypatch: Inductor's config objects restore only through it
+    # (monkeypatch's undo left cpp.march unset for every later compile in the process).
     try:
-        bench.main(["--ops", "add", "--tokens", "1", "--dtypes", "float32", "--no-compile", "--no-hf",
-                    "--no-dispatch", "--no-backward", "--out", str(tmp_path)])
+        with inductor_config.patch({"cpp.march": "haswell"}):
+            bench.main(["--ops", "add", "--tokens", "1", "--dtypes", "float32", "--no-compile", "--no-hf",
+                        "--no-dispatch", "--no-backward", "--out", str(tmp_path)])
     finally:
         _C.set_cpu_isa(old)
+    assert inductor_config.cpp.march == march
     aten = torch.backends.cpu.get_cpu_capability()
     assert (f"# instruction sets: ours default, ATen {aten}, Inductor -march=haswell"
             in capsys.readouterr().out)
