@@ -26,6 +26,14 @@ exponent field on AVX2). Planted misuse, by hand (the same loop outside the
 test): the polynomial one degree shorter, 3.5e-6; on AVX2, the lower clamp at
 -89 instead of -88 (2^n wraps to -inf below 2^-127), and the shifter without
 its 127 (every 2^n off by 2^127), each fail.
+
+exp_precise, which GELU's float32 outputs use (tanh and erf forms): within
+0.95 ulp of the exact exponential for every 7th float of |x| <= 104, both
+signs, denormal results included, and within 8e-8 relative over the normal
+ones; NaN for NaN besides the ends above. Planted misuse, by hand: ln2 in one
+part (4.6 ulp), the polynomial one degree shorter (2.7 ulp), and on AVX2 2^n
+as one factor (denormal results flushed to 0) each fail; VRANGEPS as exp_fast's
+clamp failed it when it was written (it turns NaN into 104).
 """
 
 from __future__ import annotations
@@ -124,13 +132,30 @@ def test_the_switch_follows_the_cpu():
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_exp_precise_is_within_an_ulp_of_exp_for_every_float(isa):
+    if isa not in supported_isas():
+        pytest.skip(f"this CPU cannot run the {isa} kernels")
+    old = C.cpu_isa()
+    C.set_cpu_isa(isa)
+    try:
+        # Every 7th float of |x| <= 104: past -103.97 e^x rounds to 0, past
+        # 88.73 to inf; in between lie the denormal results.
+        worst, at, worst_ulps, ulps_at, checked = C._cpu_exp_check(True, 104.0, 7)
+    finally:
+        C.set_cpu_isa(old)
+    assert checked > 3e8
+    assert worst_ulps <= 0.95, f"exp_precise on {isa}: {worst_ulps:.3g} ulp at x = {ulps_at!r}"
+    assert worst <= 8e-8, f"exp_precise on {isa}: {worst:.3g} relative error at x = {at!r}"
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
 def test_exp_fast_is_within_5e_7_of_exp_over_the_normal_floats(isa):
     if isa not in supported_isas():
         pytest.skip(f"this CPU cannot run the {isa} kernels")
     old = C.cpu_isa()
     C.set_cpu_isa(isa)
     try:
-        worst, at, checked = C._cpu_exp_fast_check(87.3, 13)
+        worst, at, _, _, checked = C._cpu_exp_check(False, 87.3, 13)
     finally:
         C.set_cpu_isa(old)
     assert checked > 1.5e8

@@ -368,26 +368,28 @@ PyObject* cpu_bf16_narrowing_check(PyObject*, PyObject* arg) {
                        static_cast<long long>(native_pairs), static_cast<long long>(pairs));
 }
 
-// (worst relative error, its x, floats checked) of exp_fast_check: every
-// stride-th float with |x| <= limit, and the ends (+-inf, +-1000), in the
-// active ISA.
-PyObject* cpu_exp_fast_check(PyObject*, PyObject* args) {
+// exp_check's (worst relative error, its x, worst error in ulps, its x, floats
+// checked) for exp_fast (precise false) or exp_precise: every stride-th float
+// with |x| <= limit, and the ends (+-inf, +-1000, NaN), in the active ISA.
+PyObject* cpu_exp_check(PyObject*, PyObject* args) {
+  int precise = 0;
   float limit = 0;
   long long stride = 1;
-  if (!PyArg_ParseTuple(args, "fL", &limit, &stride)) return nullptr;
+  if (!PyArg_ParseTuple(args, "pfL", &precise, &limit, &stride)) return nullptr;
   if (!(limit >= 0 && limit <= 1e4f) || stride < 1) {
-    PyErr_SetString(PyExc_ValueError, "exp_fast check: need 0 <= limit <= 1e4 and stride >= 1");
+    PyErr_SetString(PyExc_ValueError, "exp check: need 0 <= limit <= 1e4 and stride >= 1");
     return nullptr;
   }
-  double worst = 0;
-  float at = 0;
+  double worst = 0, worst_ulps = 0;
+  float at = 0, ulps_at = 0;
   int64_t checked = 0;
   {
     PyThreadState* state = PyEval_SaveThread();
-    cpu::exp_fast_check(cpu::DType::Float32, {limit, stride, &worst, &at, &checked});
+    cpu::exp_check(cpu::DType::Float32,
+                   {precise != 0, limit, stride, &worst, &at, &worst_ulps, &ulps_at, &checked});
     PyEval_RestoreThread(state);
   }
-  return Py_BuildValue("dfL", worst, at, static_cast<long long>(checked));
+  return Py_BuildValue("dfdfL", worst, at, worst_ulps, ulps_at, static_cast<long long>(checked));
 }
 
 // The address of one kernel stub as this library's code sees it: differs from
@@ -418,9 +420,10 @@ PyMethodDef methods[] = {
     {"_cpu_bf16_narrowing_check", cpu_bf16_narrowing_check, METH_O,
      "(mismatches, first mismatch, native pairs, pairs): the native bfloat16 rounding against "
      "at::vec's over every float, lanes consecutive (False) or spread (True)."},
-    {"_cpu_exp_fast_check", cpu_exp_fast_check, METH_VARARGS,
-     "(worst relative error, its x, floats checked): the CPU kernels' exp_fast against exp in "
-     "double, every stride-th float with |x| <= limit."},
+    {"_cpu_exp_check", cpu_exp_check, METH_VARARGS,
+     "(precise, limit, stride) -> (worst relative error, its x, worst ulps, its x, floats "
+     "checked): the CPU kernels' exp_precise (or exp_fast) against exp in double, every "
+     "stride-th float with |x| <= limit."},
     {"_kernel_stub_address", kernel_stub_address, METH_NOARGS,
      "The address of the rms_norm_forward kernel stub in this library (a test of library isolation)."},
     {nullptr, nullptr, 0, nullptr},

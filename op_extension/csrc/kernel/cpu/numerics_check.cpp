@@ -1,7 +1,8 @@
 // numerics_check.h's checks of vec_utils.h: bf16_narrowing_check (only the
 // AVX512 variant has a native path; the others compare at::vec with itself) and
-// exp_fast_check.
+// exp_check (exp_fast and exp_precise).
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -60,20 +61,40 @@ void bf16_narrowing_check_impl(DType, const Bf16NarrowingCheckArgs& a) {
   *a.pairs = kPairs;
 }
 
-void exp_fast_check_impl(DType, const ExpFastCheckArgs& a) {
+// The error of one result in ulps of the exact value (see ExpCheckArgs).
+double ulps_off(float got, double exact) {
+  if (exact > static_cast<double>(FLT_MAX)) return got == INFINITY ? 0.0 : INFINITY;
+  const double tiny = std::ldexp(1.0, -149);
+  const double ulp = exact < std::ldexp(1.0, -126) ? tiny : std::ldexp(1.0, std::ilogb(exact) - 23);
+  return std::fabs(static_cast<double>(got) - exact) / ulp;
+}
+
+void exp_check_impl(DType, const ExpCheckArgs& a) {
   constexpr int64_t kWidth = Vectorized<float>::size();
+  const auto exp_under_test = [&](const float* x, float* y) {
+    const Vectorized<float> v = Vectorized<float>::loadu(x);
+    (a.precise ? exp_precise(v) : exp_fast(v)).store(y);
+  };
   // Non-negative floats up to the limit, by their bit patterns; each is checked
   // with both signs.
   uint32_t top = 0;
   std::memcpy(&top, &a.limit, sizeof(top));
   const int64_t groups = (static_cast<int64_t>(top) / a.stride + kWidth) / kWidth;
   std::mutex merge;
-  double worst = 0;
-  float worst_at = 0;
+  double worst = 0, worst_ulps = 0;
+  float worst_at = 0, worst_ulps_at = 0;
   int64_t checked = 0;
+  // Keeps the larger error, and at equal errors the larger |x| (NaN counts as the worst).
+  const auto keep = [](double error, float x, double& into, float& at) {
+    if (std::isnan(error)) error = INFINITY;
+    if (error > into || (error == into && std::fabs(x) > std::fabs(at))) {
+      into = error;
+      at = x;
+    }
+  };
   parallel_range(groups, 1 << 12, [&](int64_t begin, int64_t end) {
-    double local_worst = 0;
-    float local_at = 0;
+    double local_worst = 0, local_ulps = 0;
+    float local_at = 0, local_ulps_at = 0;
     int64_t local_checked = 0;
     float x[kWidth], y[kWidth];
     for (int64_t g = begin; g < end; ++g) {
@@ -83,45 +104,47 @@ void exp_fast_check_impl(DType, const ExpFastCheckArgs& a) {
           const uint32_t b = static_cast<uint32_t>(bits);
           std::memcpy(&x[k], &b, sizeof(b));
         }
-        exp_fast(Vectorized<float>::loadu(x)).store(y);
+        exp_under_test(x, y);
         for (int64_t k = 0; k < kWidth; ++k) {
           const double exact = std::exp(static_cast<double>(x[k]));
-          const double error = std::fabs(static_cast<double>(y[k]) - exact) / exact;
-          if (!(error <= local_worst)) {  // NaN counts as the worst
-            local_worst = std::isnan(error) ? INFINITY : error;
-            local_at = x[k];
+          if (exact >= static_cast<double>(FLT_MIN) && exact <= static_cast<double>(FLT_MAX)) {
+            keep(std::fabs(static_cast<double>(y[k]) - exact) / exact, x[k], local_worst, local_at);
           }
+          keep(ulps_off(y[k], exact), x[k], local_ulps, local_ulps_at);
           ++local_checked;
         }
       }
     }
     std::lock_guard<std::mutex> lock(merge);
     checked += local_checked;
-    if (local_worst > worst || (local_worst == worst && std::fabs(local_at) > std::fabs(worst_at))) {
-      worst = local_worst;
-      worst_at = local_at;
-    }
+    keep(local_worst, local_at, worst, worst_at);
+    keep(local_ulps, local_ulps_at, worst_ulps, worst_ulps_at);
   });
   // The ends of the contract: e^x is 0 for -inf and far below the float range,
-  // inf for +inf and far above it. A miss counts as the worst error.
+  // inf for +inf and far above it, and exp_precise keeps NaN. A miss counts as
+  // the worst error.
   float ends[kWidth], got[kWidth];
-  const float kEnds[4] = {-INFINITY, -1000.0f, 1000.0f, INFINITY};
-  for (int64_t k = 0; k < kWidth; ++k) ends[k] = kEnds[k % 4];
-  exp_fast(Vectorized<float>::loadu(ends)).store(got);
+  const float kEnds[5] = {-INFINITY, -1000.0f, 1000.0f, INFINITY, NAN};
+  const int64_t kinds = a.precise ? 5 : 4;
+  for (int64_t k = 0; k < kWidth; ++k) ends[k] = kEnds[k % kinds];
+  exp_under_test(ends, got);
   for (int64_t k = 0; k < kWidth; ++k) {
-    if (got[k] != (ends[k] < 0 ? 0.0f : INFINITY)) {
-      worst = INFINITY;
-      worst_at = ends[k];
+    const bool right = std::isnan(ends[k]) ? std::isnan(got[k]) : got[k] == (ends[k] < 0 ? 0.0f : INFINITY);
+    if (!right) {
+      worst = worst_ulps = INFINITY;
+      worst_at = worst_ulps_at = ends[k];
     }
   }
   *a.worst_error = worst;
   *a.worst_at = worst_at;
+  *a.worst_ulps = worst_ulps;
+  *a.worst_ulps_at = worst_ulps_at;
   *a.checked = checked;
 }
 
 }  // namespace
 
 OP_EXT_REGISTER_KERNEL(bf16_narrowing_check, bf16_narrowing_check_impl);
-OP_EXT_REGISTER_KERNEL(exp_fast_check, exp_fast_check_impl);
+OP_EXT_REGISTER_KERNEL(exp_check, exp_check_impl);
 
 }  // namespace op_ext::cpu

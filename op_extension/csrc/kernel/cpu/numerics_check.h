@@ -4,7 +4,7 @@
 // - bf16_narrowing_check: the float -> bfloat16 rounding that every bfloat16
 //   kernel stores through (narrow): its native path (VCVTNE2PS2BF16, where
 //   cpu_kernels.h's native_bf16_narrowing() allows it) must give at::vec's bits;
-// - exp_fast_check: exp_fast's error against the exact exponential.
+// - exp_check: exp_fast's and exp_precise's errors against the exact exponential.
 #pragma once
 
 #include <cstdint>
@@ -33,21 +33,28 @@ struct Bf16NarrowingCheck final : KernelStub<Bf16NarrowingCheckArgs> {
 };
 inline Bf16NarrowingCheck bf16_narrowing_check{"bf16_narrowing_check"};
 
-// exp_fast(x) against exp(x) in double, relative, for every `stride`-th float
-// pattern with |x| <= limit (an odd stride visits every residue of the low bits);
-// then the ends: 0 for -inf and -1000, inf for 1000 and +inf, or the worst
-// error is inf at that x.
-struct ExpFastCheckArgs {
+// exp_fast(x) or exp_precise(x) against exp(x) in double, for every `stride`-th
+// float pattern with |x| <= limit (an odd stride visits every residue of the
+// low bits), both signs: the largest relative error over the results that are
+// normal floats, and the largest error in ulps of the exact result over all of
+// them (denormal results included: their ulp is 2^-149; where the exact value
+// is past FLT_MAX, inf is 0 ulps and anything else inf). Then the ends, where a
+// miss makes both errors inf at that x: 0 for -inf and -1000, inf for 1000 and
+// +inf, and for exp_precise NaN for NaN.
+struct ExpCheckArgs {
+  bool precise;         // exp_precise, or exp_fast
   float limit;
   int64_t stride;
-  double* worst_error;  // out: the largest relative error
+  double* worst_error;  // out: the largest relative error (normal results)
   float* worst_at;      // out: its x
+  double* worst_ulps;   // out: the largest error in ulps (every result)
+  float* worst_ulps_at; // out: its x
   int64_t* checked;     // out: floats checked
 };
 
-struct ExpFastCheck final : KernelStub<ExpFastCheckArgs> {
+struct ExpCheck final : KernelStub<ExpCheckArgs> {
   using KernelStub::KernelStub;
 };
-inline ExpFastCheck exp_fast_check{"exp_fast_check"};
+inline ExpCheck exp_check{"exp_check"};
 
 }  // namespace op_ext::cpu
