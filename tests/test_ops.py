@@ -470,6 +470,41 @@ def test_activation_special_values(case, dtype, kernel_device):
 
 
 @dtype_params
+@pytest.mark.parametrize("case", ["gelu-none", "gelu-tanh", "swiglu", "geglu-none", "geglu-tanh"])
+def test_activation_backward_special_values(case, dtype, kernel_device):
+    """The gradients at ±inf, NaN, ±0 and large values, in the vectorised body
+    and in the tail, are what torch's autograd gives in float64 cast to dtype:
+    NaN where its formula meets 0 * inf (silu'(-inf), gelu'(-inf)), 0 or 1
+    where it saturates. The exp the kernels take for sigmoid and the 16-bit
+    GELUs (exp_fast) is not NaN-preserving; NaN must still come out through x."""
+    n = 77
+    vals = torch.tensor(SPECIAL, dtype=torch.float64)
+    gate = torch.randn(n, dtype=torch.float64) * 3
+    gate[: len(vals)] = vals
+    gate[n - len(vals) :] = vals
+    up = torch.full((n,), 2.0, dtype=torch.float64)
+    up[20:24] = torch.tensor([INF, -INF, NAN, 0.0], dtype=torch.float64)
+    dy = torch.full((n,), 0.5, dtype=torch.float64)
+    name, *rest = case.split("-")
+    approx = rest[0] if rest else "none"
+    g, u, d = gate.to(dtype), up.to(dtype), dy.to(dtype)
+    g64, u64 = g.double().requires_grad_(), u.double().requires_grad_()
+    if name == "gelu":
+        want = torch.autograd.grad(F.gelu(g64, approximate=approx), g64, d.double())
+        got = torch.ops.custom.gelu_backward(d.to(kernel_device), g.to(kernel_device), approx)
+        got = (got,)
+    else:
+        act = F.silu(g64) if name == "swiglu" else F.gelu(g64, approximate=approx)
+        want = torch.autograd.grad(act * u64, (g64, u64), d.double())
+        dev = [t.to(kernel_device) for t in (d, g, u)]
+        got = (torch.ops.custom.swiglu_backward(*dev) if name == "swiglu"
+               else torch.ops.custom.geglu_backward(*dev, approx))
+    for which, a, b in zip(("gate", "up"), got, want):
+        torch.testing.assert_close(a.cpu(), b.to(dtype), equal_nan=True,
+                                   msg=lambda m: f"{case} grad {which}: {m}", **tolerance(dtype, name, "backward"))
+
+
+@dtype_params
 def test_softmax_masked_rows(dtype, kernel_device):
     """-inf entries (attention masks) get probability 0; a fully masked row is
     NaN as in torch; +inf gives NaN as in torch."""

@@ -13,17 +13,26 @@
 namespace op_ext::cpu {
 namespace {
 
-// 1 + exp(-x), the denominator of sigmoid and silu. In float, vectors whose lanes
-// are all finite use exp_fast (vec_utils.h: within 4.5e-7 relative on AVX-512
-// and AVX2; the portable variant's exp_u20 within 20 ulp: sigmoid's relative
-// error stays ~2e-6 and shrinks with 1 - sigmoid, where silu is large), a third of the cost of
-// Sleef's exp, which kept SwiGLU compute-bound. exp_u20 saturates instead of
-// returning inf/NaN, so vectors holding an infinity or NaN take the exact exp.
+// 1 + exp(-x), the denominator of sigmoid and silu. In float it uses exp_fast
+// (vec_utils.h: within 4.5e-7 relative on AVX-512 and AVX2; the portable
+// variant's exp_u20 within 20 ulp: sigmoid's relative error stays ~2e-6 and
+// shrinks with 1 - sigmoid, where silu is large), a third of the cost of
+// Sleef's exp, which kept SwiGLU compute-bound. For NaN it gives a number, not
+// NaN: every caller multiplies the sigmoid by x (or a term in x), which brings
+// the NaN back (tests/test_ops.py, the activations' special values, forward and
+// backward, on every variant). On AVX-512 and AVX2 exp_fast keeps the
+// infinities too, and takes every lane as it comes: the test of each vector for
+// them, and its branch, cost SwiGLU bfloat16 1.19-1.27x. The portable
+// variant's exp_u20 saturates instead, so there vectors holding an infinity or
+// NaN take the exact exp.
 template <typename Acc>
 inline Vectorized<Acc> one_plus_exp_neg(const Vectorized<Acc>& x) {
   using AVec = Vectorized<Acc>;
   const AVec one(Acc(1));
   if constexpr (std::is_same_v<Acc, float>) {
+    if constexpr (kExpFastKeepsInfinities) {
+      return one + exp_fast(x.neg());
+    }
     constexpr int kAllLanes = (1 << AVec::size()) - 1;
     if ((x - x).zero_mask() == kAllLanes) {  // x - x is NaN for +-inf and NaN lanes
       return one + exp_fast(x.neg());

@@ -205,6 +205,16 @@ inline Vectorized<float> exp_fast(const Vectorized<float>& v) {
 #else
 inline Vectorized<float> exp_fast(const Vectorized<float>& v) { return v.exp_u20(); }
 #endif
+// Whether exp_fast also gives 0 for -inf and inf for +inf, and a number (not
+// NaN: inf on AVX-512, 0 on AVX2) for NaN: their clamps do that, so a
+// caller whose result takes x's NaN anyway (sigmoid times x, as silu and GELU)
+// needs no test of its lanes. exp_u20 saturates instead: the portable variant's
+// callers send vectors holding an infinity or NaN to the exact exp.
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+constexpr bool kExpFastKeepsInfinities = true;
+#else
+constexpr bool kExpFastKeepsInfinities = false;
+#endif
 
 // exp_precise(x): e^x for results stored as float (GELU's float32 outputs),
 // where exp_fast's 4.5e-7 would be several ulp. Every float is in its
