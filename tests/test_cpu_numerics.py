@@ -31,7 +31,7 @@ exp_precise, which GELU's float32 outputs use (tanh and erf forms): within
 0.95 ulp of the exact exponential for every 7th float of |x| <= 104, both
 signs, denormal results included, and within 8e-8 relative over the normal
 ones; NaN for NaN besides the ends above. Planted misuse, by hand: ln2 in one
-part (4.6 ulp), the polynomial one degree shorter (2.7 ulp), and on AVX2 2^n
+part (4.6 ulp), Taylor's coefficients in place of the fitted ones (2.7 ulp), and on AVX2 2^n
 as one factor (denormal results flushed to 0) each fail; VRANGEPS as exp_fast's
 clamp failed it when it was written (it turns NaN into 104).
 """
@@ -146,6 +146,26 @@ def test_exp_precise_is_within_an_ulp_of_exp_for_every_float(isa):
     assert checked > 3e8
     assert worst_ulps <= 0.95, f"exp_precise on {isa}: {worst_ulps:.3g} ulp at x = {ulps_at!r}"
     assert worst <= 8e-8, f"exp_precise on {isa}: {worst:.3g} relative error at x = {at!r}"
+
+
+def test_exp_precise_polynomial_is_the_one_its_script_fits():
+    """vec_utils.h's coefficients are what scripts/fit_exp_polynomial.py
+    prints, so that the fit can be redone and checked."""
+    import importlib.util
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("fit_exp_polynomial", root / "scripts" / "fit_exp_polynomial.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    coeffs, error = script.fit()
+    source = (root / "op_extension/csrc/kernel/cpu/vec_utils.h").read_text()
+    body = source[source.index("inline Vectorized<float> exp_of_reduced_precise"):]
+    body = body[:body.index("\n}\n")]
+    in_source = [float(c) for c in re.findall(r"[pV]\(([0-9.e-]+)f\)", body)]
+    assert in_source[:5] == [float(c) for c in reversed(coeffs)], in_source
+    assert error < 4e-9
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2"])
