@@ -1,7 +1,8 @@
-"""Fits the polynomial of exp_precise (op_extension/csrc/kernel/cpu/vec_utils.h).
+"""Fits the polynomials of exp_fast (q of degree 3) and exp_precise (degree 4),
+op_extension/csrc/kernel/cpu/vec_utils.h.
 
-e^r on |r| <= ln2 / 2 is written 1 + r (1 + r q(r)), q of degree 4, so that
-the two leading terms are exact; q's coefficients minimise e^r's relative
+e^r on |r| <= ln2 / 2 is written 1 + r (1 + r q(r)), so that the two leading
+terms are exact; q's coefficients minimise e^r's relative
 error: weighted least squares on Chebyshev nodes, the weights raised where the
 error is largest until it ripples evenly (a Remez exchange by reweighting).
 Prints q's coefficients rounded to float, and the relative error of e^r with
@@ -14,7 +15,7 @@ tests/test_cpu_numerics.py measures the whole).
 import numpy as np
 
 
-def fit(degree: int = 4, half_width: float = np.log(2) / 2 * 1.0005, rounds: int = 60):
+def fit(degree: int, half_width: float = np.log(2) / 2 * 1.0005, rounds: int = 60):
     # The nodes reach a little past ln2 / 2: n = round(x / ln2) is computed from
     # a rounded product, so r may stray past it by an ulp or so.
     r = np.cos(np.linspace(0, np.pi, 20001)) * half_width
@@ -34,7 +35,11 @@ def fit(degree: int = 4, half_width: float = np.log(2) / 2 * 1.0005, rounds: int
     return np.float32(coeffs), float(np.max(np.abs(approx / np.exp(dense) - 1)))
 
 
+# The kernels' polynomials: q's degree for each.
+DEGREES = {"exp_of_reduced (exp_fast)": 3, "exp_of_reduced_precise (exp_precise)": 4}
+
 if __name__ == "__main__":
-    coeffs, error = fit()
-    print("q, lowest degree first:", ", ".join(f"{float(c)!r}f" for c in coeffs))
-    print(f"relative error of e^r with them: {error:.3g}")
+    for name, degree in DEGREES.items():
+        coeffs, error = fit(degree)
+        print(f"{name}: q, lowest degree first:", ", ".join(f"{float(c)!r}f" for c in coeffs))
+        print(f"  relative error of e^r with them: {error:.3g}")

@@ -145,29 +145,28 @@ inline Vectorized<R> narrow(const Vectorized<float>& lo, const Vectorized<float>
 // ---- exp of float vectors ------------------------------------------------
 //
 // exp_fast(x), for the kernels that used ATen's exp_u20 (softmax, sigmoid and
-// silu, the 16-bit GELUs), with exp_u20's contract: x finite or -inf, never
-// NaN (its callers check; a NaN lane comes out 0 or inf). On AVX-512: x clamped
+// silu, the 16-bit GELUs), with exp_u20's contract: x finite or -inf (for
+// +inf and NaN see kExpFastKeepsInfinities below). On AVX-512: x clamped
 // to +-104 (VRANGEPS, one instruction; past that e^x is 0 or inf in float
 // anyway), x = n ln2 + r with n = round(x / ln2) and r in [-ln2/2, ln2/2] (one
 // FMA with ln2 rounded to float, as exp_u20 does: n times its error is below
-// 3e-7 of r's scale at |x| <= 104), e^r by its Taylor polynomial of degree 6
-// (remainder below 1.2e-7), times 2^n by VSCALEFPS, which gives 0 and inf past
-// the float range: 11 instructions, where exp_u20 takes about 20, and as
-// exact (4.3e-7 relative at most over |x| <= 80, 4.5e-7 down to FLT_MIN;
-// exp_u20 3.7e-7 over |x| <= 80; ln2 in two
-// parts and a degree-7 polynomial gave 0.8e-7, and cost SwiGLU in bfloat16 15%).
-// tests/test_cpu_numerics.py checks it (numerics_check.h). The portable
-// variant keeps exp_u20.
+// 3e-7 of r's scale at |x| <= 104), e^r = 1 + r (1 + r q(r)) with q of degree
+// 3 fitted to e^r's relative error by scripts/fit_exp_polynomial.py (1.06e-7;
+// Taylor's degree 6, one FMA more, left 1.2e-7), times 2^n by VSCALEFPS, which
+// gives 0 and inf past the float range: 10 instructions, where exp_u20 takes
+// about 20, and as exact: 4.0e-7 relative at most over every float down to
+// FLT_MIN (Taylor's degree 6 gave 4.5e-7; exp_u20 3.7e-7 over |x| <= 80).
+// exp_precise below, for float outputs, takes ln2 in two parts and q of
+// degree 4: 0.77e-7. tests/test_cpu_numerics.py checks both
+// (numerics_check.h). The portable variant keeps exp_u20.
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
-// e^r for |r| <= ln2 / 2 (and a little past it): the Taylor polynomial of
-// degree 6, by Horner's rule in FMAs.
+// e^r for |r| <= ln2 / 2 (and a little past it), to 1.06e-7 relative (exp_fast).
 inline Vectorized<float> exp_of_reduced(const Vectorized<float>& r) {
   using V = Vectorized<float>;
-  V p(1.0f / 720);
-  p = at::vec::fmadd(p, r, V(1.0f / 120));
-  p = at::vec::fmadd(p, r, V(1.0f / 24));
-  p = at::vec::fmadd(p, r, V(1.0f / 6));
-  p = at::vec::fmadd(p, r, V(0.5f));
+  V p(0.008312507532536983f);
+  p = at::vec::fmadd(p, r, V(0.04189034178853035f));
+  p = at::vec::fmadd(p, r, V(0.16667115688323975f));
+  p = at::vec::fmadd(p, r, V(0.499992311000824f));
   p = at::vec::fmadd(p, r, V(1.0f));
   return at::vec::fmadd(p, r, V(1.0f));
 }
@@ -191,7 +190,7 @@ inline Vectorized<float> exp_fast(const Vectorized<float>& v) {
 // denormal: flushed, as exp_u20 does below FLT_MIN) and inf for n = 128 (x
 // above 88.38, where e^x is within 2^-0.35 of overflowing; no caller's
 // argument comes near: softmax's and GELU's are <= 0, and sigmoid's 1 / (1 +
-// e^-x) is as good as 0 there). The same polynomial: 13 instructions, where
+// e^-x) is as good as 0 there). The same polynomial: 12 instructions, where
 // exp_u20 takes about 20.
 inline Vectorized<float> exp_fast(const Vectorized<float>& v) {
   const __m256 x = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-88.0f)), _mm256_set1_ps(89.0f));
