@@ -131,18 +131,23 @@ def test_the_switch_follows_the_cpu():
         C.set_cpu_native_bf16_narrowing(was)
 
 
-@pytest.mark.parametrize("isa", ["avx512", "avx2"])
-def test_exp_precise_is_within_an_ulp_of_exp_for_every_float(isa):
+def exp_check_on(isa, precise, limit, stride):
+    """_C._cpu_exp_check in the kernels of `isa` (skips where the CPU lacks it)."""
     if isa not in supported_isas():
         pytest.skip(f"this CPU cannot run the {isa} kernels")
     old = C.cpu_isa()
     C.set_cpu_isa(isa)
     try:
-        # Every 7th float of |x| <= 104: past -103.97 e^x rounds to 0, past
-        # 88.73 to inf; in between lie the denormal results.
-        worst, at, worst_ulps, ulps_at, checked = C._cpu_exp_check(True, 104.0, 7)
+        return C._cpu_exp_check(precise, limit, stride)
     finally:
         C.set_cpu_isa(old)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_exp_precise_is_within_an_ulp_of_exp_for_every_float(isa):
+    # Every 7th float of |x| <= 104: past -103.97 e^x rounds to 0, past 88.73
+    # to inf; in between lie the denormal results.
+    worst, at, worst_ulps, ulps_at, checked = exp_check_on(isa, True, 104.0, 7)
     assert checked > 3e8
     assert worst_ulps <= 0.95, f"exp_precise on {isa}: {worst_ulps:.3g} ulp at x = {ulps_at!r}"
     assert worst <= 8e-8, f"exp_precise on {isa}: {worst:.3g} relative error at x = {at!r}"
@@ -172,13 +177,6 @@ def test_exp_polynomials_are_the_ones_their_script_fits():
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2"])
 def test_exp_fast_is_within_5e_7_of_exp_over_the_normal_floats(isa):
-    if isa not in supported_isas():
-        pytest.skip(f"this CPU cannot run the {isa} kernels")
-    old = C.cpu_isa()
-    C.set_cpu_isa(isa)
-    try:
-        worst, at, _, _, checked = C._cpu_exp_check(False, 87.3, 13)
-    finally:
-        C.set_cpu_isa(old)
+    worst, at, _, _, checked = exp_check_on(isa, False, 87.3, 13)
     assert checked > 1.5e8
     assert worst <= 5e-7, f"exp_fast on {isa}: {worst:.3g} relative error at x = {at!r}"

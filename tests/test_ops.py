@@ -436,6 +436,20 @@ def test_nan_row_gradient_stays_in_its_row(op, kernel_device):
 SPECIAL = [-INF, INF, NAN, 0.0, -0.0, 1.0, -1.0, 30.0, -30.0, 100.0, -100.0, 1e-30]
 
 
+def special_gate_and_up():
+    """float64 (gate, up) of 77 elements, 64 in full vector steps for every ISA
+    and dtype, then a tail of 13: SPECIAL at the start and at the end of gate,
+    random values between; up 2 but for +-inf, NaN and 0 in the body."""
+    n = 77
+    vals = torch.tensor(SPECIAL, dtype=torch.float64)
+    gate = torch.randn(n, dtype=torch.float64) * 3
+    gate[: len(vals)] = vals
+    gate[n - len(vals) :] = vals
+    up = torch.full((n,), 2.0, dtype=torch.float64)
+    up[20:24] = torch.tensor([INF, -INF, NAN, 0.0], dtype=torch.float64)
+    return gate, up
+
+
 @dtype_params
 @pytest.mark.parametrize("case", ["gelu-none", "gelu-tanh", "swiglu", "geglu-none", "geglu-tanh"])
 def test_activation_special_values(case, dtype, kernel_device):
@@ -445,14 +459,8 @@ def test_activation_special_values(case, dtype, kernel_device):
     float64 rather than the float32 reference: torch's own float32 erf-GELU
     returns NaN for +inf (ATen's vectorised erf), where float64 torch and the
     tanh form give +inf."""
-    n = 77  # 64 in full vector steps for every ISA and dtype, then a tail of 13
-    vals = torch.tensor(SPECIAL, dtype=torch.float64)
-    gate = torch.randn(n, dtype=torch.float64) * 3
-    gate[: len(vals)] = vals
-    gate[n - len(vals) :] = vals
-    up = torch.full((n,), 2.0, dtype=torch.float64)
-    up[20:24] = torch.tensor([INF, -INF, NAN, 0.0], dtype=torch.float64)
-    up[n - 3] = INF  # times gelu(30)
+    gate, up = special_gate_and_up()
+    up[-3] = INF  # times gelu(30)
     name, *rest = case.split("-")
     approx = rest[0] if rest else None
     g, u = gate.to(dtype), up.to(dtype)  # the reference: torch on the CPU in float64
@@ -477,14 +485,8 @@ def test_activation_backward_special_values(case, dtype, kernel_device):
     NaN where its formula meets 0 * inf (silu'(-inf), gelu'(-inf)), 0 or 1
     where it saturates. The exp the kernels take for sigmoid and the 16-bit
     GELUs (exp_fast) is not NaN-preserving; NaN must still come out through x."""
-    n = 77
-    vals = torch.tensor(SPECIAL, dtype=torch.float64)
-    gate = torch.randn(n, dtype=torch.float64) * 3
-    gate[: len(vals)] = vals
-    gate[n - len(vals) :] = vals
-    up = torch.full((n,), 2.0, dtype=torch.float64)
-    up[20:24] = torch.tensor([INF, -INF, NAN, 0.0], dtype=torch.float64)
-    dy = torch.full((n,), 0.5, dtype=torch.float64)
+    gate, up = special_gate_and_up()
+    dy = torch.full_like(gate, 0.5)
     name, *rest = case.split("-")
     approx = rest[0] if rest else "none"
     g, u, d = gate.to(dtype), up.to(dtype), dy.to(dtype)
