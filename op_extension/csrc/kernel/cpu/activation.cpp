@@ -14,7 +14,7 @@ namespace op_ext::cpu {
 namespace {
 
 // 1 + exp(-x), the denominator of sigmoid and silu. In float it uses exp_fast
-// (vec_utils.h: within 4.5e-7 relative on AVX-512 and AVX2; the portable
+// (vec_utils.h: within 4.0e-7 relative on AVX-512 and AVX2; the portable
 // variant's exp_u20 within 20 ulp: sigmoid's relative error stays ~2e-6 and
 // shrinks with 1 - sigmoid, where silu is large), a third of the cost of
 // Sleef's exp, which kept SwiGLU compute-bound. For NaN it gives a number, not
@@ -56,8 +56,8 @@ struct GeluMath {
   // one exp and one division instead of a vectorised tanh, which costs about
   // twice as much and made GELU-tanh compute-bound. Infinities and NaN come out
   // as in the tanh form (gelu(-inf) is NaN there too: -inf * 0). For
-  // float16/bfloat16 outputs the exp is exp_fast where every lane is
-  // finite (one_plus_exp_neg): a few 1e-6 relative, far below their rounding;
+  // float16/bfloat16 outputs the exp is exp_fast (one_plus_exp_neg): a few
+  // 1e-6 relative, far below their rounding;
   // for float32 outputs exp_precise (vec_utils.h: within 1 ulp for every float,
   // inline, where Sleef's exp was a call per vector and most of the kernel's time).
   static AVec tanh_form_cdf(const AVec& x, const AVec& x2) {

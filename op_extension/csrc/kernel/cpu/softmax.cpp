@@ -23,7 +23,7 @@ inline Acc nan_max(Acc a, Acc b) {
 }
 
 // exp(x - max) for a row whose max is finite, so every argument is <= 0 or -inf.
-// For float accumulation this uses exp_fast (vec_utils.h: within 4.5e-7
+// For float accumulation this uses exp_fast (vec_utils.h: within 4.0e-7
 // relative on AVX-512 and AVX2; the portable variant's exp_u20 within 20 ulp,
 // ~2.4e-6 relative: far below what a softmax output in float32 is compared
 // with), two to three times the

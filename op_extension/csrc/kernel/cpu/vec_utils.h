@@ -216,7 +216,7 @@ constexpr bool kExpFastKeepsInfinities = false;
 #endif
 
 // exp_precise(x): e^x for results stored as float (GELU's float32 outputs),
-// where exp_fast's 4.5e-7 would be several ulp. Every float is in its
+// where exp_fast's 4.0e-7 would be several ulp. Every float is in its
 // contract: NaN gives NaN, -inf 0, +inf inf, and results below FLT_MIN come
 // out as denormals. x = n ln2 + r as in exp_fast, but with ln2 in two parts
 // (float(ln2) and the rest, an FMA each), so that n times ln2's rounding error
